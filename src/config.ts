@@ -1,0 +1,180 @@
+/**
+ * Configuration: every setting is read from the environment here, once, at start.
+ * Nothing else in the code base reads process.env. Each bad value produces one clear
+ * message; all messages are reported together and the process refuses to start.
+ *
+ * Every setting, its default and its meaning is listed in README.md ("Configuration").
+ */
+import os from 'node:os';
+import path from 'node:path';
+
+export type Role = 'all' | 'ingress' | 'pipeline';
+export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline'];
+
+export interface Config {
+  role: Role;
+  host: string;
+  port: number;
+  operatorToken: string | null;
+  redisUrl: string;
+  redisPrefix: string;
+  natsUrl: string;
+  natsPrefix: string;
+  clickhouseUrl: string | null;
+  clickhouseUser: string;
+  clickhousePassword: string;
+  clickhouseDatabase: string;
+  dataDir: string;
+  dedupeWindowDays: number;
+  defaultLimits: { burst: number; refillPerSecond: number; analyticsConcurrency: number };
+  maxBodyBytes: number;
+  publishTimeoutMs: number;
+  streamMaxBytes: number;
+  pipeline: {
+    workers: number;
+    flushRows: number;
+    flushMs: number;
+    maxAckPending: number;
+    ackWaitMs: number;
+  };
+  logLevel: 'debug' | 'info' | 'warn' | 'error';
+}
+
+export class ConfigError extends Error {
+  constructor(readonly problems: string[]) {
+    super(`invalid configuration:\n  - ${problems.join('\n  - ')}`);
+  }
+}
+
+type Env = Record<string, string | undefined>;
+
+/** Collects problems instead of throwing at the first one. */
+class Reader {
+  readonly problems: string[] = [];
+  constructor(private readonly env: Env) {}
+
+  str(name: string, def: string): string {
+    const v = this.env[name];
+    return v === undefined || v === '' ? def : v;
+  }
+
+  optional(name: string): string | null {
+    const v = this.env[name];
+    return v === undefined || v === '' ? null : v;
+  }
+
+  int(name: string, def: number, min: number, max: number): number {
+    const raw = this.env[name];
+    if (raw === undefined || raw === '') return def;
+    if (!/^\d+$/.test(raw.trim())) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: must be a whole number between ${min} and ${max}`);
+      return def;
+    }
+    const n = Number(raw);
+    if (n < min || n > max) {
+      this.problems.push(`${name}=${raw}: must be between ${min} and ${max}`);
+      return def;
+    }
+    return n;
+  }
+
+  num(name: string, def: number, minExclusive: number, max: number): number {
+    const raw = this.env[name];
+    if (raw === undefined || raw === '') return def;
+    const n = Number(raw);
+    if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !(n > minExclusive) || n > max) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: must be a number greater than ${minExclusive} and at most ${max}`);
+      return def;
+    }
+    return n;
+  }
+
+  oneOf<T extends string>(name: string, def: T, allowed: readonly T[], value?: string): T {
+    const raw = value ?? this.env[name];
+    if (raw === undefined || raw === '') return def;
+    if (!(allowed as readonly string[]).includes(raw)) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: must be one of ${allowed.join(', ')}`);
+      return def;
+    }
+    return raw as T;
+  }
+
+  url(name: string, def: string | null, protocols: string[]): string | null {
+    const raw = this.optional(name) ?? def;
+    if (raw === null) return null;
+    try {
+      const u = new URL(raw);
+      if (!protocols.includes(u.protocol)) throw new Error('protocol');
+      return raw;
+    } catch {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: must be a URL starting with ${protocols.map((p) => `${p}//`).join(' or ')}`);
+      return def;
+    }
+  }
+
+  prefix(name: string, def: string, pattern: RegExp, what: string): string {
+    const v = this.str(name, def);
+    if (!pattern.test(v)) {
+      this.problems.push(`${name}=${JSON.stringify(v)}: ${what}`);
+      return def;
+    }
+    return v;
+  }
+}
+
+/** `--role=pipeline` or `--role pipeline` on the command line wins over ROLE. */
+function roleFromArgv(argv: string[]): string | undefined {
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a.startsWith('--role=')) return a.slice('--role='.length);
+    if (a === '--role') return argv[i + 1];
+  }
+  return undefined;
+}
+
+export function loadConfig(env: Env = process.env, argv: string[] = process.argv.slice(2)): Config {
+  const r = new Reader(env);
+  const role = r.oneOf<Role>('ROLE', 'all', ROLES, roleFromArgv(argv));
+  const operatorToken = r.optional('OPERATOR_TOKEN');
+  if ((role === 'all' || role === 'ingress') && (operatorToken === null || operatorToken.length < 16)) {
+    r.problems.push('OPERATOR_TOKEN: required for roles all and ingress, at least 16 characters (protects /admin/v1)');
+  }
+  const cores = Math.max(1, os.availableParallelism());
+  const cfg: Config = {
+    role,
+    host: r.str('HOST', '0.0.0.0'),
+    port: r.int('PORT', 8080, 0, 65535),
+    operatorToken,
+    redisUrl: r.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'])!,
+    redisPrefix: r.prefix('REDIS_PREFIX', 'billing:', /^[A-Za-z0-9:_-]{1,64}$/, 'letters, digits, ":", "_" or "-", 1 to 64 characters'),
+    natsUrl: r.url('NATS_URL', 'nats://127.0.0.1:4222', ['nats:', 'tls:'])!,
+    natsPrefix: r.prefix('NATS_PREFIX', 'BILLING', /^[A-Za-z0-9_-]{1,32}$/, 'letters, digits, "_" or "-", 1 to 32 characters'),
+    clickhouseUrl: r.url('CLICKHOUSE_URL', null, ['http:', 'https:']),
+    clickhouseUser: r.str('CLICKHOUSE_USER', 'default'),
+    clickhousePassword: r.str('CLICKHOUSE_PASSWORD', ''),
+    clickhouseDatabase: r.prefix('CLICKHOUSE_DATABASE', 'billing', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
+    dataDir: path.resolve(r.str('DATA_DIR', path.join(process.cwd(), '.data'))),
+    dedupeWindowDays: r.int('DEDUPE_WINDOW_DAYS', 7, 7, 3650),
+    defaultLimits: {
+      burst: r.int('DEFAULT_BURST', 10_000, 500, 1_000_000_000),
+      refillPerSecond: r.num('DEFAULT_REFILL_PER_SECOND', 1_000, 0, 1_000_000_000),
+      analyticsConcurrency: r.int('DEFAULT_ANALYTICS_CONCURRENCY', 4, 1, 1000),
+    },
+    maxBodyBytes: r.int('MAX_BODY_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024),
+    publishTimeoutMs: r.int('PUBLISH_TIMEOUT_MS', 5_000, 100, 120_000),
+    streamMaxBytes: r.int('STREAM_MAX_BYTES', 2 * 1024 ** 3, 1024 ** 2, 1024 ** 4),
+    pipeline: {
+      workers: r.int('PIPELINE_WORKERS', Math.min(4, cores), 1, 256),
+      flushRows: r.int('PIPELINE_FLUSH_ROWS', 10_000, 1, 1_000_000),
+      flushMs: r.int('PIPELINE_FLUSH_MS', 200, 1, 60_000),
+      maxAckPending: r.int('PIPELINE_MAX_ACK_PENDING', 256, 1, 100_000),
+      ackWaitMs: r.int('PIPELINE_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
+    },
+    logLevel: r.oneOf('LOG_LEVEL', 'info', ['debug', 'info', 'warn', 'error'] as const),
+  };
+  if (r.problems.length > 0) throw new ConfigError(r.problems);
+  return cfg;
+}
+
+export const hasIngress = (role: Role): boolean => role === 'all' || role === 'ingress';
+export const hasPipeline = (role: Role): boolean => role === 'all' || role === 'pipeline';

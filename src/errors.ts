@@ -1,0 +1,62 @@
+/**
+ * The error catalogue: every error the HTTP API can answer with, defined once with its
+ * status and short message. Handlers throw `ApiError`s; one function turns any thrown
+ * value into the JSON body `{error, code, details}`. The list is mirrored in README.md
+ * ("Errors"); test/errors.test.ts keeps the two in step.
+ */
+export const ERRORS = {
+  UNAUTHORIZED: { status: 401, error: 'Unauthorized' },
+  FORBIDDEN: { status: 403, error: 'Forbidden' },
+  NOT_FOUND: { status: 404, error: 'Not Found' },
+  METHOD_NOT_ALLOWED: { status: 405, error: 'Method Not Allowed' },
+  INVALID_JSON: { status: 400, error: 'Bad Request' },
+  INVALID_BODY: { status: 400, error: 'Bad Request' },
+  BATCH_EMPTY: { status: 400, error: 'Bad Request' },
+  BATCH_TOO_LARGE: { status: 400, error: 'Bad Request' },
+  INVALID_SIGNAL: { status: 400, error: 'Bad Request' },
+  INVALID_LIMITS: { status: 400, error: 'Bad Request' },
+  PAYLOAD_TOO_LARGE: { status: 413, error: 'Payload Too Large' },
+  RATE_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
+  CONCURRENCY_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
+  INTERNAL: { status: 500, error: 'Internal Server Error' },
+  QUEUE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
+  RATE_LIMITER_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
+  STORE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
+} as const;
+
+export type ErrorCode = keyof typeof ERRORS;
+
+export class ApiError extends Error {
+  readonly status: number;
+  constructor(
+    readonly code: ErrorCode,
+    readonly details: string,
+    readonly headers: Record<string, string> = {},
+  ) {
+    super(`${code}: ${details}`);
+    this.status = ERRORS[code].status;
+  }
+}
+
+export interface ErrorBody {
+  error: string;
+  code: ErrorCode;
+  details: string;
+}
+
+/** Turns anything thrown into a status and a body; never leaks internals of unexpected errors. */
+export function toErrorResponse(err: unknown): { status: number; body: ErrorBody; headers: Record<string, string> } {
+  if (err instanceof ApiError) {
+    return { status: err.status, body: { error: ERRORS[err.code].error, code: err.code, details: err.details }, headers: err.headers };
+  }
+  return {
+    status: 500,
+    body: { error: ERRORS.INTERNAL.error, code: 'INTERNAL', details: 'An unexpected error occurred; it has been logged.' },
+    headers: {},
+  };
+}
+
+export const rateLimited = (retryAfterSeconds: number): ApiError =>
+  new ApiError('RATE_LIMIT_EXCEEDED', `Too many requests. Retry after ${retryAfterSeconds}s.`, {
+    'Retry-After': String(retryAfterSeconds),
+  });

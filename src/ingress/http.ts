@@ -1,0 +1,152 @@
+/**
+ * The one module that touches uWebSockets.js request/response objects.
+ *
+ * uWS rules this module exists for: a handler must answer or register onAborted before it
+ * returns (otherwise uWS terminates the process, uWebSockets.js #1296); `req` is valid only
+ * synchronously inside the handler; body chunks are valid only inside onData; every write
+ * made after an await must be corked. Route handlers receive a plain `Request`, return a
+ * `Reply` or throw an ApiError, and never see `res`.
+ */
+import uWS from 'uWebSockets.js';
+import { ApiError, toErrorResponse } from '../errors.js';
+import { log } from '../log.js';
+import type { Principal } from '../orgs/registry.js';
+
+export interface Request {
+  method: string;
+  url: string;
+  query: string;
+  params: string[];
+  authorization: string;
+  contentType: string;
+  body: Buffer;
+  /** Set by the authentication hook of /api routes. */
+  principal?: Principal;
+}
+
+export interface Reply {
+  status: number;
+  body?: unknown;
+  headers?: Record<string, string>;
+}
+
+export type Handler = (req: Request) => Reply | Promise<Reply>;
+
+export interface RouteOptions {
+  /** Read the body (POST/PATCH). */
+  body?: boolean;
+  /** Upper bound of the body in bytes; larger bodies answer 413 without being read. */
+  maxBodyBytes?: number;
+  /**
+   * Runs synchronously before the body is read; may answer early (401) so unauthorized
+   * clients never make us buffer their bodies.
+   */
+  before?: (req: Request) => Reply | Promise<Reply | undefined> | undefined;
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content',
+  400: '400 Bad Request', 401: '401 Unauthorized', 403: '403 Forbidden', 404: '404 Not Found',
+  405: '405 Method Not Allowed', 408: '408 Request Timeout', 413: '413 Payload Too Large',
+  429: '429 Too Many Requests', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
+};
+
+const EMPTY = Buffer.alloc(0);
+
+function send(res: uWS.HttpResponse, state: { done: boolean }, reply: Reply): void {
+  if (state.done) return;
+  state.done = true;
+  const payload = reply.body === undefined ? '' : typeof reply.body === 'string' || Buffer.isBuffer(reply.body) ? reply.body : JSON.stringify(reply.body);
+  res.cork(() => {
+    res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
+    if (reply.body !== undefined && typeof reply.body !== 'string' && !Buffer.isBuffer(reply.body)) {
+      res.writeHeader('Content-Type', 'application/json');
+    }
+    for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    res.end(payload as string | Buffer);
+  });
+}
+
+function errorReply(err: unknown, req: Request): Reply {
+  const r = toErrorResponse(err);
+  if (!(err instanceof ApiError)) log.error('unhandled error', { err, method: req.method, url: req.url });
+  return { status: r.status, body: r.body, headers: r.headers };
+}
+
+/** Wraps a route handler into a uWS handler. */
+export function wrap(handler: Handler, opts: RouteOptions = {}): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
+  return (res, uReq) => {
+    const state = { done: false };
+    res.onAborted(() => {
+      state.done = true;
+    });
+    const params: string[] = [];
+    for (let i = 0; ; i++) {
+      const p = uReq.getParameter(i);
+      if (p === undefined) break;
+      params.push(decodeURIComponent(p));
+    }
+    const req: Request = {
+      method: uReq.getCaseSensitiveMethod(),
+      url: uReq.getUrl(),
+      query: uReq.getQuery() ?? '',
+      params,
+      authorization: uReq.getHeader('authorization'),
+      contentType: uReq.getHeader('content-type'),
+      body: EMPTY,
+    };
+    const contentLength = uReq.getHeader('content-length');
+
+    const run = async (): Promise<void> => {
+      try {
+        if (opts.before) {
+          const early = await opts.before(req);
+          if (early) return send(res, state, early);
+        }
+        if (opts.body) req.body = await readBody(res, state, contentLength, opts.maxBodyBytes ?? 1024 * 1024);
+        if (state.done) return;
+        send(res, state, await handler(req));
+      } catch (err) {
+        send(res, state, errorReply(err, req));
+      }
+    };
+    void run();
+  };
+}
+
+/**
+ * Collects the body. With a Content-Length the buffer is allocated once; a declared or
+ * actual size over the limit answers 413 at once.
+ */
+function readBody(res: uWS.HttpResponse, state: { done: boolean }, contentLength: string, max: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = contentLength === '' ? -1 : Number(contentLength);
+    const tooLarge = (): ApiError => new ApiError('PAYLOAD_TOO_LARGE', `request body larger than the limit of ${max} bytes`);
+    if (declared > max) {
+      reject(tooLarge());
+      return;
+    }
+    let buf = declared >= 0 ? Buffer.allocUnsafe(declared) : Buffer.allocUnsafe(64 * 1024);
+    let len = 0;
+    let failed = false;
+    res.onData((chunk, isLast) => {
+      if (failed || state.done) return;
+      const n = chunk.byteLength;
+      if (len + n > max) {
+        failed = true;
+        reject(tooLarge());
+        return;
+      }
+      if (len + n > buf.length) {
+        const bigger = Buffer.allocUnsafe(Math.min(max, Math.max(buf.length * 2, len + n)));
+        buf.copy(bigger, 0, 0, len);
+        buf = bigger;
+      }
+      Buffer.from(chunk).copy(buf, len);
+      len += n;
+      if (isLast) resolve(len === buf.length ? buf : buf.subarray(0, len));
+    });
+  });
+}
+
+export { uWS };

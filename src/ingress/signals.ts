@@ -1,0 +1,74 @@
+/**
+ * Signal ingestion: `POST /api/v2/signals/bulk` and the legacy `POST /api/v1/usage`.
+ *
+ * Order of a request, and why: authenticate (before the body is read) → parse and
+ * validate the whole batch (a bad batch costs no tokens) → take N tokens (429 when the
+ * bucket cannot cover N) → publish to JetStream and wait for the stream's ack (the batch
+ * is durable before we answer) → 202. When the publish fails after the tokens were taken,
+ * the tokens are given back and the answer is 503: the client retries with the same
+ * idempotency keys and nothing is lost or double-counted.
+ */
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import { ApiError, rateLimited } from '../errors.js';
+import type { Nats } from '../nats/connection.js';
+import type { Principal } from '../orgs/registry.js';
+import type { TokenBuckets } from '../ratelimit/bucket.js';
+import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../pipeline/message.js';
+import { parseJson, validateBulk, validateV1 } from './validate.js';
+import type { Reply, Request } from './http.js';
+import { log } from '../log.js';
+
+export interface AcceptedBatch {
+  /** Signals accepted into the pipeline (duplicates by idempotencyKey are skipped there). */
+  accepted: number;
+  /** Id of the batch; signal i of the batch has the id `sig_<batchId without "bat_">_<i>`. */
+  batchId: string;
+}
+
+export class SignalIngress {
+  constructor(
+    private readonly nats: Nats,
+    private readonly buckets: TokenBuckets,
+  ) {}
+
+  async bulk(req: Request, principal: Principal): Promise<Reply> {
+    const receivedAt = Date.now();
+    const count = validateBulk(parseJson(req.body), receivedAt);
+    return this.accept(principal, count, req.body, receivedAt);
+  }
+
+  async v1(req: Request, principal: Principal): Promise<Reply> {
+    const receivedAt = Date.now();
+    const signals = validateV1(parseJson(req.body), receivedAt);
+    return this.accept(principal, signals.length, Buffer.from(JSON.stringify({ signals })), receivedAt);
+  }
+
+  private async accept(p: Principal, count: number, body: Buffer, receivedAt: number): Promise<Reply> {
+    const limits = p.org.limits;
+    let take;
+    try {
+      take = await this.buckets.take(p.org.id, p.mode, count, limits);
+    } catch (err) {
+      log.error('rate limiter unavailable', { err });
+      throw new ApiError('RATE_LIMITER_UNAVAILABLE', 'the rate limiter is unreachable; nothing was ingested, retry later');
+    }
+    if (!take.allowed) throw rateLimited(take.retryAfterSeconds);
+
+    const batchId = newBatchId(receivedAt);
+    try {
+      if (!this.nats.connected) throw new Error('not connected to NATS');
+      const h = natsHeaders();
+      h.set(H_ORG, p.org.id);
+      h.set(H_MODE, p.mode);
+      h.set(H_RECEIVED_AT, String(receivedAt));
+      h.set(H_BATCH, batchId);
+      await this.nats.js.publish(`${this.nats.names.signalSubjectPrefix}.${p.org.id}`, body, { msgID: batchId, headers: h });
+    } catch (err) {
+      log.warn('publish failed; tokens given back', { err: (err as Error).message, org: p.org.id });
+      await this.buckets.refund(p.org.id, p.mode, count, limits).catch((e: unknown) => log.error('token refund failed', { err: e }));
+      throw new ApiError('QUEUE_UNAVAILABLE', 'the signal queue is unavailable; nothing was ingested and no tokens were used, retry later');
+    }
+    const body202: AcceptedBatch = { accepted: count, batchId };
+    return { status: 202, body: body202 };
+  }
+}

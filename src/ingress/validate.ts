@@ -1,0 +1,143 @@
+/**
+ * Validation of signal batches. A batch is accepted whole or refused whole: the first bad
+ * field anywhere refuses it with a 400 that names the signal index and the field.
+ *
+ * Limits (README "Signals" lists the same):
+ *   signals per request     1 to 500
+ *   eventName               required string, 1 to 255 characters
+ *   customerId              required string, 1 to 255 characters
+ *   unitId                  optional string, 1 to 255 characters (null = absent)
+ *   timestamp               optional RFC 3339 date-time with a Z or ±hh:mm offset, not before
+ *                           2000-01-01T00:00:00Z and at most one hour after receipt
+ *                           (null/absent = time of receipt)
+ *   idempotencyKey          optional string, 1 to 255 characters (null = absent)
+ *   data                    optional JSON object (null = absent), at most 16,384 bytes as
+ *                           JSON and at most 10 levels of nesting (data itself is level 1)
+ */
+import { ApiError } from '../errors.js';
+
+export const MAX_SIGNALS = 500;
+export const MAX_STRING = 255;
+export const MAX_DATA_BYTES = 16_384;
+export const MAX_DATA_DEPTH = 10;
+export const MIN_TIMESTAMP_MS = Date.UTC(2000, 0, 1);
+export const MAX_FUTURE_MS = 3_600_000;
+
+const ALLOWED_FIELDS = new Set(['eventName', 'customerId', 'unitId', 'timestamp', 'idempotencyKey', 'data']);
+
+// YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM); 't'/'z' and a space separator are allowed by RFC 3339.
+const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+
+/** Milliseconds since the epoch of an RFC 3339 date-time, or null when not one (calendar-checked). */
+export function parseRfc3339(s: string): number | null {
+  const m = RFC3339.exec(s);
+  if (!m) return null;
+  const [, y, mo, d, h, mi, sec, , off] = m;
+  const year = Number(y), month = Number(mo), day = Number(d), hour = Number(h), minute = Number(mi), second = Number(sec);
+  if (month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return null;
+  const daysInMonth = new Date(Date.UTC(year, month, 0)).getUTCDate();
+  if (day > daysInMonth) return null;
+  if (off !== 'Z' && off !== 'z') {
+    const oh = Number(off!.slice(1, 3)), om = Number(off!.slice(4, 6));
+    if (oh > 23 || om > 59) return null;
+  }
+  const ms = Date.parse(s.replace(' ', 'T').toUpperCase());
+  return Number.isFinite(ms) ? ms : null;
+}
+
+const bad = (path: string, problem: string): ApiError => new ApiError('INVALID_SIGNAL', `${path}: ${problem}`);
+
+function isPlainObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function checkString(path: string, v: unknown, required: boolean): void {
+  if (v === undefined || v === null) {
+    if (required) throw bad(path, 'is required');
+    return;
+  }
+  if (typeof v !== 'string') throw bad(path, `must be a string, got ${typeName(v)}`);
+  if (v.length === 0) throw bad(path, 'must not be empty');
+  if (v.length > MAX_STRING) throw bad(path, `must be at most ${MAX_STRING} characters, got ${v.length}`);
+}
+
+function typeName(v: unknown): string {
+  if (v === null) return 'null';
+  if (Array.isArray(v)) return 'array';
+  return typeof v;
+}
+
+/** Depth of nested objects/arrays, data itself being level 1. Stops counting past the limit. */
+function depthExceeds(v: unknown, level: number): boolean {
+  if (level > MAX_DATA_DEPTH) return true;
+  if (Array.isArray(v)) {
+    for (const x of v) if (typeof x === 'object' && x !== null && depthExceeds(x, level + 1)) return true;
+  } else if (typeof v === 'object' && v !== null) {
+    for (const k in v) {
+      const x = (v as Record<string, unknown>)[k];
+      if (typeof x === 'object' && x !== null && depthExceeds(x, level + 1)) return true;
+    }
+  }
+  return false;
+}
+
+export function validateSignal(s: unknown, path: string, receivedAtMs: number): void {
+  if (!isPlainObject(s)) throw bad(path, `must be an object, got ${typeName(s)}`);
+  for (const k in s) if (!ALLOWED_FIELDS.has(k)) throw bad(`${path}.${k}`, 'unknown field');
+  checkString(`${path}.eventName`, s.eventName, true);
+  checkString(`${path}.customerId`, s.customerId, true);
+  checkString(`${path}.unitId`, s.unitId, false);
+  checkString(`${path}.idempotencyKey`, s.idempotencyKey, false);
+  const ts = s.timestamp;
+  if (ts !== undefined && ts !== null) {
+    if (typeof ts !== 'string') throw bad(`${path}.timestamp`, `must be an RFC 3339 date-time string, got ${typeName(ts)}`);
+    const ms = parseRfc3339(ts);
+    if (ms === null) throw bad(`${path}.timestamp`, `must be an RFC 3339 date-time such as 2026-01-31T12:00:00Z, got ${JSON.stringify(ts.slice(0, 40))}`);
+    if (ms < MIN_TIMESTAMP_MS) throw bad(`${path}.timestamp`, 'must not be before 2000-01-01T00:00:00Z');
+    if (ms > receivedAtMs + MAX_FUTURE_MS) throw bad(`${path}.timestamp`, 'must not be more than one hour in the future');
+  }
+  const data = s.data;
+  if (data !== undefined && data !== null) {
+    if (!isPlainObject(data)) throw bad(`${path}.data`, `must be a JSON object, got ${typeName(data)}`);
+    if (depthExceeds(data, 1)) throw bad(`${path}.data`, `must not nest deeper than ${MAX_DATA_DEPTH} levels`);
+    const size = Buffer.byteLength(JSON.stringify(data));
+    if (size > MAX_DATA_BYTES) throw bad(`${path}.data`, `must be at most ${MAX_DATA_BYTES} bytes as JSON, got ${size}`);
+  }
+}
+
+export function checkCount(n: number): void {
+  if (n === 0) throw new ApiError('BATCH_EMPTY', 'signals: at least one signal is required');
+  if (n > MAX_SIGNALS) throw new ApiError('BATCH_TOO_LARGE', `signals: at most ${MAX_SIGNALS} signals per request, got ${n}`);
+}
+
+/** `POST /api/v2/signals/bulk`: `{"signals": [...]}`. Returns the number of signals. */
+export function validateBulk(body: unknown, receivedAtMs: number): number {
+  if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a JSON object {"signals": [...]}, got ${typeName(body)}`);
+  for (const k in body) if (k !== 'signals') throw new ApiError('INVALID_BODY', `unknown top-level field ${JSON.stringify(k)}; the body is {"signals": [...]}`);
+  const signals = body.signals;
+  if (!Array.isArray(signals)) throw new ApiError('INVALID_BODY', `signals: must be an array, got ${typeName(signals)}`);
+  checkCount(signals.length);
+  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs);
+  return signals.length;
+}
+
+/** Legacy `POST /api/v1/usage`: one signal object or an array of at most 500. Returns the signals. */
+export function validateV1(body: unknown, receivedAtMs: number): unknown[] {
+  if (Array.isArray(body)) {
+    checkCount(body.length);
+    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs);
+    return body;
+  }
+  if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a signal object or an array of signals, got ${typeName(body)}`);
+  validateSignal(body, 'signal', receivedAtMs);
+  return [body];
+}
+
+export function parseJson(body: Buffer): unknown {
+  if (body.length === 0) throw new ApiError('INVALID_JSON', 'request body is empty; expected JSON');
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw new ApiError('INVALID_JSON', `request body is not valid JSON: ${(err as Error).message}`);
+  }
+}

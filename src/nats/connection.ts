@@ -1,0 +1,147 @@
+/**
+ * One NATS connection per process, and the names of everything this service keeps in
+ * JetStream. Every name derives from NATS_PREFIX, so separate deployments (and separate
+ * tests) never see each other's streams, consumers or buckets.
+ */
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import {
+  AckPolicy,
+  DiscardPolicy,
+  RetentionPolicy,
+  StorageType,
+  jetstream,
+  jetstreamManager,
+  type JetStreamClient,
+  type JetStreamManager,
+} from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { Config } from '../config.js';
+import { log } from '../log.js';
+
+const NS_PER_MS = 1_000_000;
+
+export interface Names {
+  signalStream: string;
+  signalSubjectPrefix: string;
+  pipelineConsumer: string;
+  orgBucket: string;
+  dedupeBucket: string;
+}
+
+export function names(prefix: string): Names {
+  return {
+    signalStream: `${prefix}_SIGNALS`,
+    signalSubjectPrefix: `${prefix}.signals`,
+    pipelineConsumer: 'pipeline',
+    orgBucket: `${prefix}_orgs`,
+    dedupeBucket: `${prefix}_dedupe`,
+  };
+}
+
+export class Nats {
+  connected = false;
+  private constructor(
+    readonly nc: NatsConnection,
+    readonly js: JetStreamClient,
+    readonly jsm: JetStreamManager,
+    readonly names: Names,
+  ) {}
+
+  static async connect(cfg: Config): Promise<Nats> {
+    const nc = await connect({
+      servers: cfg.natsUrl,
+      name: `billing-${cfg.role}-${process.pid}`,
+      maxReconnectAttempts: -1,
+      reconnectTimeWait: 500,
+      waitOnFirstConnect: true,
+      // Publishes made while disconnected fail at once instead of queueing in memory.
+      reconnectBufSize: 0,
+    } as Parameters<typeof connect>[0]);
+    const js = jetstream(nc, { timeout: cfg.publishTimeoutMs });
+    const jsm = await jetstreamManager(nc, { timeout: cfg.publishTimeoutMs });
+    const n = new Nats(nc, js, jsm, names(cfg.natsPrefix));
+    n.connected = true;
+    void n.watchStatus();
+    return n;
+  }
+
+  private async watchStatus(): Promise<void> {
+    for await (const s of this.nc.status()) {
+      if (s.type === 'disconnect') {
+        this.connected = false;
+        log.warn('nats disconnected');
+      } else if (s.type === 'reconnect') {
+        this.connected = true;
+        log.info('nats reconnected');
+      }
+    }
+  }
+
+  /** Largest message the server accepts (bytes). */
+  get maxPayload(): number {
+    return this.nc.info?.max_payload ?? 1024 * 1024;
+  }
+
+  /** Creates (or updates) the signal stream: a work queue on disk, bounded in bytes. */
+  async ensureSignalStream(cfg: Config): Promise<void> {
+    const config = {
+      name: this.names.signalStream,
+      subjects: [`${this.names.signalSubjectPrefix}.>`],
+      retention: RetentionPolicy.Workqueue,
+      storage: StorageType.File,
+      discard: DiscardPolicy.New,
+      max_bytes: cfg.streamMaxBytes,
+      max_msg_size: this.maxPayload,
+      // A batch re-published by the ingress within two minutes (same Nats-Msg-Id) is stored once.
+      duplicate_window: 2 * 60 * 1000 * NS_PER_MS,
+    };
+    try {
+      await this.jsm.streams.info(config.name);
+      await this.jsm.streams.update(config.name, config);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await this.jsm.streams.add(config);
+    }
+  }
+
+  async ensurePipelineConsumer(cfg: Config): Promise<void> {
+    const config = {
+      durable_name: this.names.pipelineConsumer,
+      ack_policy: AckPolicy.Explicit,
+      ack_wait: cfg.pipeline.ackWaitMs * NS_PER_MS,
+      max_ack_pending: cfg.pipeline.maxAckPending,
+      max_deliver: -1,
+    };
+    try {
+      await this.jsm.consumers.info(this.names.signalStream, config.durable_name);
+      await this.jsm.consumers.update(this.names.signalStream, config.durable_name, config);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await this.jsm.consumers.add(this.names.signalStream, config);
+    }
+  }
+
+  orgBucket(): Promise<KV> {
+    return new Kvm(this.js).create(this.names.orgBucket, { history: 5, storage: StorageType.File });
+  }
+
+  dedupeBucket(cfg: Config): Promise<KV> {
+    return new Kvm(this.js).create(this.names.dedupeBucket, {
+      history: 1,
+      storage: StorageType.File,
+      ttl: cfg.dedupeWindowDays * 24 * 3600 * 1000,
+    });
+  }
+
+  async close(): Promise<void> {
+    try {
+      await this.nc.drain();
+    } catch {
+      await this.nc.close();
+    }
+  }
+}
+
+export function isNotFound(err: unknown): boolean {
+  return err instanceof Error && /not found/i.test(err.message);
+}

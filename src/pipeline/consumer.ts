@@ -1,0 +1,177 @@
+/**
+ * The pipeline: JetStream → piscina workers → ClickHouse, exactly once.
+ *
+ * Order in which a batch becomes durable, deduplicated and acknowledged, and why it
+ * loses nothing and counts nothing twice:
+ *
+ *  1. The batch is already durable in the JetStream stream (the ingress waited for the
+ *     stream's ack before answering 202). It stays there until step 6 acknowledges it.
+ *  2. A worker turns it into rows; pure computation, repeatable with the same result
+ *     (signal ids are derived from the batch id, not made up here).
+ *  3. Idempotency claims (dedupe.ts): each keyed signal claims `<org>.<mode>.<key>`
+ *     naming itself. A claim owned by another signal drops this signal; a claim owned
+ *     by this very signal (an earlier delivery died after claiming) keeps it.
+ *  4. Only when the message is a redelivery: rows already in the store from an earlier
+ *     delivery (crash after insert, before ack) are dropped by signal id. Row-level, so it
+ *     is right even if that earlier insert landed only in part.
+ *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
+ *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
+ *  6. After the insert returned, the messages are acked. A crash anywhere before this
+ *     point means redelivery, and steps 3–4 make the redelivery write exactly what is
+ *     missing. A failed insert naks the messages for a later retry.
+ *
+ * A message redelivered while this process still holds it (in the buffer or in a running
+ * insert) is ignored: the held copy's ack settles it. Across processes, redelivery only
+ * happens after PIPELINE_ACK_WAIT_MS without an ack, i.e. when the holder died.
+ */
+import { Piscina } from 'piscina';
+import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import type { KV } from '@nats-io/kv';
+import type { Config } from '../config.js';
+import type { Nats } from '../nats/connection.js';
+import type { Store } from '../store/index.js';
+import { IdempotencyClaims } from './dedupe.js';
+import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
+import type { RowsResult, RowsTask } from '../../workers/rows.js';
+import { log } from '../log.js';
+
+const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
+
+export interface PipelineStats {
+  rowsInserted: number;
+  duplicatesSkipped: number;
+  messagesAcked: number;
+  flushes: number;
+  insertFailures: number;
+}
+
+interface Buffered {
+  msgs: JsMsg[];
+  lines: string[];
+}
+
+export function batchMeta(m: JsMsg): BatchMeta {
+  const h = m.headers;
+  const orgId = h?.get(H_ORG) ?? '';
+  const mode = h?.get(H_MODE);
+  const receivedAtMs = Number(h?.get(H_RECEIVED_AT));
+  const batchId = h?.get(H_BATCH) ?? '';
+  if (!orgId || (mode !== 'live' && mode !== 'test') || !Number.isFinite(receivedAtMs) || !batchId) {
+    throw new Error(`message ${m.seq} lacks billing headers`);
+  }
+  return { orgId, mode, receivedAtMs, batchId };
+}
+
+export class Pipeline {
+  readonly stats: PipelineStats = { rowsInserted: 0, duplicatesSkipped: 0, messagesAcked: 0, flushes: 0, insertFailures: 0 };
+  private readonly pool: Piscina<RowsTask, RowsResult>;
+  private readonly claims: IdempotencyClaims;
+  private readonly held = new Set<number>();
+  private buffer: Buffered = { msgs: [], lines: [] };
+  private flushing: Promise<void> | null = null;
+  private timer: NodeJS.Timeout | null = null;
+  private messages: ConsumerMessages | null = null;
+  private loopDone: Promise<void> | null = null;
+  private readonly inflight = new Set<Promise<void>>();
+  private readonly maxInflight: number;
+
+  constructor(
+    private readonly cfg: Config,
+    private readonly nats: Nats,
+    private readonly store: Store,
+    claimsKv: KV,
+  ) {
+    const threads = cfg.pipeline.workers;
+    this.maxInflight = Math.max(4, threads * 4);
+    this.pool = new Piscina<RowsTask, RowsResult>({
+      filename: WORKER_FILE,
+      minThreads: threads,
+      maxThreads: threads,
+      maxQueue: this.maxInflight * 2,
+    });
+    this.claims = new IdempotencyClaims(claimsKv);
+  }
+
+  async start(): Promise<void> {
+    const consumer = await this.nats.js.consumers.get(this.nats.names.signalStream, this.nats.names.pipelineConsumer);
+    this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128) });
+    this.loopDone = this.loop(this.messages);
+  }
+
+  private async loop(messages: ConsumerMessages): Promise<void> {
+    for await (const m of messages) {
+      const p: Promise<void> = this.process(m).finally(() => this.inflight.delete(p));
+      this.inflight.add(p);
+      if (this.inflight.size >= this.maxInflight) await Promise.race(this.inflight);
+      // Back-pressure: stop taking messages while two flushes' worth of rows wait.
+      while (this.buffer.lines.length >= 2 * this.cfg.pipeline.flushRows && this.flushing) await this.flushing;
+    }
+  }
+
+  private async process(m: JsMsg): Promise<void> {
+    if (this.held.has(m.seq)) return;
+    this.held.add(m.seq);
+    try {
+      const meta = batchMeta(m);
+      const body = m.data.slice();
+      const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
+      const keep = await this.claims.claim(r.claimKeys, r.ids);
+      if (m.redelivered) {
+        const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
+        for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
+      }
+      for (let i = 0; i < r.lines.length; i++) {
+        if (keep[i]) this.buffer.lines.push(r.lines[i]!);
+        else this.stats.duplicatesSkipped++;
+      }
+      this.buffer.msgs.push(m);
+    } catch (err) {
+      this.held.delete(m.seq);
+      log.error('batch could not be processed; will be redelivered', { err, seq: m.seq, deliveries: m.info.deliveryCount });
+      m.nak(Math.min(30_000, 1_000 * 2 ** Math.min(5, m.info.deliveryCount)));
+      return;
+    }
+    if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) void this.flush();
+    else if (!this.timer) this.timer = setTimeout(() => void this.flush(), this.cfg.pipeline.flushMs);
+  }
+
+  /** Inserts what is buffered and acks its messages; one flush runs at a time. */
+  flush(): Promise<void> {
+    if (this.flushing) return this.flushing;
+    if (this.timer) {
+      clearTimeout(this.timer);
+      this.timer = null;
+    }
+    const batch = this.buffer;
+    if (batch.msgs.length === 0) return Promise.resolve();
+    this.buffer = { msgs: [], lines: [] };
+    this.flushing = (async () => {
+      try {
+        if (batch.lines.length > 0) await this.store.insertSignals(Buffer.from(`${batch.lines.join('\n')}\n`));
+        for (const m of batch.msgs) m.ack();
+        this.stats.rowsInserted += batch.lines.length;
+        this.stats.messagesAcked += batch.msgs.length;
+        this.stats.flushes++;
+      } catch (err) {
+        this.stats.insertFailures++;
+        log.error('insert failed; batches will be redelivered', { err, messages: batch.msgs.length });
+        for (const m of batch.msgs) m.nak(2_000);
+      } finally {
+        for (const m of batch.msgs) this.held.delete(m.seq);
+        this.flushing = null;
+      }
+      if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) void this.flush();
+      else if (this.buffer.msgs.length > 0 && !this.timer) this.timer = setTimeout(() => void this.flush(), this.cfg.pipeline.flushMs);
+    })();
+    return this.flushing;
+  }
+
+  /** Stops taking messages, finishes what is held, and stops the workers. */
+  async stop(): Promise<void> {
+    await this.messages?.close();
+    await this.loopDone?.catch(() => undefined);
+    await Promise.allSettled([...this.inflight]);
+    while (this.flushing || this.buffer.msgs.length > 0) await this.flush();
+    await this.pool.destroy();
+  }
+}

@@ -1,0 +1,33 @@
+/**
+ * The analytics store: where accepted signals become rows. Two implementations with the
+ * same behaviour: `chdb/` (embedded ClickHouse engine in this process, the default) and
+ * `clickhouse/` (a ClickHouse server over HTTP, chosen by CLICKHOUSE_URL).
+ */
+import type { Config } from '../config.js';
+
+export interface SignalCounts {
+  live: number;
+  test: number;
+}
+
+export interface Store {
+  readonly kind: 'chdb' | 'clickhouse';
+  /** Creates the database and tables when missing (idempotent). */
+  init(): Promise<void>;
+  /** Inserts rows given as JSONEachRow text (one JSON object per line). */
+  insertSignals(rows: Buffer): Promise<void>;
+  /** Which of these signal ids of an organization are already stored. */
+  existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>>;
+  countSignals(orgId: string): Promise<SignalCounts>;
+  ping(): Promise<void>;
+  close(): Promise<void>;
+}
+
+export async function openStore(cfg: Config): Promise<Store> {
+  if (cfg.clickhouseUrl) {
+    const { ClickHouseStore } = await import('./clickhouse/index.js');
+    return new ClickHouseStore(cfg);
+  }
+  const { ChdbStore } = await import('./chdb/index.js');
+  return new ChdbStore(cfg);
+}

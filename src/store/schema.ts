@@ -1,0 +1,45 @@
+/**
+ * Table definitions shared by both store implementations.
+ *
+ * `signals` holds one row per accepted signal. Notes on the choices:
+ * - ORDER BY starts with the organization, so every per-organization read is an index range.
+ * - PARTITION BY month of the signal's timestamp; an insert may touch several months, so
+ *   inserts run with max_partitions_per_insert_block = 0. Exactly-once does not rely on an
+ *   insert landing as one part (see src/pipeline/consumer.ts).
+ * - `data` is ClickHouse's JSON type, so `data.<path>::<Type>` works in analytics queries.
+ * - Plain MergeTree: no reliance on background merges for exact counts (Lago #4725).
+ */
+export const SIGNAL_COLUMNS = [
+  'org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'unit_id',
+  'idempotency_key', 'timestamp', 'received_at', 'data',
+] as const;
+
+export function schemaStatements(db: string): string[] {
+  return [
+    `CREATE DATABASE IF NOT EXISTS ${db}`,
+    `CREATE TABLE IF NOT EXISTS ${db}.signals (
+      org_id LowCardinality(String),
+      livemode Bool,
+      signal_id String,
+      batch_id String,
+      event_name LowCardinality(String),
+      customer_id String,
+      unit_id Nullable(String),
+      idempotency_key Nullable(String),
+      timestamp DateTime64(3, 'UTC'),
+      received_at DateTime64(3, 'UTC'),
+      ingested_at DateTime64(3, 'UTC') DEFAULT now64(3),
+      data JSON
+    ) ENGINE = MergeTree
+    PARTITION BY toYYYYMM(timestamp)
+    ORDER BY (org_id, livemode, timestamp, signal_id)`,
+  ];
+}
+
+export const INSERT_SETTINGS = { max_partitions_per_insert_block: '0' };
+
+export const EXISTING_IDS_SQL = (db: string): string =>
+  `SELECT signal_id FROM ${db}.signals WHERE org_id = {org:String} AND signal_id IN {ids:Array(String)}`;
+
+export const COUNT_SQL = (db: string): string =>
+  `SELECT toUInt8(livemode) AS live, count() AS n FROM ${db}.signals WHERE org_id = {org:String} GROUP BY livemode`;

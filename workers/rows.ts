@@ -1,0 +1,75 @@
+/**
+ * piscina worker: turns one accepted batch (the JetStream message body) into ClickHouse
+ * rows (JSONEachRow lines) and the idempotency claims the main thread must make.
+ * Pure CPU work: no I/O, no chdb (chdb belongs to the main thread).
+ */
+import { createHash } from 'node:crypto';
+import type { BatchMeta } from '../src/pipeline/message.js';
+import { signalIdPrefix } from '../src/pipeline/message.js';
+
+export interface RowsTask {
+  body: Uint8Array;
+  meta: BatchMeta;
+}
+
+export interface RowsResult {
+  /** One JSONEachRow line per signal (no trailing newline), in batch order. */
+  lines: string[];
+  ids: string[];
+  /** Dedupe-store key per signal, or null for keyless signals (never deduplicated). */
+  claimKeys: (string | null)[];
+}
+
+interface Signal {
+  eventName: string;
+  customerId: string;
+  unitId?: string | null;
+  timestamp?: string | null;
+  idempotencyKey?: string | null;
+  data?: Record<string, unknown> | null;
+}
+
+const INT64_MIN = -9223372036854775808;
+
+/**
+ * JSON for the `data` column. ClickHouse reads an integer literal below Int64's minimum as a
+ * parse error (a float in exponent form is fine), and a batch the engine refuses would block
+ * the pipeline, so such numbers are written in exponent form. JSON.stringify already does so
+ * from -1e21 on; the slow path runs only when a long negative integer appears in the text.
+ */
+export function dataJson(data: Record<string, unknown>): string {
+  const fast = JSON.stringify(data);
+  if (!/-\d{19}/.test(fast)) return fast;
+  return JSON.stringify(data, (_k, v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v < INT64_MIN ? { __exp__: v.toExponential() } : v))
+    .replace(/\{"__exp__":"([^"]+)"\}/g, '$1');
+}
+
+export function dedupeKey(meta: BatchMeta, idempotencyKey: string): string {
+  return `${meta.orgId}.${meta.mode}.${createHash('sha256').update(idempotencyKey).digest('base64url')}`;
+}
+
+export default function rows({ body, meta }: RowsTask): RowsResult {
+  const parsed = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')) as { signals: Signal[] };
+  const signals = parsed.signals;
+  const prefix = signalIdPrefix(meta.batchId);
+  const live = meta.mode === 'live';
+  const orgJson = JSON.stringify(meta.orgId);
+  const batchJson = JSON.stringify(meta.batchId);
+  const lines = new Array<string>(signals.length);
+  const ids = new Array<string>(signals.length);
+  const claimKeys = new Array<string | null>(signals.length);
+  for (let i = 0; i < signals.length; i++) {
+    const s = signals[i]!;
+    const id = prefix + i;
+    const ts = s.timestamp ? Date.parse(s.timestamp.replace(' ', 'T').toUpperCase()) : meta.receivedAtMs;
+    const key = s.idempotencyKey ?? null;
+    ids[i] = id;
+    claimKeys[i] = key === null ? null : dedupeKey(meta, key);
+    lines[i] =
+      `{"org_id":${orgJson},"livemode":${live},"signal_id":"${id}","batch_id":${batchJson},` +
+      `"event_name":${JSON.stringify(s.eventName)},"customer_id":${JSON.stringify(s.customerId)},` +
+      `"unit_id":${s.unitId == null ? 'null' : JSON.stringify(s.unitId)},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
+      `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${s.data ? dataJson(s.data) : '{}'}}`;
+  }
+  return { lines, ids, claimKeys };
+}
