@@ -160,7 +160,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       refillPerSecond: r.num('DEFAULT_REFILL_PER_SECOND', 1_000, 0, 1_000_000_000),
       analyticsConcurrency: r.int('DEFAULT_ANALYTICS_CONCURRENCY', 4, 1, 1000),
     },
-    maxBodyBytes: r.int('MAX_BODY_BYTES', 4 * 1024 * 1024, 64 * 1024, 64 * 1024 * 1024),
+    maxBodyBytes: r.int('MAX_BODY_BYTES', 1_000_000, 64 * 1024, 64 * 1024 * 1024),
     publishTimeoutMs: r.int('PUBLISH_TIMEOUT_MS', 5_000, 100, 120_000),
     streamMaxBytes: r.int('STREAM_MAX_BYTES', 2 * 1024 ** 3, 1024 ** 2, 1024 ** 4),
     pipeline: {

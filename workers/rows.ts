@@ -40,7 +40,7 @@ const INT64_MIN = -9223372036854775808;
 export function dataJson(data: Record<string, unknown>): string {
   const fast = JSON.stringify(data);
   if (!/-\d{19}/.test(fast)) return fast;
-  return JSON.stringify(data, (_k, v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v < INT64_MIN ? { __exp__: v.toExponential() } : v))
+  return JSON.stringify(data, (_k, v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v <= INT64_MIN ? { __exp__: v.toExponential() } : v))
     .replace(/\{"__exp__":"([^"]+)"\}/g, '$1');
 }
 

@@ -74,18 +74,14 @@ function errorReply(err: unknown, req: Request): Reply {
 }
 
 /** Wraps a route handler into a uWS handler. */
-export function wrap(handler: Handler, opts: RouteOptions = {}): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
+export function wrap(handler: Handler, opts: RouteOptions = {}, paramCount = 0): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
   return (res, uReq) => {
     const state = { done: false };
     res.onAborted(() => {
       state.done = true;
     });
     const params: string[] = [];
-    for (let i = 0; ; i++) {
-      const p = uReq.getParameter(i);
-      if (p === undefined) break;
-      params.push(decodeURIComponent(p));
-    }
+    for (let i = 0; i < paramCount; i++) params.push(safeDecode(uReq.getParameter(i) ?? ''));
     const req: Request = {
       method: uReq.getCaseSensitiveMethod(),
       url: uReq.getUrl(),
@@ -113,6 +109,17 @@ export function wrap(handler: Handler, opts: RouteOptions = {}): (res: uWS.HttpR
     void run();
   };
 }
+
+function safeDecode(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/** Number of `:name` segments of a uWS route pattern. */
+export const countParams = (pattern: string): number => pattern.split('/').filter((seg) => seg.startsWith(':')).length;
 
 /**
  * Collects the body. With a Content-Length the buffer is allocated once; a declared or

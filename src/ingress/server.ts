@@ -11,7 +11,7 @@ import type { SignalIngress } from './signals.js';
 import type { AdminApi } from '../admin/routes.js';
 import { operatorGuard } from '../admin/routes.js';
 import type { Store } from '../store/index.js';
-import { uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
+import { countParams, uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
 export interface Readiness {
   /** name → check; a check throws (or rejects) when its dependency is down. */
@@ -33,7 +33,7 @@ class Router {
   constructor(private readonly app: uWS.TemplatedApp) {}
 
   add(method: Method, pattern: string, handler: Handler, opts?: RouteOptions): void {
-    this.app[method](pattern, wrap(handler, opts));
+    this.app[method](pattern, wrap(handler, opts, countParams(pattern)));
     const set = this.methods.get(pattern) ?? new Set<string>();
     set.add(method.toUpperCase());
     this.methods.set(pattern, set);
