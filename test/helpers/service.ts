@@ -1,0 +1,218 @@
+/**
+ * Test harness: runs the real service (compiled, `node dist/src/main.js`) as a child
+ * process with its own NATS prefix, Redis prefix and data directory, so tests never see
+ * each other's data; `cleanup()` removes the streams, buckets, keys and files it made.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const MAIN = path.join(ROOT, 'dist/src/main.js');
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
+export const OPERATOR_TOKEN = 'test-operator-token-0123456789';
+
+export interface Isolation {
+  natsPrefix: string;
+  redisPrefix: string;
+  dataDir: string;
+}
+
+export function isolation(name: string): Isolation {
+  const id = `${name.replace(/[^A-Za-z0-9]/g, '')}${randomBytes(4).toString('hex')}`;
+  return {
+    natsPrefix: `T${id}`.slice(0, 32),
+    redisPrefix: `test:${id}:`,
+    dataDir: mkdtempSync(path.join(tmpdir(), `billing-${name}-`)),
+  };
+}
+
+export class ServiceProcess {
+  url = '';
+  port = 0;
+  proc: ChildProcess | null = null;
+  output = '';
+
+  constructor(
+    readonly iso: Isolation,
+    readonly env: Record<string, string> = {},
+  ) {}
+
+  async start(): Promise<this> {
+    this.output = '';
+    const proc = spawn(process.execPath, [MAIN], {
+      cwd: ROOT,
+      env: {
+        PATH: process.env.PATH,
+        PORT: '0',
+        HOST: '127.0.0.1',
+        OPERATOR_TOKEN,
+        REDIS_URL,
+        NATS_URL,
+        NATS_PREFIX: this.iso.natsPrefix,
+        REDIS_PREFIX: this.iso.redisPrefix,
+        DATA_DIR: this.iso.dataDir,
+        PIPELINE_FLUSH_MS: '50',
+        LOG_LEVEL: 'info',
+        ...this.env,
+      },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    this.proc = proc;
+    const port = await new Promise<number>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`service did not start:\n${this.output}`)), 60_000);
+      const onData = (b: Buffer): void => {
+        this.output += b.toString();
+        const m = /"msg":"listening".*?"port":(\d+)/.exec(this.output);
+        if (m) {
+          clearTimeout(timer);
+          resolve(Number(m[1]));
+        }
+      };
+      proc.stdout!.on('data', onData);
+      proc.stderr!.on('data', onData);
+      proc.once('exit', (code) => {
+        clearTimeout(timer);
+        reject(new Error(`service exited with ${code}:\n${this.output}`));
+      });
+    });
+    this.port = port;
+    this.url = `http://127.0.0.1:${port}`;
+    return this;
+  }
+
+  /** Graceful stop (SIGTERM): flushes what the pipeline holds. */
+  async stop(): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGTERM');
+    await exited;
+  }
+
+  async kill9(): Promise<void> {
+    const p = this.proc;
+    if (!p || p.exitCode !== null || p.signalCode !== null) return;
+    const exited = new Promise((r) => p.once('exit', r));
+    p.kill('SIGKILL');
+    await exited;
+  }
+}
+
+/** Removes everything an isolation created: streams and KV buckets, Redis keys, the data directory. */
+export async function cleanup(iso: Isolation): Promise<void> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    for await (const s of jsm.streams.list()) {
+      const name = s.config.name;
+      if (name.startsWith(iso.natsPrefix) || name.startsWith(`KV_${iso.natsPrefix}`)) await jsm.streams.delete(name);
+    }
+  } finally {
+    await nc.close();
+  }
+  const redis = new Redis(REDIS_URL);
+  try {
+    const keys = await redis.keys(`${iso.redisPrefix}*`);
+    if (keys.length > 0) await redis.del(...keys);
+  } finally {
+    redis.disconnect();
+  }
+  rmSync(iso.dataDir, { recursive: true, force: true });
+}
+
+export interface HttpResult<T = any> {
+  status: number;
+  headers: Headers;
+  body: T;
+}
+
+export async function http<T = any>(base: string, method: string, p: string, opts: { token?: string; body?: unknown; raw?: string | Buffer } = {}): Promise<HttpResult<T>> {
+  const headers: Record<string, string> = {};
+  if (opts.token !== undefined) headers.authorization = `Bearer ${opts.token}`;
+  let body: string | Buffer | undefined;
+  if (opts.raw !== undefined) body = opts.raw;
+  else if (opts.body !== undefined) {
+    body = JSON.stringify(opts.body);
+    headers['content-type'] = 'application/json';
+  }
+  const res = await fetch(base + p, { method, headers, body });
+  const text = await res.text();
+  let parsed: unknown = text;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    /* not JSON: keep the text so the assertion shows it */
+  }
+  return { status: res.status, headers: res.headers, body: parsed as T };
+}
+
+export interface TestOrg {
+  id: string;
+  live: string;
+  test: string;
+}
+
+export async function createOrg(base: string, limits?: Record<string, number>): Promise<TestOrg> {
+  const r = await http(base, 'POST', '/admin/v1/organizations', { token: OPERATOR_TOKEN, body: { name: 'test org' } });
+  if (r.status !== 201) throw new Error(`create org: ${r.status} ${JSON.stringify(r.body)}`);
+  const org = { id: r.body.id as string, live: r.body.apiKeys.live as string, test: r.body.apiKeys.test as string };
+  if (limits) {
+    const l = await http(base, 'PATCH', `/admin/v1/organizations/${org.id}/limits`, { token: OPERATOR_TOKEN, body: limits });
+    if (l.status !== 200) throw new Error(`set limits: ${l.status} ${JSON.stringify(l.body)}`);
+  }
+  return org;
+}
+
+export function signal(i: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return { eventName: 'api_call', customerId: `cus_${i % 7}`, data: { n: i, region: i % 2 ? 'eu' : 'us' }, ...extra };
+}
+
+export function batch(n: number, extra: (i: number) => Record<string, unknown> = () => ({})): { signals: Record<string, unknown>[] } {
+  return { signals: Array.from({ length: n }, (_, i) => signal(i, extra(i))) };
+}
+
+export const sendBatch = (base: string, key: string, body: unknown): Promise<HttpResult> => http(base, 'POST', '/api/v2/signals/bulk', { token: key, body });
+
+export async function counts(base: string, orgId: string): Promise<{ live: number; test: number }> {
+  const r = await http(base, 'GET', `/admin/v1/organizations/${orgId}/stats`, { token: OPERATOR_TOKEN });
+  if (r.status !== 200) throw new Error(`stats: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.signals;
+}
+
+export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** Polls until `fn` returns a value that `done` accepts; returns the last value after the timeout. */
+export async function waitFor<T>(fn: () => Promise<T>, done: (v: T) => boolean, timeoutMs = 20_000): Promise<T> {
+  const end = Date.now() + timeoutMs;
+  let v = await fn();
+  while (!done(v) && Date.now() < end) {
+    await sleep(100);
+    v = await fn();
+  }
+  return v;
+}
+
+/** Waits until the pipeline consumer has nothing pending or unacked, then a little more. */
+export async function drained(iso: Isolation, timeoutMs = 60_000): Promise<void> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const ci = await jsm.consumers.info(`${iso.natsPrefix}_SIGNALS`, 'pipeline');
+      if (ci.num_pending === 0 && ci.num_ack_pending === 0) return;
+      if (Date.now() > end) throw new Error(`pipeline not drained: ${ci.num_pending} pending, ${ci.num_ack_pending} unacked`);
+      await sleep(100);
+    }
+  } finally {
+    await nc.close();
+  }
+}
