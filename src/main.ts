@@ -17,6 +17,7 @@ import { buildApp, listen, type ServerDeps } from './ingress/server.js';
 import { openStore, type Store } from './store/index.js';
 import { Pipeline } from './pipeline/consumer.js';
 import { uWS } from './ingress/http.js';
+import { isMain } from './is-main.js';
 
 export interface Running {
   port: number;
@@ -113,7 +114,7 @@ async function main(): Promise<void> {
   process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
-if (import.meta.url === `file://${process.argv[1]}`) {
+if (isMain(import.meta.url)) {
   main().catch((err: unknown) => {
     if (err instanceof ConfigError) process.stderr.write(`${err.message}\n`);
     else log.error('failed to start', { err });

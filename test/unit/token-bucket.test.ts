@@ -1,0 +1,234 @@
+/**
+ * Token buckets against the real Redis (src/ratelimit/lua/take-tokens-1.lua through
+ * src/ratelimit/bucket.ts). Every test uses its own key prefix and deletes its keys.
+ */
+import t from 'tap';
+import fc from 'fast-check';
+import { randomBytes } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { TokenBuckets, retryAfterSeconds } from '../../src/ratelimit/bucket.js';
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const redis = new Redis(REDIS_URL, { lazyConnect: false, maxRetriesPerRequest: 2 });
+t.teardown(() => void redis.disconnect());
+
+/** A bucket set with its own prefix; its keys are removed when the test ends. */
+function buckets(t: { teardown(fn: () => unknown): void }): { tb: TokenBuckets; prefix: string } {
+  const prefix = `test:unit:${randomBytes(6).toString('hex')}:`;
+  t.teardown(async () => {
+    const keys = await redis.keys(`${prefix}*`);
+    if (keys.length > 0) await redis.del(...keys);
+  });
+  return { tb: new TokenBuckets(redis, prefix), prefix };
+}
+
+t.test('retryAfterSeconds: earliest whole second, never 0', async (t) => {
+  t.equal(retryAfterSeconds(1), 1);
+  t.equal(retryAfterSeconds(0), 1, 'a refusal never says 0');
+  t.equal(retryAfterSeconds(999_999), 1);
+  t.equal(retryAfterSeconds(1_000_000), 1);
+  t.equal(retryAfterSeconds(1_000_001), 2);
+  t.equal(retryAfterSeconds(2_500_000), 3);
+  t.equal(retryAfterSeconds(3_000_000), 3);
+});
+
+t.test('a fresh bucket allows exactly burst tokens, then refuses', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 500, refillPerSecond: 0.001 };
+  let allowed = 0;
+  for (let i = 0; i < 500; i += 50) {
+    const r = await tb.take('org1', 'live', 50, limits);
+    t.equal(r.allowed, true, `take #${i / 50 + 1} of 50 allowed`);
+    allowed += 50;
+  }
+  t.equal(allowed, 500);
+  const r = await tb.take('org1', 'live', 1, limits);
+  t.equal(r.allowed, false, 'the 501st token is refused');
+  t.equal(r.tokensLeft, 0);
+  // the other mode and another org have their own full buckets
+  t.equal((await tb.take('org1', 'test', 500, limits)).allowed, true, 'test mode is a separate bucket');
+  t.equal((await tb.take('org2', 'live', 500, limits)).allowed, true, 'another org is a separate bucket');
+});
+
+t.test('one take of exactly burst tokens on a fresh bucket', async (t) => {
+  const { tb } = buckets(t);
+  const r = await tb.take('o', 'live', 1000, { burst: 1000, refillPerSecond: 0.01 });
+  t.same(r, { allowed: true, tokensLeft: 0 });
+});
+
+t.test('all or nothing: a refused take leaves the tokens unchanged', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 1000, refillPerSecond: 0.001 };
+  t.same(await tb.take('o', 'live', 700, limits), { allowed: true, tokensLeft: 300 });
+  const refused = await tb.take('o', 'live', 301, limits);
+  t.equal(refused.allowed, false, '301 > 300 refused');
+  t.equal(refused.tokensLeft, 300, 'reports the 300 left');
+  t.same(await tb.take('o', 'live', 300, limits), { allowed: true, tokensLeft: 0 }, 'the 300 are still there');
+  t.equal((await tb.take('o', 'live', 1, limits)).allowed, false);
+});
+
+t.test('Retry-After is the earliest whole second, and waiting that long is enough', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 500, refillPerSecond: 100 };
+  t.equal((await tb.take('o', 'live', 500, limits)).allowed, true);
+  const r = await tb.take('o', 'live', 250, limits);
+  t.equal(r.allowed, false);
+  if (r.allowed) return;
+  t.equal(r.retryAfterSeconds, 3, '250 tokens at 100/s from ~0 = 2.5 s → 3');
+  t.ok(r.tokensLeft <= 1, `almost nothing left (${r.tokensLeft})`);
+  await sleep(r.retryAfterSeconds * 1000);
+  const after = await tb.take('o', 'live', 250, limits);
+  t.equal(after.allowed, true, 'allowed after waiting Retry-After seconds');
+});
+
+t.test('Retry-After for a tiny deficit is 1, for a large one rounds up', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 10_000, refillPerSecond: 1000 };
+  t.equal((await tb.take('o', 'live', 10_000, limits)).allowed, true);
+  const small = await tb.take('o', 'live', 10, limits);
+  t.equal(small.allowed, false);
+  if (!small.allowed) t.equal(small.retryAfterSeconds, 1);
+  const large = await tb.take('o', 'live', 9_500, limits);
+  t.equal(large.allowed, false);
+  // 9,500 tokens at 1,000/s from a few tokens: between 9.4 and 9.5 s → 10
+  if (!large.allowed) t.equal(large.retryAfterSeconds, 10);
+});
+
+t.test('refill at the configured rate', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 1000, refillPerSecond: 200 };
+  t.equal((await tb.take('o', 'live', 1000, limits)).allowed, true);
+  await sleep(1100);
+  // ~220 tokens now: 250 is refused (all or nothing), 200 is allowed
+  const tooMany = await tb.take('o', 'live', 250, limits);
+  t.equal(tooMany.allowed, false, '250 > ~220 refused');
+  t.ok(tooMany.tokensLeft >= 219 && tooMany.tokensLeft < 250, `~220 tokens after 1.1 s (${tooMany.tokensLeft})`);
+  if (!tooMany.allowed) t.equal(tooMany.retryAfterSeconds, 1);
+  const ok = await tb.take('o', 'live', 200, limits);
+  t.equal(ok.allowed, true, '200 allowed');
+  t.ok(ok.tokensLeft >= 19 && ok.tokensLeft < 50, `~20 left (${ok.tokensLeft})`);
+});
+
+t.test('refill never goes above burst', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 500, refillPerSecond: 100_000 };
+  t.equal((await tb.take('o', 'live', 1, limits)).allowed, true);
+  await sleep(50); // would refill 5,000 tokens uncapped
+  t.equal((await tb.take('o', 'live', 501, limits).catch((e: unknown) => e)) instanceof RangeError, true);
+  const r = await tb.take('o', 'live', 500, limits);
+  t.equal(r.allowed, true);
+  t.equal(r.tokensLeft, 0, 'capped at burst: 500 taken leaves 0');
+});
+
+t.test('refund gives tokens back, never above burst', async (t) => {
+  const { tb, prefix } = buckets(t);
+  const limits = { burst: 1000, refillPerSecond: 0.001 };
+  t.same(await tb.take('o', 'live', 800, limits), { allowed: true, tokensLeft: 200 });
+  await tb.refund('o', 'live', 300, limits);
+  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:o:live`, 'tokens'))), 500, '200 + 300');
+  t.equal((await tb.take('o', 'live', 501, limits)).allowed, false, 'not more than 500');
+  await tb.refund('o', 'live', 5000, limits);
+  t.equal(Number(await redis.hget(`${prefix}bucket:o:live`, 'tokens')), 1000, 'capped at burst');
+  t.same(await tb.take('o', 'live', 1000, limits), { allowed: true, tokensLeft: 0 });
+  t.equal((await tb.take('o', 'live', 1, limits)).allowed, false);
+  // a refund on a bucket that does not exist yet (full) stays at burst
+  await tb.refund('fresh', 'test', 10, limits);
+  t.equal(Number(await redis.hget(`${prefix}bucket:fresh:test`, 'tokens')), 1000);
+  t.same(await tb.take('fresh', 'test', 1000, limits), { allowed: true, tokensLeft: 0 });
+  t.equal((await tb.take('fresh', 'test', 1, limits)).allowed, false);
+});
+
+t.test('cost > burst throws RangeError and takes nothing', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 500, refillPerSecond: 0.001 };
+  await t.rejects(tb.take('o', 'live', 501, limits), RangeError);
+  await t.rejects(tb.take('o', 'live', 501, limits), { message: 'cost 501 exceeds burst 500' });
+  t.same(await tb.take('o', 'live', 500, limits), { allowed: true, tokensLeft: 0 }, 'bucket untouched');
+  // even when the bucket is empty, the answer is RangeError (never a Retry-After)
+  await t.rejects(tb.take('o', 'live', 501, limits), RangeError);
+});
+
+t.test('the key expires (PTTL > 0 after a take), about when the bucket would be full', async (t) => {
+  const { tb, prefix } = buckets(t);
+  const limits = { burst: 1000, refillPerSecond: 100 };
+  await tb.take('o', 'live', 500, limits);
+  const pttl = await redis.pttl(`${prefix}bucket:o:live`);
+  t.ok(pttl > 0, `PTTL ${pttl} > 0`);
+  // 500 tokens at 100/s = 5 s to full, plus a second of slack
+  t.ok(pttl > 5_000 && pttl <= 6_000, `PTTL ${pttl} ≈ 6,000 ms`);
+  t.equal(tb.key('o', 'live'), `${prefix}bucket:o:live`);
+  // a refused take writes nothing (and does not extend the TTL to infinity)
+  await tb.take('o', 'live', 900, limits);
+  t.ok((await redis.pttl(`${prefix}bucket:o:live`)) > 0);
+});
+
+t.test('NOSCRIPT recovery: after SCRIPT FLUSH the next take still works', async (t) => {
+  const { tb } = buckets(t);
+  const limits = { burst: 500, refillPerSecond: 0.001 };
+  await tb.load();
+  t.same(await tb.take('o', 'live', 100, limits), { allowed: true, tokensLeft: 400 });
+  await redis.script('FLUSH');
+  t.same(await tb.take('o', 'live', 100, limits), { allowed: true, tokensLeft: 300 }, 'reloaded and ran');
+  await redis.script('FLUSH');
+  await tb.refund('o', 'live', 200, limits);
+  t.same(await tb.take('o', 'live', 500, limits), { allowed: true, tokensLeft: 0 }, 'refund after a flush worked too');
+  // a bucket set that never loaded explicitly loads on first use
+  const { tb: lazy } = buckets(t);
+  t.same(await lazy.take('o', 'live', 1, limits), { allowed: true, tokensLeft: 499 });
+});
+
+t.test('property: decisions equal a model bucket when refill is negligible', async (t) => {
+  const { tb } = buckets(t);
+  const burst = 1_000_000;
+  const limits = { burst, refillPerSecond: 1 };
+  const cost = fc.oneof(fc.integer({ min: 1, max: burst }), fc.integer({ min: 1, max: 300_000 }), fc.integer({ min: 1, max: 1000 }));
+  let run = 0;
+  let refusals = 0;
+  await fc.assert(
+    fc.asyncProperty(fc.array(cost, { minLength: 1, maxLength: 12 }), async (costs) => {
+      const org = `model${run++}`;
+      let model = burst;
+      const t0 = performance.now();
+      for (const c of costs) {
+        const r = await tb.take(org, 'live', c, limits);
+        const expect = c <= model;
+        if (expect) model -= c;
+        else refusals++;
+        if (r.allowed !== expect || r.tokensLeft !== model) {
+          // refill of 1 token/s only matters if the sequence took ≥ 1 s
+          if (performance.now() - t0 < 900) {
+            throw new Error(`cost ${c}: real ${JSON.stringify(r)} vs model allowed=${expect} tokens=${model} (costs ${costs})`);
+          }
+        }
+      }
+    }),
+    { numRuns: 30 },
+  );
+  t.ok(refusals > 0, `the runs exercised refusals (${refusals})`);
+});
+
+t.test('property: allowed tokens ≤ burst + rate × elapsed', async (t) => {
+  const { tb } = buckets(t);
+  const burst = 1000;
+  const rate = 2000;
+  const limits = { burst, refillPerSecond: rate };
+  let run = 0;
+  await fc.assert(
+    fc.asyncProperty(fc.array(fc.integer({ min: 1, max: burst }), { minLength: 1, maxLength: 25 }), async (costs) => {
+      const org = `sum${run++}`;
+      let sum = 0;
+      const t0 = performance.now();
+      for (const c of costs) {
+        const r = await tb.take(org, 'live', c, limits);
+        if (r.allowed) sum += c;
+        else t.ok(r.retryAfterSeconds >= 1);
+      }
+      const elapsedS = (performance.now() - t0) / 1000;
+      const bound = burst + rate * elapsedS + 1e-6;
+      if (sum > bound) throw new Error(`allowed ${sum} > ${bound} for ${costs}`);
+      // the first take on a fresh bucket is always allowed (cost ≤ burst)
+    }),
+    { numRuns: 30 },
+  );
+});
