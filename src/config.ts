@@ -78,12 +78,12 @@ class Reader {
     return n;
   }
 
-  num(name: string, def: number, minExclusive: number, max: number): number {
+  num(name: string, def: number, min: number, max: number): number {
     const raw = this.env[name];
     if (raw === undefined || raw === '') return def;
     const n = Number(raw);
-    if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !(n > minExclusive) || n > max) {
-      this.problems.push(`${name}=${JSON.stringify(raw)}: must be a number greater than ${minExclusive} and at most ${max}`);
+    if (!/^\d+(\.\d+)?$/.test(raw.trim()) || !(n >= min) || n > max) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: must be a number between ${min} and ${max}`);
       return def;
     }
     return n;
@@ -91,7 +91,7 @@ class Reader {
 
   oneOf<T extends string>(name: string, def: T, allowed: readonly T[], value?: string): T {
     const raw = value ?? this.env[name];
-    if (raw === undefined || raw === '') return def;
+    if (raw === undefined || (raw === '' && value === undefined)) return def;
     if (!(allowed as readonly string[]).includes(raw)) {
       this.problems.push(`${name}=${JSON.stringify(raw)}: must be one of ${allowed.join(', ')}`);
       return def;
@@ -157,7 +157,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     dedupeWindowDays: r.int('DEDUPE_WINDOW_DAYS', 7, 7, 3650),
     defaultLimits: {
       burst: r.int('DEFAULT_BURST', 10_000, 500, 1_000_000_000),
-      refillPerSecond: r.num('DEFAULT_REFILL_PER_SECOND', 1_000, 0, 1_000_000_000),
+      refillPerSecond: r.num('DEFAULT_REFILL_PER_SECOND', 1_000, 0.001, 1_000_000_000),
       analyticsConcurrency: r.int('DEFAULT_ANALYTICS_CONCURRENCY', 4, 1, 1000),
     },
     maxBodyBytes: r.int('MAX_BODY_BYTES', 1_000_000, 64 * 1024, 64 * 1024 * 1024),

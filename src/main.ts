@@ -52,7 +52,7 @@ export async function start(cfg: Config): Promise<Running> {
     await buckets.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
     const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
     await registry.start();
-    deps.ingress = { registry, signals: new SignalIngress(nats, buckets), admin: new AdminApi(registry) };
+    deps.ingress = { registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) };
   }
 
   let store: Store | null = null;

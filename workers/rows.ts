@@ -29,19 +29,30 @@ interface Signal {
   data?: Record<string, unknown> | null;
 }
 
-const INT64_MIN = -9223372036854775808;
+/** 2^63: integers at or beyond this magnitude do not fit ClickHouse's Int64 (or, from 2^64, UInt64). */
+const INT64_LIMIT = 9223372036854775808;
 
 /**
- * JSON for the `data` column. ClickHouse reads an integer literal below Int64's minimum as a
- * parse error (a float in exponent form is fine), and a batch the engine refuses would block
- * the pipeline, so such numbers are written in exponent form. JSON.stringify already does so
- * from -1e21 on; the slow path runs only when a long negative integer appears in the text.
+ * JSON for the `data` column. JSON.stringify writes an integer-valued double such as -2^63 or
+ * 2^64 as a plain integer literal ("-9223372036854776000"), which ClickHouse refuses outside
+ * Int64/UInt64, and a batch the engine refuses would block the pipeline. Such numbers are
+ * written in exponent form instead, which the engine reads as Float64 (the same value). Only
+ * texts with a run of 19 digits take the slower path.
  */
 export function dataJson(data: Record<string, unknown>): string {
   const fast = JSON.stringify(data);
-  if (!/-\d{19}/.test(fast)) return fast;
-  return JSON.stringify(data, (_k, v: unknown) => (typeof v === 'number' && Number.isInteger(v) && v <= INT64_MIN ? { __exp__: v.toExponential() } : v))
-    .replace(/\{"__exp__":"([^"]+)"\}/g, '$1');
+  return /\d{19}/.test(fast) ? encode(data) : fast;
+}
+
+function encode(v: unknown): string {
+  if (typeof v === 'number') return Number.isInteger(v) && Math.abs(v) >= INT64_LIMIT ? v.toExponential() : JSON.stringify(v);
+  if (Array.isArray(v)) return `[${v.map((x) => (x === undefined ? 'null' : encode(x))).join(',')}]`;
+  if (typeof v === 'object' && v !== null) {
+    const parts: string[] = [];
+    for (const [k, x] of Object.entries(v)) if (x !== undefined) parts.push(`${JSON.stringify(k)}:${encode(x)}`);
+    return `{${parts.join(',')}}`;
+  }
+  return JSON.stringify(v);
 }
 
 export function dedupeKey(meta: BatchMeta, idempotencyKey: string): string {

@@ -4,7 +4,7 @@
  * processes; and one JSON line per run appended to bench/results/history.jsonl.
  */
 import { execFileSync } from 'node:child_process';
-import { appendFileSync, mkdirSync, readFileSync } from 'node:fs';
+import { appendFileSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -101,7 +101,8 @@ export class LatencyHistogram {
   }
 
   summary(): Percentiles {
-    const us = (p: number): number => round(this.h.getValueAtPercentile(p) / 1000, 3);
+    // hdr reports the highest value equivalent to the bucket; never above the true maximum.
+    const us = (p: number): number => round(Math.min(this.h.getValueAtPercentile(p), this.h.maxValue) / 1000, 3);
     return {
       count: this.h.totalCount,
       p50: us(50),
@@ -147,10 +148,48 @@ export function processCpuSeconds(pid: number): number | null {
   }
 }
 
-/** Measures the CPU share (percent of one core) of a set of processes over an interval. */
+/** Pids of local processes by command name (e.g. nats-server, redis-server), to show their CPU share too. */
+export function pidsByName(names: string[]): Record<string, number | undefined> {
+  const out: Record<string, number | undefined> = {};
+  try {
+    for (const d of readdirSync('/proc')) {
+      if (!/^\d+$/.test(d)) continue;
+      let comm: string;
+      try {
+        comm = readFileSync(`/proc/${d}/comm`, 'utf8').trim();
+      } catch {
+        continue;
+      }
+      if (names.includes(comm) && out[comm] === undefined) out[comm] = Number(d);
+    }
+  } catch {
+    /* not Linux */
+  }
+  return out;
+}
+
+/** Busy and total jiffies of the whole machine (all cores), from /proc/stat; null elsewhere. */
+function systemTicks(): { busy: number; total: number } | null {
+  try {
+    const first = readFileSync('/proc/stat', 'utf8').split('\n', 1)[0]!;
+    const v = first.trim().split(/\s+/).slice(1, 9).map(Number);
+    const total = v.reduce((a, b) => a + b, 0);
+    const idle = (v[3] ?? 0) + (v[4] ?? 0);
+    return { busy: total - idle, total };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Measures the CPU share (percent of one core) of a set of processes over an interval, plus
+ * the whole machine ("system") and what none of them used ("other": background load that
+ * makes a run on a shared machine not a clean measurement).
+ */
 export class CpuMeter {
   private readonly startWall = performance.now();
   private readonly startSelf = process.cpuUsage();
+  private readonly startSystem = systemTicks();
   private readonly startOthers: Map<string, { pid: number; cpu: number | null }>;
 
   constructor(others: Record<string, number | undefined>) {
@@ -169,6 +208,14 @@ export class CpuMeter {
     for (const [name, { pid, cpu }] of this.startOthers) {
       const now = processCpuSeconds(pid);
       out[name] = now === null || cpu === null ? null : round(((now - cpu) / wall) * 100, 0);
+    }
+    const sys = systemTicks();
+    if (sys && this.startSystem && sys.total > this.startSystem.total) {
+      const cores = os.cpus().length;
+      const system = ((sys.busy - this.startSystem.busy) / (sys.total - this.startSystem.total)) * cores * 100;
+      const known = Object.values(out).reduce<number>((a, b) => a + (b ?? 0), 0);
+      out.system = round(system, 0);
+      out.other = round(Math.max(0, system - known), 0);
     }
     return out;
   }

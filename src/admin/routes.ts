@@ -15,7 +15,7 @@ import { parseJson } from '../ingress/validate.js';
 
 export const LIMIT_BOUNDS = {
   burst: { min: 500, max: 1_000_000_000, integer: true },
-  refillPerSecond: { min: 0, max: 1_000_000_000, integer: false },
+  refillPerSecond: { min: 0.001, max: 1_000_000_000, integer: false },
   analyticsConcurrency: { min: 1, max: 1_000, integer: true },
 } as const;
 
@@ -44,11 +44,11 @@ export function parseLimits(body: unknown): Partial<Limits> {
   const keys = Object.keys(body);
   if (keys.length === 0) throw new ApiError('INVALID_LIMITS', 'at least one of burst, refillPerSecond, analyticsConcurrency is required');
   for (const k of keys) {
-    if (!(k in LIMIT_BOUNDS)) throw new ApiError('INVALID_LIMITS', `${k}: unknown field; allowed: burst, refillPerSecond, analyticsConcurrency`);
+    if (!Object.hasOwn(LIMIT_BOUNDS, k)) throw new ApiError('INVALID_LIMITS', `${k}: unknown field; allowed: burst, refillPerSecond, analyticsConcurrency`);
     const b = LIMIT_BOUNDS[k as keyof Limits];
     const v = body[k];
-    const range = b.min === 0 ? `greater than 0 and at most ${b.max}` : `between ${b.min} and ${b.max}`;
-    const ok = typeof v === 'number' && Number.isFinite(v) && (b.integer ? Number.isInteger(v) : true) && (b.min === 0 ? v > 0 : v >= b.min) && v <= b.max;
+    const range = `between ${b.min} and ${b.max}`;
+    const ok = typeof v === 'number' && Number.isFinite(v) && (b.integer ? Number.isInteger(v) : true) && v >= b.min && v <= b.max;
     if (!ok) throw new ApiError('INVALID_LIMITS', `${k}: must be ${b.integer ? 'a whole number' : 'a number'} ${range}, got ${JSON.stringify(v)}`);
     out[k as keyof Limits] = v as number;
   }

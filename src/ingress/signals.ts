@@ -9,12 +9,13 @@
  * idempotency keys and nothing is lost or double-counted.
  */
 import { headers as natsHeaders } from '@nats-io/transport-node';
+import { publishDurable } from '../nats/publish.js';
 import { ApiError, rateLimited } from '../errors.js';
 import type { Nats } from '../nats/connection.js';
 import type { Principal } from '../orgs/registry.js';
 import type { TokenBuckets } from '../ratelimit/bucket.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../pipeline/message.js';
-import { parseJson, validateBulk, validateV1 } from './validate.js';
+import { mayHaveSurrogates, parseJson, validateBulk, validateV1 } from './validate.js';
 import type { Reply, Request } from './http.js';
 import { log } from '../log.js';
 
@@ -29,17 +30,18 @@ export class SignalIngress {
   constructor(
     private readonly nats: Nats,
     private readonly buckets: TokenBuckets,
+    private readonly publishTimeoutMs: number,
   ) {}
 
   async bulk(req: Request, principal: Principal): Promise<Reply> {
     const receivedAt = Date.now();
-    const count = validateBulk(parseJson(req.body), receivedAt);
+    const count = validateBulk(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body));
     return this.accept(principal, count, req.body, receivedAt);
   }
 
   async v1(req: Request, principal: Principal): Promise<Reply> {
     const receivedAt = Date.now();
-    const signals = validateV1(parseJson(req.body), receivedAt);
+    const signals = validateV1(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body));
     return this.accept(principal, signals.length, Buffer.from(JSON.stringify({ signals })), receivedAt);
   }
 
@@ -62,9 +64,9 @@ export class SignalIngress {
       h.set(H_MODE, p.mode);
       h.set(H_RECEIVED_AT, String(receivedAt));
       h.set(H_BATCH, batchId);
-      await this.nats.js.publish(`${this.nats.names.signalSubjectPrefix}.${p.org.id}`, body, { msgID: batchId, headers: h });
+      await publishDurable(this.nats.nc, `${this.nats.names.signalSubjectPrefix}.${p.org.id}`, body, h, batchId, this.publishTimeoutMs);
     } catch (err) {
-      log.warn('publish failed; tokens given back', { err: (err as Error).message, org: p.org.id });
+      log.warn('publish failed; tokens given back', { err, org: p.org.id });
       await this.buckets.refund(p.org.id, p.mode, count, limits).catch((e: unknown) => log.error('token refund failed', { err: e }));
       throw new ApiError('QUEUE_UNAVAILABLE', 'the signal queue is unavailable; nothing was ingested and no tokens were used, retry later');
     }

@@ -12,7 +12,9 @@
  *                           (null/absent = time of receipt)
  *   idempotencyKey          optional string, 1 to 255 characters (null = absent)
  *   data                    optional JSON object (null = absent), at most 16,384 bytes as
- *                           JSON and at most 10 levels of nesting (data itself is level 1)
+ *                           JSON and at most 10 levels of nesting (data itself is level 1);
+ *                           no two keys naming the same path (dots in keys are path separators)
+ *   every string            well-formed Unicode (no lone surrogates)
  */
 import { ApiError } from '../errors.js';
 
@@ -59,6 +61,7 @@ function checkString(path: string, v: unknown, required: boolean): void {
   if (typeof v !== 'string') throw bad(path, `must be a string, got ${typeName(v)}`);
   if (v.length === 0) throw bad(path, 'must not be empty');
   if (v.length > MAX_STRING) throw bad(path, `must be at most ${MAX_STRING} characters, got ${v.length}`);
+  if (!v.isWellFormed()) throw bad(path, 'must be well-formed Unicode (no lone surrogates)');
 }
 
 function typeName(v: unknown): string {
@@ -67,21 +70,57 @@ function typeName(v: unknown): string {
   return typeof v;
 }
 
-/** Depth of nested objects/arrays, data itself being level 1. Stops counting past the limit. */
-function depthExceeds(v: unknown, level: number): boolean {
-  if (level > MAX_DATA_DEPTH) return true;
-  if (Array.isArray(v)) {
-    for (const x of v) if (typeof x === 'object' && x !== null && depthExceeds(x, level + 1)) return true;
-  } else if (typeof v === 'object' && v !== null) {
-    for (const k in v) {
-      const x = (v as Record<string, unknown>)[k];
-      if (typeof x === 'object' && x !== null && depthExceeds(x, level + 1)) return true;
+/**
+ * Walks `data` once and returns the first problem, or null:
+ * - nesting deeper than MAX_DATA_DEPTH (data itself is level 1);
+ * - two keys naming the same path. ClickHouse's JSON type reads dots in keys as path
+ *   separators, so {"a.b": 1, "a": {"b": 2}} names `a.b` twice and the engine refuses the
+ *   whole insert. Leaves (values that are not objects: numbers, strings, booleans, null,
+ *   arrays) must have distinct paths; each object inside an array is its own document.
+ * - (when `strings` is set) a string or key that is not well-formed UTF-16 (a lone
+ *   surrogate such as "\ud800"), which the engine cannot store.
+ */
+function dataProblem(root: Record<string, unknown>, strings: boolean): string | null {
+  const walkDoc = (obj: Record<string, unknown>, level: number): string | null => {
+    const leaves = new Set<string>();
+    const walkObj = (o: Record<string, unknown>, prefix: string, lvl: number): string | null => {
+      if (lvl > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
+      for (const k in o) {
+        if (strings && !k.isWellFormed()) return `key ${JSON.stringify(k)} is not well-formed Unicode (lone surrogate)`;
+        const path = prefix === '' ? k : `${prefix}.${k}`;
+        const v = o[k];
+        if (isPlainObject(v)) {
+          const p = walkObj(v, path, lvl + 1);
+          if (p) return p;
+          continue;
+        }
+        if (leaves.has(path)) return `two keys name the same path "${path}" (dots in keys separate path segments)`;
+        leaves.add(path);
+        const p = walkValue(v, lvl);
+        if (p) return p;
+      }
+      return null;
+    };
+    return walkObj(obj, '', level);
+  };
+  const walkValue = (v: unknown, lvl: number): string | null => {
+    if (typeof v === 'string') return strings && !v.isWellFormed() ? 'contains a string that is not well-formed Unicode (lone surrogate)' : null;
+    if (Array.isArray(v)) {
+      if (lvl + 1 > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
+      for (const x of v) {
+        const p = isPlainObject(x) ? walkDoc(x, lvl + 1) : walkValue(x, lvl + 1);
+        if (p) return p;
+      }
     }
-  }
-  return false;
+    return null;
+  };
+  return walkDoc(root, 1);
 }
 
-export function validateSignal(s: unknown, path: string, receivedAtMs: number): void {
+/** Lone surrogates can only arrive as \uD800-\uDFFF escapes; most bodies have none, so the check is skipped. */
+export const mayHaveSurrogates = (body: Buffer): boolean => body.includes('\\ud') || body.includes('\\uD');
+
+export function validateSignal(s: unknown, path: string, receivedAtMs: number, strings = false): void {
   if (!isPlainObject(s)) throw bad(path, `must be an object, got ${typeName(s)}`);
   for (const k in s) if (!ALLOWED_FIELDS.has(k)) throw bad(`${path}.${k}`, 'unknown field');
   checkString(`${path}.eventName`, s.eventName, true);
@@ -99,7 +138,8 @@ export function validateSignal(s: unknown, path: string, receivedAtMs: number): 
   const data = s.data;
   if (data !== undefined && data !== null) {
     if (!isPlainObject(data)) throw bad(`${path}.data`, `must be a JSON object, got ${typeName(data)}`);
-    if (depthExceeds(data, 1)) throw bad(`${path}.data`, `must not nest deeper than ${MAX_DATA_DEPTH} levels`);
+    const problem = dataProblem(data, strings);
+    if (problem) throw bad(`${path}.data`, problem);
     const size = Buffer.byteLength(JSON.stringify(data));
     if (size > MAX_DATA_BYTES) throw bad(`${path}.data`, `must be at most ${MAX_DATA_BYTES} bytes as JSON, got ${size}`);
   }
@@ -111,25 +151,25 @@ export function checkCount(n: number): void {
 }
 
 /** `POST /api/v2/signals/bulk`: `{"signals": [...]}`. Returns the number of signals. */
-export function validateBulk(body: unknown, receivedAtMs: number): number {
+export function validateBulk(body: unknown, receivedAtMs: number, strings = false): number {
   if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a JSON object {"signals": [...]}, got ${typeName(body)}`);
   for (const k in body) if (k !== 'signals') throw new ApiError('INVALID_BODY', `unknown top-level field ${JSON.stringify(k)}; the body is {"signals": [...]}`);
   const signals = body.signals;
   if (!Array.isArray(signals)) throw new ApiError('INVALID_BODY', `signals: must be an array, got ${typeName(signals)}`);
   checkCount(signals.length);
-  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs);
+  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs, strings);
   return signals.length;
 }
 
 /** Legacy `POST /api/v1/usage`: one signal object or an array of at most 500. Returns the signals. */
-export function validateV1(body: unknown, receivedAtMs: number): unknown[] {
+export function validateV1(body: unknown, receivedAtMs: number, strings = false): unknown[] {
   if (Array.isArray(body)) {
     checkCount(body.length);
-    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs);
+    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs, strings);
     return body;
   }
   if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a signal object or an array of signals, got ${typeName(body)}`);
-  validateSignal(body, 'signal', receivedAtMs);
+  validateSignal(body, 'signal', receivedAtMs, strings);
   return [body];
 }
 

@@ -115,7 +115,9 @@ export class Pipeline {
       const meta = batchMeta(m);
       const body = m.data.slice();
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
+      log.debug('rows built', { seq: m.seq, rows: r.ids.length });
       const keep = await this.claims.claim(r.claimKeys, r.ids);
+      log.debug('claims settled', { seq: m.seq, kept: keep.filter(Boolean).length });
       if (m.redelivered) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
@@ -131,8 +133,18 @@ export class Pipeline {
       m.nak(Math.min(30_000, 1_000 * 2 ** Math.min(5, m.info.deliveryCount)));
       return;
     }
+    this.scheduleFlush();
+  }
+
+  /** Flushes now when a flush's worth of rows waits, otherwise within PIPELINE_FLUSH_MS. */
+  private scheduleFlush(): void {
     if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) void this.flush();
-    else if (!this.timer) this.timer = setTimeout(() => void this.flush(), this.cfg.pipeline.flushMs);
+    else if (this.buffer.msgs.length > 0 && !this.timer) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        void this.flush();
+      }, this.cfg.pipeline.flushMs);
+    }
   }
 
   /** Inserts what is buffered and acks its messages; one flush runs at a time. */
@@ -145,25 +157,30 @@ export class Pipeline {
     const batch = this.buffer;
     if (batch.msgs.length === 0) return Promise.resolve();
     this.buffer = { msgs: [], lines: [] };
-    this.flushing = (async () => {
-      try {
-        if (batch.lines.length > 0) await this.store.insertSignals(Buffer.from(`${batch.lines.join('\n')}\n`));
-        for (const m of batch.msgs) m.ack();
-        this.stats.rowsInserted += batch.lines.length;
-        this.stats.messagesAcked += batch.msgs.length;
-        this.stats.flushes++;
-      } catch (err) {
-        this.stats.insertFailures++;
-        log.error('insert failed; batches will be redelivered', { err, messages: batch.msgs.length });
-        for (const m of batch.msgs) m.nak(2_000);
-      } finally {
-        for (const m of batch.msgs) this.held.delete(m.seq);
-        this.flushing = null;
-      }
-      if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) void this.flush();
-      else if (this.buffer.msgs.length > 0 && !this.timer) this.timer = setTimeout(() => void this.flush(), this.cfg.pipeline.flushMs);
-    })();
+    // .finally runs as a microtask, so `flushing` is cleared only after it was assigned, even
+    // when the batch has no rows and insertAndAck finishes without awaiting anything.
+    this.flushing = this.insertAndAck(batch).finally(() => {
+      this.flushing = null;
+      this.scheduleFlush();
+    });
     return this.flushing;
+  }
+
+  private async insertAndAck(batch: Buffered): Promise<void> {
+    try {
+      if (batch.lines.length > 0) await this.store.insertSignals(Buffer.from(`${batch.lines.join('\n')}\n`));
+      for (const m of batch.msgs) m.ack();
+      log.debug('flushed', { rows: batch.lines.length, seqs: batch.msgs.map((m) => m.seq) });
+      this.stats.rowsInserted += batch.lines.length;
+      this.stats.messagesAcked += batch.msgs.length;
+      this.stats.flushes++;
+    } catch (err) {
+      this.stats.insertFailures++;
+      log.error('insert failed; batches will be redelivered', { err, messages: batch.msgs.length });
+      for (const m of batch.msgs) m.nak(2_000);
+    } finally {
+      for (const m of batch.msgs) this.held.delete(m.seq);
+    }
   }
 
   /** Stops taking messages, finishes what is held, and stops the workers. */

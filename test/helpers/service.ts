@@ -134,10 +134,10 @@ export interface HttpResult<T = any> {
   body: T;
 }
 
-export async function http<T = any>(base: string, method: string, p: string, opts: { token?: string; body?: unknown; raw?: string | Buffer } = {}): Promise<HttpResult<T>> {
+export async function http<T = any>(base: string, method: string, p: string, opts: { token?: string; body?: unknown; raw?: string } = {}): Promise<HttpResult<T>> {
   const headers: Record<string, string> = {};
   if (opts.token !== undefined) headers.authorization = `Bearer ${opts.token}`;
-  let body: string | Buffer | undefined;
+  let body: string | undefined;
   if (opts.raw !== undefined) body = opts.raw;
   else if (opts.body !== undefined) {
     body = JSON.stringify(opts.body);

@@ -8,6 +8,7 @@ import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { TokenBuckets, retryAfterSeconds } from '../../src/ratelimit/bucket.js';
+import { parseLimits } from '../../src/admin/routes.js';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const redis = new Redis(REDIS_URL, { lazyConnect: false, maxRetriesPerRequest: 2 });
@@ -98,16 +99,26 @@ t.test('Retry-After for a tiny deficit is 1, for a large one rounds up', async (
 t.test('refill at the configured rate', async (t) => {
   const { tb } = buckets(t);
   const limits = { burst: 1000, refillPerSecond: 200 };
+  const t0 = performance.now();
   t.equal((await tb.take('o', 'live', 1000, limits)).allowed, true);
+  const t1 = performance.now();
   await sleep(1100);
   // ~220 tokens now: 250 is refused (all or nothing), 200 is allowed
+  const t2 = performance.now();
   const tooMany = await tb.take('o', 'live', 250, limits);
-  t.equal(tooMany.allowed, false, '250 > ~220 refused');
-  t.ok(tooMany.tokensLeft >= 219 && tooMany.tokensLeft < 250, `~220 tokens after 1.1 s (${tooMany.tokensLeft})`);
-  if (!tooMany.allowed) t.equal(tooMany.retryAfterSeconds, 1);
+  const t3 = performance.now();
+  const minRefill = Math.floor(((t2 - t1) / 1000) * 200);
+  const maxRefill = Math.floor(((t3 - t0) / 1000) * 200);
+  t.ok(tooMany.tokensLeft >= minRefill && tooMany.tokensLeft <= maxRefill, `${minRefill} ≤ tokens after ~1.1 s (${tooMany.tokensLeft}) ≤ ${maxRefill}`);
+  if (maxRefill < 250) {
+    t.equal(tooMany.allowed, false, '250 > ~220 refused');
+    if (!tooMany.allowed) t.equal(tooMany.retryAfterSeconds, 1);
+  } else {
+    t.comment(`machine too slow (slept ${t3 - t0} ms): 250 may legitimately have been allowed`);
+  }
   const ok = await tb.take('o', 'live', 200, limits);
   t.equal(ok.allowed, true, '200 allowed');
-  t.ok(ok.tokensLeft >= 19 && ok.tokensLeft < 50, `~20 left (${ok.tokensLeft})`);
+  if (maxRefill < 250) t.ok(ok.tokensLeft >= minRefill - 200 && ok.tokensLeft < 50, `~20 left (${ok.tokensLeft})`);
 });
 
 t.test('refill never goes above burst', async (t) => {
@@ -214,6 +225,7 @@ t.test('property: allowed tokens ≤ burst + rate × elapsed', async (t) => {
   const rate = 2000;
   const limits = { burst, refillPerSecond: rate };
   let run = 0;
+  let refusals = 0;
   await fc.assert(
     fc.asyncProperty(fc.array(fc.integer({ min: 1, max: burst }), { minLength: 1, maxLength: 25 }), async (costs) => {
       const org = `sum${run++}`;
@@ -222,13 +234,45 @@ t.test('property: allowed tokens ≤ burst + rate × elapsed', async (t) => {
       for (const c of costs) {
         const r = await tb.take(org, 'live', c, limits);
         if (r.allowed) sum += c;
-        else t.ok(r.retryAfterSeconds >= 1);
+        else if (!(r.retryAfterSeconds >= 1)) throw new Error(`refusal with Retry-After ${r.retryAfterSeconds}`);
+        else refusals++;
       }
       const elapsedS = (performance.now() - t0) / 1000;
       const bound = burst + rate * elapsedS + 1e-6;
       if (sum > bound) throw new Error(`allowed ${sum} > ${bound} for ${costs}`);
-      // the first take on a fresh bucket is always allowed (cost ≤ burst)
+      if (sum < costs[0]!) throw new Error('the first take on a fresh bucket (cost ≤ burst) must be allowed');
     }),
     { numRuns: 30 },
   );
+  t.ok(refusals > 0, `the runs exercised refusals (${refusals})`);
+});
+
+// Known bugs (reported): tiny refill rates that parseLimits accepts break the script's
+// integer conversions. `todo` until src/ is fixed.
+t.test('tiny refill rates accepted by the admin API', async (t) => {
+  const { tb, prefix } = buckets(t);
+
+  // BUG A: waitMicros above 2^63 overflows Redis's integer reply to a negative number, which
+  // bucket.ts reads as "cost > burst": RangeError (→ 503 RATE_LIMITER_UNAVAILABLE) instead of 429.
+  const a = parseLimits({ burst: 1_000_000_000, refillPerSecond: 0.00001 }) as { burst: number; refillPerSecond: number };
+  t.same(a, { burst: 1_000_000_000, refillPerSecond: 0.00001 }, 'accepted by parseLimits');
+  t.same(await tb.take('a', 'live', 600_000_000, a), { allowed: true, tokensLeft: 400_000_000 });
+  const refusal = await tb.take('a', 'live', 500_000_000, a).then(
+    (r) => (r.allowed ? 'allowed' : `refused, Retry-After ${r.retryAfterSeconds}`),
+    (e: unknown) => `threw ${(e as Error).name}: ${(e as Error).message}`,
+  );
+  t.match(refusal, /^refused, Retry-After \d+$/, `500M of a 1e9 burst with 400M left: ${refusal}`, { todo: 'bug: waitMicros overflows int64 in the Lua reply' });
+
+  // BUG B: PEXPIRE with ≥ 1e17 ms ("1e+17" once Lua formats it) errors *after* HSET: the call
+  // fails (503) but the tokens are gone, and the bucket stays broken.
+  const b = parseLimits({ burst: 500, refillPerSecond: 1e-12 }) as { burst: number; refillPerSecond: number };
+  t.same(b, { burst: 500, refillPerSecond: 1e-12 }, 'accepted by parseLimits');
+  const first = await tb.take('b', 'live', 500, b).then(
+    (r) => JSON.stringify(r),
+    (e: unknown) => `threw ${(e as Error).message.split(' script:')[0]}`,
+  );
+  t.equal(first, JSON.stringify({ allowed: true, tokensLeft: 0 }), `take 500 at 1e-12/s: ${first}`, { todo: 'bug: PEXPIRE overflow after HSET' });
+  if (first.startsWith('threw')) {
+    t.equal(await redis.hget(`${prefix}bucket:b:live`, 'tokens'), '0', 'the failed call still took the tokens (documents BUG B)');
+  }
 });

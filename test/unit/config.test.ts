@@ -1,0 +1,189 @@
+/**
+ * Configuration (src/config.ts): defaults, --role on the command line, and one message per
+ * bad value naming the variable, all reported together in one ConfigError.
+ */
+import t from 'tap';
+import os from 'node:os';
+import path from 'node:path';
+import { ConfigError, loadConfig, hasIngress, hasPipeline } from '../../src/config.js';
+
+const TOKEN = 'operator-token-0123456789';
+const base = { OPERATOR_TOKEN: TOKEN };
+
+/** loadConfig must throw a ConfigError; returns its problems. */
+function problems(env: Record<string, string | undefined>, argv: string[] = []): string[] {
+  try {
+    loadConfig(env, argv);
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error(`expected a ConfigError for ${JSON.stringify(env)} ${argv.join(' ')}`);
+}
+
+t.test('defaults', async (t) => {
+  const cfg = loadConfig(base, []);
+  t.same(cfg, {
+    role: 'all',
+    host: '0.0.0.0',
+    port: 8080,
+    operatorToken: TOKEN,
+    redisUrl: 'redis://127.0.0.1:6379',
+    redisPrefix: 'billing:',
+    natsUrl: 'nats://127.0.0.1:4222',
+    natsPrefix: 'BILLING',
+    clickhouseUrl: null,
+    clickhouseUser: 'default',
+    clickhousePassword: '',
+    clickhouseDatabase: 'billing',
+    dataDir: path.resolve(process.cwd(), '.data'),
+    dedupeWindowDays: 7,
+    defaultLimits: { burst: 10_000, refillPerSecond: 1_000, analyticsConcurrency: 4 },
+    maxBodyBytes: 1_000_000,
+    publishTimeoutMs: 5_000,
+    streamMaxBytes: 2 * 1024 ** 3,
+    pipeline: {
+      workers: Math.min(4, Math.max(1, os.availableParallelism())),
+      flushRows: 10_000,
+      flushMs: 200,
+      maxAckPending: 256,
+      ackWaitMs: 60_000,
+    },
+    logLevel: 'info',
+  });
+  t.same(loadConfig({ ...base, PORT: '', ROLE: '', REDIS_URL: '' }, []).port, 8080, 'empty strings mean the default');
+});
+
+t.test('values are read', async (t) => {
+  const cfg = loadConfig(
+    {
+      ...base,
+      ROLE: 'ingress',
+      HOST: '127.0.0.1',
+      PORT: '0',
+      REDIS_URL: 'rediss://cache:6380/2',
+      REDIS_PREFIX: 'x:y_z-',
+      NATS_URL: 'tls://nats:4222',
+      NATS_PREFIX: 'P_1',
+      CLICKHOUSE_URL: 'https://ch:8443',
+      CLICKHOUSE_DATABASE: 'b_2',
+      DATA_DIR: '/tmp/somewhere/../data',
+      DEDUPE_WINDOW_DAYS: '3650',
+      DEFAULT_BURST: '500',
+      DEFAULT_REFILL_PER_SECOND: '0.5',
+      DEFAULT_ANALYTICS_CONCURRENCY: '1',
+      LOG_LEVEL: 'debug',
+    },
+    [],
+  );
+  t.equal(cfg.role, 'ingress');
+  t.equal(cfg.host, '127.0.0.1');
+  t.equal(cfg.port, 0);
+  t.equal(cfg.redisUrl, 'rediss://cache:6380/2');
+  t.equal(cfg.redisPrefix, 'x:y_z-');
+  t.equal(cfg.natsUrl, 'tls://nats:4222');
+  t.equal(cfg.natsPrefix, 'P_1');
+  t.equal(cfg.clickhouseUrl, 'https://ch:8443');
+  t.equal(cfg.clickhouseDatabase, 'b_2');
+  t.equal(cfg.dataDir, '/tmp/data');
+  t.equal(cfg.dedupeWindowDays, 3650);
+  t.same(cfg.defaultLimits, { burst: 500, refillPerSecond: 0.5, analyticsConcurrency: 1 });
+  t.equal(cfg.logLevel, 'debug');
+});
+
+t.test('--role on the command line overrides ROLE', async (t) => {
+  t.equal(loadConfig({ ...base, ROLE: 'ingress' }, ['--role=pipeline']).role, 'pipeline');
+  t.equal(loadConfig({ ...base, ROLE: 'ingress' }, ['--role', 'pipeline']).role, 'pipeline');
+  t.equal(loadConfig({ ROLE: 'all' }, ['--other', 'x', '--role', 'pipeline']).role, 'pipeline', 'no token needed once the argv says pipeline');
+  t.equal(loadConfig({ ...base, ROLE: 'pipeline' }, []).role, 'pipeline');
+  t.equal(loadConfig({ ...base, ROLE: 'pipeline' }, ['--port=1']).role, 'pipeline', 'other flags are ignored');
+  t.equal(loadConfig(base, ['--role=ingress', '--role=pipeline']).role, 'ingress', 'the first --role wins');
+  t.same(problems(base, ['--role=bogus']), ['ROLE="bogus": must be one of all, ingress, pipeline'], 'a bad --role is named as ROLE');
+  t.same(problems({ ...base, ROLE: 'pipeline' }, ['--role', 'bad']), ['ROLE="bad": must be one of all, ingress, pipeline']);
+});
+
+t.test('each bad value gives one message naming the variable', async (t) => {
+  const cases: [Record<string, string>, string][] = [
+    [{ ROLE: 'dispatcher' }, 'ROLE="dispatcher": must be one of all, ingress, pipeline'],
+    [{ ROLE: 'ALL' }, 'ROLE="ALL": must be one of all, ingress, pipeline'],
+    [{ PORT: 'abc' }, 'PORT="abc": must be a whole number between 0 and 65535'],
+    [{ PORT: '-1' }, 'PORT="-1": must be a whole number between 0 and 65535'],
+    [{ PORT: '80.5' }, 'PORT="80.5": must be a whole number between 0 and 65535'],
+    [{ PORT: '70000' }, 'PORT=70000: must be between 0 and 65535'],
+    [{ REDIS_URL: 'http://127.0.0.1:6379' }, 'REDIS_URL="http://127.0.0.1:6379": must be a URL starting with redis:// or rediss://'],
+    [{ REDIS_URL: '127.0.0.1:6379' }, 'REDIS_URL="127.0.0.1:6379": must be a URL starting with redis:// or rediss://'],
+    [{ REDIS_URL: 'not a url' }, 'REDIS_URL="not a url": must be a URL starting with redis:// or rediss://'],
+    [{ NATS_URL: 'redis://x' }, 'NATS_URL="redis://x": must be a URL starting with nats:// or tls://'],
+    [{ CLICKHOUSE_URL: 'ftp://x' }, 'CLICKHOUSE_URL="ftp://x": must be a URL starting with http:// or https://'],
+    [{ REDIS_PREFIX: 'a b' }, 'REDIS_PREFIX="a b": letters, digits, ":", "_" or "-", 1 to 64 characters'],
+    [{ NATS_PREFIX: 'A.B' }, 'NATS_PREFIX="A.B": letters, digits, "_" or "-", 1 to 32 characters'],
+    [{ NATS_PREFIX: 'A'.repeat(33) }, `NATS_PREFIX="${'A'.repeat(33)}": letters, digits, "_" or "-", 1 to 32 characters`],
+    [{ CLICKHOUSE_DATABASE: '1db' }, 'CLICKHOUSE_DATABASE="1db": a plain identifier (letters, digits, "_")'],
+    [{ CLICKHOUSE_DATABASE: 'db; DROP' }, 'CLICKHOUSE_DATABASE="db; DROP": a plain identifier (letters, digits, "_")'],
+    [{ DEDUPE_WINDOW_DAYS: '6' }, 'DEDUPE_WINDOW_DAYS=6: must be between 7 and 3650'],
+    [{ DEDUPE_WINDOW_DAYS: '0' }, 'DEDUPE_WINDOW_DAYS=0: must be between 7 and 3650'],
+    [{ DEFAULT_BURST: '499' }, 'DEFAULT_BURST=499: must be between 500 and 1000000000'],
+    [{ DEFAULT_BURST: '1e4' }, 'DEFAULT_BURST="1e4": must be a whole number between 500 and 1000000000'],
+    [{ DEFAULT_REFILL_PER_SECOND: '0' }, 'DEFAULT_REFILL_PER_SECOND="0": must be a number greater than 0 and at most 1000000000'],
+    [{ DEFAULT_REFILL_PER_SECOND: '-5' }, 'DEFAULT_REFILL_PER_SECOND="-5": must be a number greater than 0 and at most 1000000000'],
+    [{ DEFAULT_REFILL_PER_SECOND: 'fast' }, 'DEFAULT_REFILL_PER_SECOND="fast": must be a number greater than 0 and at most 1000000000'],
+    [{ DEFAULT_ANALYTICS_CONCURRENCY: '0' }, 'DEFAULT_ANALYTICS_CONCURRENCY=0: must be between 1 and 1000'],
+    [{ MAX_BODY_BYTES: '1000' }, 'MAX_BODY_BYTES=1000: must be between 65536 and 67108864'],
+    [{ PIPELINE_WORKERS: '0' }, 'PIPELINE_WORKERS=0: must be between 1 and 256'],
+    [{ PIPELINE_ACK_WAIT_MS: '999' }, 'PIPELINE_ACK_WAIT_MS=999: must be between 1000 and 3600000'],
+    [{ LOG_LEVEL: 'trace' }, 'LOG_LEVEL="trace": must be one of debug, info, warn, error'],
+  ];
+  for (const [env, msg] of cases) {
+    t.same(problems({ ...base, ...env }), [msg], JSON.stringify(env));
+  }
+});
+
+t.test('OPERATOR_TOKEN: required for all and ingress, at least 16 characters', async (t) => {
+  const msg = 'OPERATOR_TOKEN: required for roles all and ingress, at least 16 characters (protects /admin/v1)';
+  t.same(problems({}), [msg], 'role all (default) without a token');
+  t.same(problems({ ROLE: 'all' }), [msg]);
+  t.same(problems({ ROLE: 'ingress' }), [msg]);
+  t.same(problems({ ROLE: 'ingress', OPERATOR_TOKEN: '' }), [msg], 'empty token');
+  t.same(problems({ ROLE: 'ingress', OPERATOR_TOKEN: 'x'.repeat(15) }), [msg], '15 characters is too short');
+  t.equal(loadConfig({ ROLE: 'ingress', OPERATOR_TOKEN: 'x'.repeat(16) }, []).operatorToken, 'x'.repeat(16), '16 characters is enough');
+  const p = loadConfig({ ROLE: 'pipeline' }, []);
+  t.equal(p.role, 'pipeline', 'pipeline needs no token');
+  t.equal(p.operatorToken, null);
+  t.equal(loadConfig({}, ['--role', 'pipeline']).role, 'pipeline');
+});
+
+t.test('several bad values are reported together', async (t) => {
+  let err: unknown;
+  try {
+    loadConfig({ ROLE: 'ingress', PORT: 'abc', REDIS_URL: 'http://x', DEDUPE_WINDOW_DAYS: '6', DEFAULT_BURST: '499', LOG_LEVEL: 'loud' }, []);
+  } catch (e) {
+    err = e;
+  }
+  t.type(err, ConfigError);
+  const ps = (err as ConfigError).problems;
+  t.equal(ps.length, 6, 'one message per bad value');
+  for (const name of ['OPERATOR_TOKEN', 'PORT', 'REDIS_URL', 'DEDUPE_WINDOW_DAYS', 'DEFAULT_BURST', 'LOG_LEVEL']) {
+    t.equal(ps.filter((p) => p.startsWith(name)).length, 1, `exactly one message names ${name}`);
+  }
+  t.match((err as ConfigError).message, /^invalid configuration:\n {2}- /);
+  for (const p of ps) t.ok((err as ConfigError).message.includes(p), `the message lists ${p.split(/[=:]/)[0]}`);
+});
+
+t.test('role helpers', async (t) => {
+  t.same([hasIngress('all'), hasIngress('ingress'), hasIngress('pipeline')], [true, true, false]);
+  t.same([hasPipeline('all'), hasPipeline('ingress'), hasPipeline('pipeline')], [true, false, true]);
+});
+
+t.test('an empty --role= does not silently replace ROLE', async (t) => {
+  // `--role=` yields '' which is not nullish, so `value ?? env.ROLE` drops ROLE=pipeline and
+  // oneOf() turns '' into the default 'all': a pipeline host would start the ingress too.
+  let role: string;
+  try {
+    role = loadConfig({ ...base, ROLE: 'pipeline' }, ['--role=']).role;
+  } catch (err) {
+    role = `ConfigError: ${(err as ConfigError).problems.join('; ')}`;
+  }
+  t.not(role, 'all', `ROLE=pipeline with --role= gave ${JSON.stringify(role)}`, { todo: 'bug in src/config.ts roleFromArgv/oneOf (reported)' });
+  // `--role` as the last argument (no value) falls back to ROLE: fine
+  t.equal(loadConfig({ ...base, ROLE: 'pipeline' }, ['--role']).role, 'pipeline');
+});

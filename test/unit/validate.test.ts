@@ -1,0 +1,375 @@
+/**
+ * Batch validation (src/ingress/validate.ts): RFC 3339 parsing, every error path of
+ * validateBulk / validateV1 / parseJson, with the code and the `details` naming index and field.
+ */
+import t from 'tap';
+import fc from 'fast-check';
+import { ApiError, type ErrorCode } from '../../src/errors.js';
+import {
+  MAX_DATA_BYTES,
+  parseJson,
+  parseRfc3339,
+  validateBulk,
+  validateSignal,
+  validateV1,
+} from '../../src/ingress/validate.js';
+
+const NOW = Date.UTC(2026, 0, 31, 12, 0, 0); // receivedAtMs used throughout
+
+/** Runs fn, which must throw an ApiError; returns it. */
+function apiError(fn: () => unknown): ApiError {
+  try {
+    fn();
+  } catch (err) {
+    if (err instanceof ApiError) return err;
+    throw new Error(`expected an ApiError, got ${String(err)}`);
+  }
+  throw new Error('expected an ApiError, nothing was thrown');
+}
+
+interface T {
+  equal(found: unknown, wanted: unknown, message: string): unknown;
+  match(found: unknown, wanted: RegExp, message: string): unknown;
+}
+
+function expectError(t: T, fn: () => unknown, code: ErrorCode, details: string | RegExp, msg?: string): void {
+  const e = apiError(fn);
+  const label = msg ?? String(details);
+  t.equal(e.code, code, `${label}: code`);
+  t.equal(e.status, 400, `${label}: status`);
+  if (typeof details === 'string') t.equal(e.details, details, label);
+  else t.match(e.details, details, label);
+}
+
+const sig = (over: Record<string, unknown> = {}): Record<string, unknown> => ({ eventName: 'api_call', customerId: 'cus_1', ...over });
+const without = (k: string): Record<string, unknown> => {
+  const s = sig();
+  delete s[k];
+  return s;
+};
+/** A bulk body of 5 good signals whose index 3 is replaced. */
+const bulkWith = (bad: unknown): unknown => ({ signals: [sig(), sig(), sig(), bad, sig()] });
+/** n levels of nested objects, data itself being level 1. */
+function nest(levels: number, leaf: unknown = 1): Record<string, unknown> {
+  let v: Record<string, unknown> = { leaf };
+  for (let i = 1; i < levels; i++) v = { a: v };
+  return v;
+}
+/** n levels of nesting where every level below the first is an array. */
+function nestArrays(levels: number): Record<string, unknown> {
+  let v: unknown = [1];
+  for (let i = 2; i < levels; i++) v = [v];
+  return { a: v };
+}
+
+t.test('parseRfc3339: valid date-times', async (t) => {
+  const cases: [string, number][] = [
+    ['2026-01-31T12:00:00Z', Date.UTC(2026, 0, 31, 12)],
+    ['2026-01-31T12:00:00+05:30', Date.UTC(2026, 0, 31, 6, 30)],
+    ['2026-01-31T12:00:00-08:00', Date.UTC(2026, 0, 31, 20)],
+    ['2026-01-31T12:00:00+00:00', Date.UTC(2026, 0, 31, 12)],
+    ['2026-01-31T12:00:00-00:00', Date.UTC(2026, 0, 31, 12)],
+    ['2026-01-31T00:30:00+23:59', Date.UTC(2026, 0, 30, 0, 31)],
+    ['2026-01-31T12:00:00.5Z', Date.UTC(2026, 0, 31, 12, 0, 0, 500)],
+    ['2026-01-31T12:00:00.123Z', Date.UTC(2026, 0, 31, 12, 0, 0, 123)],
+    ['2026-01-31T12:00:00.123456Z', Date.UTC(2026, 0, 31, 12, 0, 0, 123)],
+    ['2026-01-31T12:00:00.123456789Z', Date.UTC(2026, 0, 31, 12, 0, 0, 123)],
+    ['2026-01-31T12:00:00.999999999+01:00', Date.UTC(2026, 0, 31, 11, 0, 0, 999)],
+    ['2026-01-31t12:00:00z', Date.UTC(2026, 0, 31, 12)],
+    ['2026-01-31 12:00:00Z', Date.UTC(2026, 0, 31, 12)],
+    ['2026-01-31 12:00:00.25-01:00', Date.UTC(2026, 0, 31, 13, 0, 0, 250)],
+    ['2024-02-29T00:00:00Z', Date.UTC(2024, 1, 29)],
+    ['2000-02-29T00:00:00Z', Date.UTC(2000, 1, 29)],
+    ['2026-12-31T23:59:59Z', Date.UTC(2026, 11, 31, 23, 59, 59)],
+    ['2000-01-01T00:00:00Z', Date.UTC(2000, 0, 1)],
+  ];
+  for (const [s, ms] of cases) t.equal(parseRfc3339(s), ms, s);
+});
+
+t.test('parseRfc3339: invalid date-times are null', async (t) => {
+  const cases = [
+    '2024-02-30T00:00:00Z', // Feb 30
+    '2025-02-29T00:00:00Z', // not a leap year
+    '2100-02-29T00:00:00Z', // century, not a leap year
+    '2026-04-31T00:00:00Z', // April has 30 days
+    '2026-13-01T00:00:00Z', // month 13
+    '2026-00-10T00:00:00Z', // month 0
+    '2026-01-00T00:00:00Z', // day 0
+    '2026-01-32T00:00:00Z',
+    '2026-01-31T24:00:00Z', // hour 24
+    '2026-01-31T23:60:00Z',
+    '2026-01-31T23:59:60Z',
+    '2026-01-31T12:00:00', // no offset
+    '2026-01-31T12:00:00+24:00', // offset hour 24
+    '2026-01-31T12:00:00+23:60',
+    '2026-01-31T12:00:00+0530', // offset without colon
+    '2026-01-31T12:00:00+05', // short offset
+    '2026-01-31T12:00:00.Z', // empty fraction
+    '2026-01-31T12:00:00.1234567890Z', // 10 fraction digits
+    '2026-01-31T12:00Z', // no seconds
+    '2026-01-31', // date only
+    '2026-1-31T12:00:00Z',
+    '26-01-31T12:00:00Z',
+    '2026-01-31X12:00:00Z',
+    '2026-01-31T12:00:00Zjunk',
+    '2026-01-31T12:00:00Z\n',
+    ' 2026-01-31T12:00:00Z',
+    '2026-01-31T12:00:00 Z',
+    '2026-01-31T12:00:00UTC',
+    '１２３４-01-31T12:00:00Z', // full-width digits
+    '',
+    'yesterday',
+    'null',
+    '1706702400',
+  ];
+  for (const s of cases) t.equal(parseRfc3339(s), null, JSON.stringify(s));
+});
+
+t.test('parseRfc3339 agrees with a calendar for every day of 2024 and 2025', async (t) => {
+  let wrong = 0;
+  for (const year of [2024, 2025]) {
+    for (let m = 1; m <= 12; m++) {
+      for (let d = 1; d <= 31; d++) {
+        const s = `${year}-${String(m).padStart(2, '0')}-${String(d).padStart(2, '0')}T00:00:00Z`;
+        const real = new Date(Date.UTC(year, m - 1, d));
+        const exists = real.getUTCMonth() === m - 1;
+        const got = parseRfc3339(s);
+        if ((got !== null) !== exists || (exists && got !== real.getTime())) wrong++;
+      }
+    }
+  }
+  t.equal(wrong, 0, 'every real day parses, every impossible day is null');
+});
+
+t.test('property: formatted instants round-trip through parseRfc3339 with any offset', async (t) => {
+  await fc.assert(
+    fc.property(
+      fc.integer({ min: Date.UTC(2000, 0, 1), max: Date.UTC(2099, 11, 31) }),
+      fc.integer({ min: -23 * 60 - 59, max: 23 * 60 + 59 }),
+      fc.constantFrom('T', 't', ' '),
+      (ms, offMin, sep) => {
+        const local = new Date(ms + offMin * 60_000).toISOString(); // yyyy-mm-ddThh:mm:ss.sssZ
+        const sign = offMin < 0 ? '-' : '+';
+        const a = Math.abs(offMin);
+        const off = `${sign}${String(Math.floor(a / 60)).padStart(2, '0')}:${String(a % 60).padStart(2, '0')}`;
+        const s = `${local.slice(0, 10)}${sep}${local.slice(11, 23)}${off}`;
+        return parseRfc3339(s) === ms;
+      },
+    ),
+    { numRuns: 300 },
+  );
+  t.pass('round-trips');
+});
+
+t.test('valid signals and batches are accepted', async (t) => {
+  const full = sig({
+    unitId: 'unit_1',
+    timestamp: '2026-01-31T11:00:00Z',
+    idempotencyKey: 'k1',
+    data: { tokens: 12, model: 'x', nested: { a: [1, 2, { b: null }] } },
+  });
+  t.equal(validateBulk({ signals: [full] }, NOW), 1);
+  t.equal(validateBulk({ signals: [sig({ unitId: null, idempotencyKey: null, timestamp: null, data: null })] }, NOW), 1, 'nulls are absent');
+  t.equal(validateBulk({ signals: Array.from({ length: 500 }, () => sig()) }, NOW), 500, '500 signals');
+  t.same(validateV1(full, NOW), [full], 'v1 single object');
+  t.same(validateV1([full, sig()], NOW), [full, sig()], 'v1 array');
+  t.equal(validateV1(Array.from({ length: 500 }, () => sig()), NOW).length, 500);
+  t.equal(validateBulk({ signals: [sig({ data: {} })] }, NOW), 1, 'empty data object');
+});
+
+t.test('validateBulk: body shape errors', async (t) => {
+  expectError(t, () => validateBulk([], NOW), 'INVALID_BODY', 'body must be a JSON object {"signals": [...]}, got array');
+  expectError(t, () => validateBulk(null, NOW), 'INVALID_BODY', 'body must be a JSON object {"signals": [...]}, got null');
+  expectError(t, () => validateBulk('x', NOW), 'INVALID_BODY', /got string$/);
+  expectError(t, () => validateBulk(5, NOW), 'INVALID_BODY', /got number$/);
+  expectError(t, () => validateBulk({}, NOW), 'INVALID_BODY', 'signals: must be an array, got undefined');
+  expectError(t, () => validateBulk({ signals: null }, NOW), 'INVALID_BODY', 'signals: must be an array, got null');
+  expectError(t, () => validateBulk({ signals: {} }, NOW), 'INVALID_BODY', 'signals: must be an array, got object');
+  expectError(t, () => validateBulk({ signals: 'a' }, NOW), 'INVALID_BODY', 'signals: must be an array, got string');
+  expectError(t, () => validateBulk({ signals: [sig()], extra: 1 }, NOW), 'INVALID_BODY', /unknown top-level field "extra"/);
+  expectError(t, () => validateBulk({ signals: [] }, NOW), 'BATCH_EMPTY', 'signals: at least one signal is required');
+  expectError(t, () => validateBulk({ signals: Array.from({ length: 501 }, () => sig()) }, NOW), 'BATCH_TOO_LARGE', 'signals: at most 500 signals per request, got 501');
+  // the count is checked before any signal: 501 bad signals still say BATCH_TOO_LARGE
+  expectError(t, () => validateBulk({ signals: Array.from({ length: 501 }, () => null) }, NOW), 'BATCH_TOO_LARGE', /got 501/);
+});
+
+t.test('validateBulk: a signal that is not an object', async (t) => {
+  expectError(t, () => validateBulk(bulkWith(null), NOW), 'INVALID_SIGNAL', 'signals[3]: must be an object, got null');
+  expectError(t, () => validateBulk(bulkWith([]), NOW), 'INVALID_SIGNAL', 'signals[3]: must be an object, got array');
+  expectError(t, () => validateBulk(bulkWith('s'), NOW), 'INVALID_SIGNAL', 'signals[3]: must be an object, got string');
+  expectError(t, () => validateBulk(bulkWith(7), NOW), 'INVALID_SIGNAL', 'signals[3]: must be an object, got number');
+});
+
+t.test('validateBulk: required strings eventName and customerId', async (t) => {
+  for (const f of ['eventName', 'customerId']) {
+    expectError(t, () => validateBulk(bulkWith(without(f)), NOW), 'INVALID_SIGNAL', `signals[3].${f}: is required`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: null })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: is required`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: '' })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must not be empty`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: 'x'.repeat(256) })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be at most 255 characters, got 256`);
+    t.equal(validateBulk(bulkWith(sig({ [f]: 'x'.repeat(255) })), NOW), 5, `${f} of 255 characters accepted`);
+    t.equal(validateBulk(bulkWith(sig({ [f]: 'x' })), NOW), 5, `${f} of 1 character accepted`);
+    for (const [v, name] of [[1, 'number'], [true, 'boolean'], [{}, 'object'], [[], 'array'], [['a'], 'array']] as const) {
+      expectError(t, () => validateBulk(bulkWith(sig({ [f]: v })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be a string, got ${name}`);
+    }
+  }
+});
+
+t.test('validateBulk: optional strings unitId and idempotencyKey', async (t) => {
+  for (const f of ['unitId', 'idempotencyKey']) {
+    t.equal(validateBulk(bulkWith(sig({ [f]: null })), NOW), 5, `${f} null accepted`);
+    t.equal(validateBulk(bulkWith(sig({ [f]: 'x'.repeat(255) })), NOW), 5, `${f} of 255 characters accepted`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: 'x'.repeat(256) })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be at most 255 characters, got 256`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: '' })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must not be empty`);
+    for (const [v, name] of [[0, 'number'], [false, 'boolean'], [{}, 'object'], [[1], 'array']] as const) {
+      expectError(t, () => validateBulk(bulkWith(sig({ [f]: v })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be a string, got ${name}`);
+    }
+  }
+});
+
+t.test('validateBulk: unknown fields', async (t) => {
+  expectError(t, () => validateBulk(bulkWith(sig({ foo: 1 })), NOW), 'INVALID_SIGNAL', 'signals[3].foo: unknown field');
+  expectError(t, () => validateBulk(bulkWith(sig({ EventName: 'x' })), NOW), 'INVALID_SIGNAL', 'signals[3].EventName: unknown field');
+  expectError(t, () => validateBulk(bulkWith(sig({ event_name: 'x' })), NOW), 'INVALID_SIGNAL', 'signals[3].event_name: unknown field');
+  // an own "__proto__" key, as JSON.parse makes it
+  expectError(t, () => validateBulk(bulkWith(JSON.parse('{"eventName":"e","customerId":"c","__proto__":{}}')), NOW), 'INVALID_SIGNAL', 'signals[3].__proto__: unknown field');
+  // unknown field is reported even when other fields are also bad (checked first)
+  expectError(t, () => validateBulk(bulkWith({ zzz: 1 }), NOW), 'INVALID_SIGNAL', 'signals[3].zzz: unknown field');
+});
+
+t.test('validateBulk: timestamp', async (t) => {
+  const p = 'signals[3].timestamp';
+  for (const [v, name] of [[1706702400000, 'number'], [true, 'boolean'], [{}, 'object'], [[], 'array']] as const) {
+    expectError(t, () => validateBulk(bulkWith(sig({ timestamp: v })), NOW), 'INVALID_SIGNAL', `${p}: must be an RFC 3339 date-time string, got ${name}`);
+  }
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: '2026-02-30T00:00:00Z' })), NOW), 'INVALID_SIGNAL', `${p}: must be an RFC 3339 date-time such as 2026-01-31T12:00:00Z, got "2026-02-30T00:00:00Z"`);
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: 'x'.repeat(100) })), NOW), 'INVALID_SIGNAL', `${p}: must be an RFC 3339 date-time such as 2026-01-31T12:00:00Z, got "${'x'.repeat(40)}"`, 'long garbage is cut to 40 characters');
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: '' })), NOW), 'INVALID_SIGNAL', /^signals\[3\]\.timestamp: must be an RFC 3339 date-time/);
+  // not before 2000-01-01T00:00:00Z
+  t.equal(validateBulk(bulkWith(sig({ timestamp: '2000-01-01T00:00:00Z' })), NOW), 5, '2000-01-01T00:00:00Z accepted');
+  t.equal(validateBulk(bulkWith(sig({ timestamp: '2000-01-01T01:00:00+01:00' })), NOW), 5, 'the same instant with an offset accepted');
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: '1999-12-31T23:59:59.999Z' })), NOW), 'INVALID_SIGNAL', `${p}: must not be before 2000-01-01T00:00:00Z`);
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: '2000-01-01T00:30:00+01:00' })), NOW), 'INVALID_SIGNAL', `${p}: must not be before 2000-01-01T00:00:00Z`, 'before 2000 by its offset');
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: '1970-01-01T00:00:00Z' })), NOW), 'INVALID_SIGNAL', `${p}: must not be before 2000-01-01T00:00:00Z`);
+  // at most one hour after receipt
+  const inOneHour = new Date(NOW + 3_600_000).toISOString();
+  const tooLate = new Date(NOW + 3_600_001).toISOString();
+  t.equal(validateBulk(bulkWith(sig({ timestamp: inOneHour })), NOW), 5, 'exactly one hour ahead accepted');
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: tooLate })), NOW), 'INVALID_SIGNAL', `${p}: must not be more than one hour in the future`);
+  t.equal(validateBulk(bulkWith(sig({ timestamp: '2026-01-31T14:00:00+01:00' })), NOW), 5, '14:00+01:00 = 13:00Z = exactly one hour ahead: accepted');
+  expectError(t, () => validateBulk(bulkWith(sig({ timestamp: '2026-01-31T14:00:00.001+01:00' })), NOW), 'INVALID_SIGNAL', `${p}: must not be more than one hour in the future`, 'one hour and 1 ms ahead through an offset');
+  t.equal(validateBulk(bulkWith(sig({ timestamp: '2026-01-31T05:00:00-08:00' })), NOW), 5, 'in the past through a negative offset');
+});
+
+t.test('validateBulk: data', async (t) => {
+  const p = 'signals[3].data';
+  t.equal(validateBulk(bulkWith(sig({ data: null })), NOW), 5, 'data null accepted');
+  for (const [v, name] of [[[], 'array'], [[{ a: 1 }], 'array'], ['{}', 'string'], [1, 'number'], [true, 'boolean']] as const) {
+    expectError(t, () => validateBulk(bulkWith(sig({ data: v })), NOW), 'INVALID_SIGNAL', `${p}: must be a JSON object, got ${name}`);
+  }
+  // nesting: data is level 1
+  t.equal(validateBulk(bulkWith(sig({ data: nest(10) })), NOW), 5, '10 levels accepted');
+  expectError(t, () => validateBulk(bulkWith(sig({ data: nest(11) })), NOW), 'INVALID_SIGNAL', `${p}: must not nest deeper than 10 levels`);
+});
+
+t.test('validateBulk: data nesting counts arrays and objects alike', async (t) => {
+  const p = 'signals[3].data';
+  // nest(10, leaf) has the leaf inside the 10th object: a leaf object would be level 11
+  expectError(t, () => validateBulk(bulkWith(sig({ data: nest(10, {}) })), NOW), 'INVALID_SIGNAL', `${p}: must not nest deeper than 10 levels`, 'an empty object at level 11');
+  expectError(t, () => validateBulk(bulkWith(sig({ data: nest(10, []) })), NOW), 'INVALID_SIGNAL', `${p}: must not nest deeper than 10 levels`, 'an empty array at level 11');
+  t.equal(validateBulk(bulkWith(sig({ data: nestArrays(10) })), NOW), 5, '1 object + 9 arrays = 10 levels accepted');
+  expectError(t, () => validateBulk(bulkWith(sig({ data: nestArrays(11) })), NOW), 'INVALID_SIGNAL', `${p}: must not nest deeper than 10 levels`, '1 object + 10 arrays');
+  // a deep branch after shallow siblings is found
+  expectError(t, () => validateBulk(bulkWith(sig({ data: { x: 1, y: [1, 2], z: nest(10) } })), NOW), 'INVALID_SIGNAL', `${p}: must not nest deeper than 10 levels`);
+  // a very deep value (deeper than the stack could stringify) is refused, not a crash
+  expectError(t, () => validateBulk(bulkWith(sig({ data: nest(100_000) })), NOW), 'INVALID_SIGNAL', `${p}: must not nest deeper than 10 levels`);
+});
+
+t.test('validateBulk: data size in bytes of its JSON', async (t) => {
+  const p = 'signals[3].data';
+  const overhead = Buffer.byteLength(JSON.stringify({ a: '' })); // {"a":""} = 8
+  const exact = { a: 'x'.repeat(MAX_DATA_BYTES - overhead) };
+  t.equal(Buffer.byteLength(JSON.stringify(exact)), 16_384);
+  t.equal(validateBulk(bulkWith(sig({ data: exact })), NOW), 5, 'exactly 16,384 bytes accepted');
+  const over = { a: 'x'.repeat(MAX_DATA_BYTES - overhead + 1) };
+  expectError(t, () => validateBulk(bulkWith(sig({ data: over })), NOW), 'INVALID_SIGNAL', `${p}: must be at most 16384 bytes as JSON, got 16385`);
+  // bytes, not characters: 'é' is 2 bytes in UTF-8
+  const accents = { a: 'é'.repeat((MAX_DATA_BYTES - overhead) / 2) };
+  t.equal(validateBulk(bulkWith(sig({ data: accents })), NOW), 5, '8,188 × "é" = 16,384 bytes accepted');
+  const accentsOver = { a: 'é'.repeat((MAX_DATA_BYTES - overhead) / 2 + 1) };
+  t.ok(JSON.stringify(accentsOver).length < MAX_DATA_BYTES, 'fewer characters than the limit…');
+  expectError(t, () => validateBulk(bulkWith(sig({ data: accentsOver })), NOW), 'INVALID_SIGNAL', `${p}: must be at most 16384 bytes as JSON, got 16386`, '…but more bytes: refused');
+  // escapes count as written: a control character is 6 bytes (\u0001)
+  const ctrl = { a: '\u0001'.repeat(Math.floor((MAX_DATA_BYTES - overhead) / 6) + 1) };
+  expectError(t, () => validateBulk(bulkWith(sig({ data: ctrl })), NOW), 'INVALID_SIGNAL', /^signals\[3\]\.data: must be at most 16384 bytes as JSON, got \d+$/);
+});
+
+t.test('the first bad signal is reported; field order within a signal', async (t) => {
+  const body = { signals: [sig(), sig({ eventName: '' }), sig(), sig({ customerId: 1 })] };
+  expectError(t, () => validateBulk(body, NOW), 'INVALID_SIGNAL', 'signals[1].eventName: must not be empty');
+  // eventName before customerId before unitId before idempotencyKey before timestamp before data
+  const allBad = { eventName: '', customerId: '', unitId: '', idempotencyKey: '', timestamp: 'x', data: [] };
+  const order = ['eventName', 'customerId', 'unitId', 'idempotencyKey', 'timestamp', 'data'];
+  const s: Record<string, unknown> = { ...allBad };
+  for (const f of order) {
+    expectError(t, () => validateBulk(bulkWith(s), NOW), 'INVALID_SIGNAL', new RegExp(`^signals\\[3\\]\\.${f}: `), `then ${f}`);
+    s[f] = f === 'data' ? null : f === 'timestamp' ? null : 'ok';
+  }
+  t.equal(validateBulk(bulkWith(s), NOW), 5);
+});
+
+t.test('validateV1: paths, codes and shapes', async (t) => {
+  expectError(t, () => validateV1(null, NOW), 'INVALID_BODY', 'body must be a signal object or an array of signals, got null');
+  expectError(t, () => validateV1('x', NOW), 'INVALID_BODY', /got string$/);
+  expectError(t, () => validateV1(3, NOW), 'INVALID_BODY', /got number$/);
+  expectError(t, () => validateV1([], NOW), 'BATCH_EMPTY', 'signals: at least one signal is required');
+  expectError(t, () => validateV1(Array.from({ length: 501 }, () => sig()), NOW), 'BATCH_TOO_LARGE', 'signals: at most 500 signals per request, got 501');
+  expectError(t, () => validateV1(without('eventName'), NOW), 'INVALID_SIGNAL', 'signal.eventName: is required');
+  expectError(t, () => validateV1(sig({ data: 'x' }), NOW), 'INVALID_SIGNAL', 'signal.data: must be a JSON object, got string');
+  expectError(t, () => validateV1(sig({ signals: [] }), NOW), 'INVALID_SIGNAL', 'signal.signals: unknown field', 'a v2 body sent to v1');
+  expectError(t, () => validateV1([sig(), sig({ customerId: 'x'.repeat(256) })], NOW), 'INVALID_SIGNAL', '[1].customerId: must be at most 255 characters, got 256');
+  expectError(t, () => validateV1([sig(), null], NOW), 'INVALID_SIGNAL', '[1]: must be an object, got null');
+  expectError(t, () => validateV1([sig(), sig(), sig(), sig({ unitId: 5 })], NOW), 'INVALID_SIGNAL', '[3].unitId: must be a string, got number');
+});
+
+t.test('parseJson', async (t) => {
+  expectError(t, () => parseJson(Buffer.alloc(0)), 'INVALID_JSON', 'request body is empty; expected JSON');
+  expectError(t, () => parseJson(Buffer.from('{"signals": [')), 'INVALID_JSON', /^request body is not valid JSON: /);
+  expectError(t, () => parseJson(Buffer.from('nope')), 'INVALID_JSON', /^request body is not valid JSON: /);
+  expectError(t, () => parseJson(Buffer.from('   ')), 'INVALID_JSON', /^request body is not valid JSON: /, 'whitespace only');
+  expectError(t, () => parseJson(Buffer.from("{'a':1}")), 'INVALID_JSON', /^request body is not valid JSON: /, 'single quotes');
+  expectError(t, () => parseJson(Buffer.from('{"a":1}{"b":2}')), 'INVALID_JSON', /^request body is not valid JSON: /, 'two documents');
+  t.same(parseJson(Buffer.from('{"signals":[]}')), { signals: [] });
+  t.same(parseJson(Buffer.from(' [1, 2] \n')), [1, 2]);
+  t.equal(parseJson(Buffer.from('null')), null);
+});
+
+t.test('property: one defect anywhere in a batch is reported with its index and field', async (t) => {
+  const defects: [string, unknown, RegExp][] = [
+    ['eventName', '', /must not be empty/],
+    ['eventName', 42, /must be a string, got number/],
+    ['customerId', 'y'.repeat(256), /at most 255 characters/],
+    ['unitId', [], /must be a string, got array/],
+    ['idempotencyKey', '', /must not be empty/],
+    ['timestamp', '2025-02-29T00:00:00Z', /RFC 3339/],
+    ['timestamp', '1999-01-01T00:00:00Z', /before 2000/],
+    ['data', [], /must be a JSON object, got array/],
+    ['data', nest(11), /deeper than 10 levels/],
+    ['nope', 1, /unknown field/],
+  ];
+  await fc.assert(
+    fc.property(fc.integer({ min: 1, max: 500 }), fc.nat(), fc.constantFrom(...defects), (n, k0, [field, value, re]) => {
+      const k = k0 % n;
+      const signals = Array.from({ length: n }, (_, i) => sig({ idempotencyKey: `k${i}` }));
+      signals[k] = { ...signals[k], [field]: value };
+      const e = apiError(() => validateBulk({ signals }, NOW));
+      return e.code === 'INVALID_SIGNAL' && e.details.startsWith(`signals[${k}].${field}: `) && re.test(e.details);
+    }),
+    { numRuns: 200 },
+  );
+  t.pass('every defect reported at its index');
+});
+
+t.test('validateSignal with a custom path', async (t) => {
+  expectError(t, () => validateSignal({}, 'x', NOW), 'INVALID_SIGNAL', 'x.eventName: is required');
+  t.doesNotThrow(() => validateSignal(sig(), 'x', NOW));
+});
