@@ -12,9 +12,13 @@
  * dir in this process's main thread, the same table, the same rows (made by the pipeline's
  * own worker function) inserted in 10,000-row JSONEachRow chunks, one insert at a time.
  *
+ * Optional (--backlog N): the pipeline alone. A ROLE=ingress process fills the stream with N
+ * batches and stops; a ROLE=pipeline process then drains it. In ROLE=all the ingress and the
+ * pipeline share one event loop and two cores, so phase 1 may be bounded by the ingress.
+ *
  * Target (issue): the pipeline keeps up with at least the raw engine rate (ratio ≥ 1.0).
  *
- *   node dist/bench/pipeline.js [--duration S (default 60)] [--batches-in-flight N (default 4)]
+ *   node dist/bench/pipeline.js [--duration S (default 60)] [--batches-in-flight N (default 4)] [--backlog N]
  */
 import { mkdtempSync, rmSync, statfsSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -53,12 +57,14 @@ const args = new Args('node dist/bench/pipeline.js [options]', {
   'raw-seconds': { help: 'seconds of raw chdb inserts (default 15)' },
   'drain-timeout': { help: 'seconds to wait for the stored count to reach the accepted total (default max(120, 2×duration))' },
   'skip-raw': { help: 'do not measure the raw embedded-engine insert rate', flag: true },
+  backlog: { help: 'also measure the pipeline alone: fill the stream with N batches (ROLE=ingress), then drain it (ROLE=pipeline); default 0 = off' },
 });
 const duration = args.num('duration', 60, 1, 24 * 3600);
 const inFlight = args.num('batches-in-flight', 4, 1, 1000);
 const rawSeconds = args.num('raw-seconds', 15, 1, 3600);
 const drainTimeout = args.num('drain-timeout', Math.max(120, 2 * duration), 1, 24 * 3600);
 const steadySkip = Math.min(10, Math.floor(duration / 5));
+const backlogBatches = args.num('backlog', 0, 0, 1_000_000);
 
 // ---------------------------------------------------------------- producer
 
@@ -71,10 +77,15 @@ interface ProducerState {
   latency: LatencyHistogram;
 }
 
-async function produce(svcUrl: string, key: string, template: BatchTemplate, runTag: string, endAt: number, st: ProducerState): Promise<void> {
+function newProducerState(): ProducerState {
+  return { requests: 0, acceptedSignals: 0, acceptedBatches: 0, statuses: new Map(), errorSamples: [], latency: new LatencyHistogram() };
+}
+
+/** Keeps `inFlight` POSTs going while `more(batchNumber)` says so. */
+async function produce(svcUrl: string, key: string, template: BatchTemplate, runTag: string, more: (n: number) => boolean, st: ProducerState): Promise<void> {
   let next = 0;
   const one = async (): Promise<void> => {
-    while (performance.now() < endAt) {
+    while (more(next)) {
       const n = next++;
       const body = template.render((i) => `${runTag}-${n}-${i}`);
       const t0 = performance.now();
@@ -217,6 +228,121 @@ async function rawEngine(template: BatchTemplate, runTag: string): Promise<RawRe
   }
 }
 
+// ---------------------------------------------------------------- pipeline alone (optional)
+
+interface BacklogResult {
+  batches: number;
+  signals: number;
+  fillSeconds: number;
+  fillStatuses: Record<string, number>;
+  /** Seconds from the ROLE=pipeline process's readiness to the last signal stored. */
+  drainSeconds: number | null;
+  /** Accepted total / drainSeconds. */
+  drainPerSec: number | null;
+  /** Stored rate between the first and the last full sample of the drain. */
+  steadyPerSec: number | null;
+  finalStored: number;
+  match: boolean;
+  startupMs: number;
+  cpuPercent: Record<string, number | null>;
+}
+
+/**
+ * The pipeline's own capacity, without the ingress on the same cores: a ROLE=ingress process
+ * fills the stream with `batches` batches and stops; then a ROLE=pipeline process drains it.
+ */
+async function backlogPhase(template: BatchTemplate, runTag: string, batches: number, bodyBytes: number, problems: string[]): Promise<BacklogResult> {
+  const iso = isolation();
+  let svc: Service | null = null;
+  onInterrupt(async () => {
+    await svc?.child.stop(5_000);
+    await cleanup(iso);
+  });
+  const env = { STREAM_MAX_BYTES: String(Math.max(2 * 1024 ** 3, Math.ceil(batches * (bodyBytes + 512) * 1.2))) };
+  try {
+    svc = await startService({ role: 'ingress', operatorToken: OPERATOR_TOKEN, iso, env });
+    const org = await createUnlimitedOrg(svc.url, OPERATOR_TOKEN);
+    const st = newProducerState();
+    const f0 = performance.now();
+    process.stdout.write(`[backlog] ROLE=ingress fills the stream with ${fmt(batches)} batches… `);
+    await produce(svc.url, org.liveKey, template, `${runTag}b`, (n) => n < batches, st);
+    const fillSeconds = round((performance.now() - f0) / 1000, 1);
+    console.log(`${fmt(st.acceptedSignals)} signals accepted in ${fillSeconds} s`);
+    const ingressExit = await svc.child.stop();
+    if (ingressExit.code !== 0) problems.push(`backlog: ROLE=ingress exited with ${ingressExit.code ?? ingressExit.signal} on SIGTERM`);
+    if (st.acceptedBatches !== st.requests) problems.push(`backlog fill: ${st.requests - st.acceptedBatches} non-202 answers ${JSON.stringify(Object.fromEntries(st.statuses))}`);
+    svc = null;
+
+    const s0 = performance.now();
+    svc = await startService({ role: 'pipeline', operatorToken: OPERATOR_TOKEN, iso, env });
+    const readyAt = performance.now();
+    const startupMs = Math.round(readyAt - s0);
+    console.log(`[backlog] ROLE=pipeline ready in ${startupMs} ms; draining ${fmt(st.acceptedSignals)} signals\n`);
+    console.log(`${pad('t s', 5)}${pad('stored/s', 11)}${pad('stored', 13)}${pad('remaining', 12)}${pad('svc cpu%', 10)}${pad('other%', 8)}`);
+    const svcPid = svc.child.pid;
+    const others = pidsByName(['nats-server', 'redis-server']);
+    const whole = new CpuMeter({ service: svcPid, ...others });
+    let tick = new CpuMeter({ service: svcPid, ...others });
+    const samples: { t: number; stored: number }[] = [];
+    let drainSeconds: number | null = null;
+    let lastChangeAt = performance.now();
+    for (let i = 1; ; i++) {
+      await sleep(Math.max(0, readyAt + i * 1000 - performance.now()));
+      const stored = await storedCount(svc.url, org.id);
+      const t = (performance.now() - readyAt) / 1000;
+      const cpu = tick.read();
+      tick = new CpuMeter({ service: svcPid, ...others });
+      const prev = samples.at(-1) ?? { t: 0, stored: 0 };
+      samples.push({ t, stored });
+      if (stored !== prev.stored) lastChangeAt = performance.now();
+      console.log(`${pad(Math.round(t), 5)}${pad(fmt((stored - prev.stored) / (t - prev.t)), 11)}${pad(fmt(stored), 13)}${pad(fmt(st.acceptedSignals - stored), 12)}${pad(cpu.service ?? '?', 10)}${pad(cpu.other ?? '?', 8)}`);
+      if (stored >= st.acceptedSignals) {
+        drainSeconds = round(t, 2);
+        break;
+      }
+      if (performance.now() - lastChangeAt > 60_000) {
+        problems.push(`backlog: PIPELINE STUCK at ${stored} of ${st.acceptedSignals} for 60 s`);
+        break;
+      }
+      if (t > drainTimeout) {
+        problems.push(`backlog: not drained within ${drainTimeout} s`);
+        break;
+      }
+    }
+    const cpuPercent = whole.read();
+    if ((cpuPercent.other ?? 0) > OTHER_CPU_LIMIT) problems.push(`backlog drain: other processes used ${cpuPercent.other}% of a core (machine not idle; figures perturbed)`);
+    await sleep(2_000);
+    const finalStored = await storedCount(svc.url, org.id);
+    const match = finalStored === st.acceptedSignals;
+    if (!match) problems.push(`backlog MISMATCH: ${fmt(finalStored)} rows stored, ${fmt(st.acceptedSignals)} accepted`);
+    const logged = svc.problems();
+    if (logged.length > 0) problems.push(`backlog: service logged ${logged.length} warn/error line(s); first: ${logged[0]!.slice(0, 400)}`);
+    // Steady: from the first sample to the last one before the final (partial) second.
+    const first = samples[0];
+    const last = samples.length >= 3 ? samples[samples.length - 2] : undefined;
+    const steadyPerSec = first && last && last.t > first.t ? round((last.stored - first.stored) / (last.t - first.t), 0) : null;
+    return {
+      batches: st.acceptedBatches,
+      signals: st.acceptedSignals,
+      fillSeconds,
+      fillStatuses: Object.fromEntries(st.statuses),
+      drainSeconds,
+      drainPerSec: drainSeconds ? round(st.acceptedSignals / drainSeconds, 0) : null,
+      steadyPerSec,
+      finalStored,
+      match,
+      startupMs,
+      cpuPercent,
+    };
+  } finally {
+    if (svc) {
+      const exit = await svc.child.stop();
+      if (exit.code !== 0) problems.push(`backlog: service exited with ${exit.code ?? exit.signal} on SIGTERM`);
+    }
+    await cleanup(iso);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 function streamMaxBytes(bodyBytes: number): number {
@@ -244,6 +370,7 @@ async function main(): Promise<void> {
     service: 'child process, ROLE=all, default pipeline settings, LOG_LEVEL=warn',
     raw: args.flag('skip-raw') ? 'skipped' : `chdb Session in this process after the service phase, ${fmt(FLUSH_ROWS)}-row JSONEachRow inserts, one at a time, ${rawSeconds} s`,
     steady: `stored rate measured from t=${steadySkip} s to the end of the producer`,
+    backlog: backlogBatches > 0 ? `${fmt(backlogBatches)} batches filled by ROLE=ingress, then drained by ROLE=pipeline alone` : 'off (--backlog N)',
   });
 
   const problems: string[] = [];
@@ -255,7 +382,7 @@ async function main(): Promise<void> {
     await cleanup(iso);
   });
 
-  const st: ProducerState = { requests: 0, acceptedSignals: 0, acceptedBatches: 0, statuses: new Map(), errorSamples: [], latency: new LatencyHistogram() };
+  const st = newProducerState();
   const samples: Sample[] = [];
   let service: Record<string, unknown> = {};
   let finalStored = -1;
@@ -281,7 +408,7 @@ async function main(): Promise<void> {
     console.log(`${pad('t s', 5)}${pad('accepted/s', 12)}${pad('stored/s', 11)}${pad('stored', 13)}${pad('lag', 11)}${pad('pending', 9)}${pad('unacked', 9)}${pad('svc cpu%', 10)}${pad('other%', 8)}${pad('stats ms', 10)}`);
     const startAt = performance.now();
     const endAt = startAt + duration * 1000;
-    const producing = produce(svcUrl, org.liveKey, template, runTag, endAt, st).then(() => {
+    const producing = produce(svcUrl, org.liveKey, template, runTag, () => performance.now() < endAt, st).then(() => {
       producerSeconds = (performance.now() - startAt) / 1000;
     });
     let producerDone = false;
@@ -388,6 +515,17 @@ async function main(): Promise<void> {
   console.log(`  cpu %          ${Object.entries((service.cpuPercentWholeRun as Record<string, number | null> | undefined) ?? {}).map(([k, v]) => `${k} ${v ?? '?'}`).join('   ')}   (100 = one core; other = processes not named here)`);
   console.log(`  exact count    ${match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(finalStored)}, accepted ${fmt(st.acceptedSignals)}${drained ? '' : ' (not drained)'}`);
 
+  // ---- pipeline alone (optional)
+  let backlog: BacklogResult | null = null;
+  if (backlogBatches > 0) {
+    console.log('');
+    backlog = await backlogPhase(template, runTag, backlogBatches, sampleBody.length, problems);
+    console.log('\n--- pipeline alone (ROLE=pipeline draining a backlog)');
+    console.log(`  drained        ${fmt(backlog.signals)} signals in ${backlog.drainSeconds ?? '?'} s after readiness → ${backlog.drainPerSec !== null ? fmt(backlog.drainPerSec) : '?'} signals/s (steady ${backlog.steadyPerSec !== null ? fmt(backlog.steadyPerSec) : '?'}/s)`);
+    console.log(`  cpu %          ${Object.entries(backlog.cpuPercent).map(([k, v]) => `${k} ${v ?? '?'}`).join('   ')}`);
+    console.log(`  exact count    ${backlog.match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(backlog.finalStored)}, accepted ${fmt(backlog.signals)}`);
+  }
+
   // ---- raw engine phase
   let raw: RawResult | null = null;
   if (!args.flag('skip-raw')) {
@@ -410,14 +548,16 @@ async function main(): Promise<void> {
   console.log(`final lag               ${lagAtProducerEnd !== null ? fmt(lagAtProducerEnd) : '?'} signals at producer stop; drain ${drainSeconds ?? '—'} s`);
   console.log(`exact count             ${match ? 'MATCH' : 'MISMATCH'} (${fmt(finalStored)} / ${fmt(st.acceptedSignals)})`);
   if (raw) console.log(`raw chdb insert         ${fmt(raw.rowsPerSec)} rows/s`);
-  if (ratio !== null) console.log(`ratio pipeline/raw      ${ratio}   target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}`);
+  if (ratio !== null) console.log(`ratio pipeline/raw      ${ratio}   target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}   (ROLE=all, stored steady / raw)`);
+  const backlogRatio = raw && backlog?.drainPerSec ? round(backlog.drainPerSec / raw.rowsPerSec, 3) : null;
+  if (backlog) console.log(`pipeline alone          ${backlog.drainPerSec !== null ? fmt(backlog.drainPerSec) : '?'} signals/s draining a backlog${backlogRatio !== null ? `; ratio to raw ${backlogRatio}` : ''}`);
   printProblems(problems);
 
   appendHistory({
     bench: 'pipeline',
     at: new Date().toISOString(),
     host,
-    params: { duration, batchesInFlight: inFlight, rawSeconds, steadySkip, signalsPerBatch: SIGNALS_PER_BATCH, keyedPerBatch: template.keyedCount, bodyBytes: sampleBody.length, flushRows: FLUSH_ROWS },
+    params: { duration, batchesInFlight: inFlight, rawSeconds, backlogBatches, steadySkip, signalsPerBatch: SIGNALS_PER_BATCH, keyedPerBatch: template.keyedCount, bodyBytes: sampleBody.length, flushRows: FLUSH_ROWS },
     producer: {
       seconds: round(producerSeconds, 2),
       requests: st.requests,
@@ -437,6 +577,8 @@ async function main(): Promise<void> {
     match,
     raw,
     ratio,
+    backlog,
+    backlogRatio,
     targetRatio: TARGET_RATIO,
     service,
     samples,

@@ -66,6 +66,10 @@ export class ServiceProcess {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     this.proc = proc;
+    // If the test process dies (a tap timeout, a crash), its services die with it.
+    const reap = (): void => void proc.kill('SIGKILL');
+    process.once('exit', reap);
+    proc.once('exit', () => process.removeListener('exit', reap));
     const port = await new Promise<number>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`service did not start:\n${this.output}`)), 60_000);
       const onData = (b: Buffer): void => {

@@ -5,9 +5,10 @@
  *
  * Only this file's main thread uses chdb (one chdb thread per process).
  *
- * Known poison values (bugs in src/, reported; see the `todo` tests at the end) are kept out
- * of the property test by `knownPoison()` so that it still guards everything else. Run with
- * UNIT_STRICT=1 to let the property test hit them too.
+ * The property test inserts every generated batch that validation accepts (with the lone
+ * surrogate check on, as the ingress runs it for bodies with a \ud escape). The one exception
+ * is the remaining bug in src/ingress/validate.ts (an empty key holding an object at a document
+ * root, see validate.test.ts): those few inputs are skipped and counted; UNIT_STRICT=1 keeps them.
  */
 import t from 'tap';
 import fc from 'fast-check';
@@ -21,7 +22,9 @@ import rows, { dataJson, dedupeKey } from '../../workers/rows.js';
 import type { BatchMeta } from '../../src/pipeline/message.js';
 import { newBatchId } from '../../src/pipeline/message.js';
 import { SIGNAL_COLUMNS, schemaStatements, INSERT_SETTINGS } from '../../src/store/schema.js';
-import { parseRfc3339, validateSignal, validateBulk } from '../../src/ingress/validate.js';
+import { mayHaveSurrogates, parseJson, parseRfc3339, validateSignal, validateBulk } from '../../src/ingress/validate.js';
+import { ApiError } from '../../src/errors.js';
+import { firstDuplicatePath, rootEmptyKeyObject } from './data-paths.js';
 
 const STRICT = process.env.UNIT_STRICT === '1';
 const RECEIVED = Date.UTC(2026, 0, 31, 12, 0, 0, 123);
@@ -141,85 +144,72 @@ t.test('claim keys: null for keyless; per org and mode', async (t) => {
   t.equal(dedupeKey(meta(), 'k1'), a[0]);
 });
 
-t.test('dataJson: integers at or below -2^63 are written in exponent form', async (t) => {
-  const cases: Record<string, unknown>[] = [
-    { n: -9223372036854775809 },
-    { n: -9223372036854775808 },
-    { n: -1e19 },
-    { n: -99999999999999990000 },
-    { n: [1, -9223372036854775809, { deep: -1e20 }] },
-    { n: -1e21, m: -1e300 },
+/** Number literals outside strings in a JSON text. */
+const numberLiterals = (text: string): string[] => text.replace(/"(?:[^"\\]|\\.)*"/g, '""').match(/-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g) ?? [];
+/** An integer literal (no fraction, no exponent) outside Int64 ∪ UInt64's common safe range [-2^63, 2^63). */
+const bigIntegerLiteral = (lit: string): boolean => /^-?\d+$/.test(lit) && (BigInt(lit) >= 2n ** 63n || BigInt(lit) < -(2n ** 63n));
+
+t.test('dataJson: integers with |v| ≥ 2^63 are written in exponent form', async (t) => {
+  const cases: [Record<string, unknown>, string][] = [
+    [{ n: -9223372036854775809 }, '{"n":-9.223372036854776e+18}'],
+    [{ n: -9223372036854775808 }, '{"n":-9.223372036854776e+18}'],
+    [{ n: 9223372036854775807 }, '{"n":9.223372036854776e+18}'], // the double 2^63
+    [{ n: 2 ** 63 + 2048 }, '{"n":9.223372036854778e+18}'],
+    [{ n: 18446744073709552000 }, '{"n":1.8446744073709552e+19}'], // 2^64
+    [{ n: 18446744073709550000 }, '{"n":1.844674407370955e+19}'], // just below 2^64 (fits UInt64 but written as a double all the same)
+    [{ n: 1e19 }, '{"n":1e+19}'],
+    [{ n: -1e19 }, '{"n":-1e+19}'],
+    [{ n: 1e20 }, '{"n":1e+20}'],
+    [{ n: -99999999999999990000 }, '{"n":-9.999999999999998e+19}'], // the double JS prints as -99999999999999980000
+    [{ n: 9.999999999999999e20 }, '{"n":9.999999999999999e+20}'], // the largest double below 1e21
+    [{ n: [1, -9223372036854775809, { deep: 1e20 }] }, '{"n":[1,-9.223372036854776e+18,{"deep":1e+20}]}'],
+    [{ n: 1e21, m: -1e300, k: 1e20 }, '{"n":1e+21,"m":-1e+300,"k":1e+20}'], // ≥ 1e21 JSON.stringify already uses an exponent
+    [{ b: 1, 2: 2, 1: 1e20 }, '{"1":1e+20,"2":2,"b":1}'], // key order as JSON.stringify (integer-like keys first)
+    [{ a: [], o: {}, z: null, t: true, f: 1.5, s: 'x"\\\n\u2028😀', n: 1e20 }, `{"a":[],"o":{},"z":null,"t":true,"f":1.5,"s":${JSON.stringify('x"\\\n\u2028😀')},"n":1e+20}`],
   ];
-  for (const d of cases) {
+  for (const [d, want] of cases) {
     const text = dataJson(d);
-    t.notMatch(text, /-\d{19}/, `${text}: no 19+ digit negative integer literal`);
-    t.same(JSON.parse(text), d, `${text} parses back to the same JS value`);
+    t.equal(text, want, JSON.stringify(d));
+    t.same(numberLiterals(text).filter(bigIntegerLiteral), [], `${text}: no integer literal with |v| ≥ 2^63`);
+    t.ok(isDeepStrictEqual(JSON.parse(text), d), `${text} parses back to the same JS value`);
   }
-  // numbers above -2^63 and strings are left alone
+  // numbers within Int64, strings and keys are left alone
   t.equal(dataJson({ n: -9223372036854774784 }), '{"n":-9223372036854775000}', 'just above -2^63: unchanged (JS prints it with trailing zeros, still ≥ Int64 min)');
+  t.equal(dataJson({ n: 9223372036854774784 }), '{"n":9223372036854775000}', 'just below 2^63: unchanged (≤ Int64 max)');
+  t.equal(dataJson({ n: 1e18, m: -1e18 }), '{"n":1000000000000000000,"m":-1000000000000000000}', '19 digits within Int64: unchanged');
   t.equal(dataJson({ s: '-12345678901234567890' }), '{"s":"-12345678901234567890"}', 'a string of digits is not a number');
+  t.equal(dataJson({ '12345678901234567890': 1 }), '{"12345678901234567890":1}', 'a key of digits is not a number');
   t.equal(dataJson({ n: -9223372036854775809, s: '-12345678901234567890' }), '{"n":-9.223372036854776e+18,"s":"-12345678901234567890"}');
   t.equal(dataJson({ a: 1, b: 'x' }), '{"a":1,"b":"x"}', 'fast path: plain JSON.stringify');
+  // a user key "__exp__" is data like any other, whatever path dataJson takes
+  t.equal(dataJson({ n: -1e19, o: { __exp__: '42' } }), '{"n":-1e+19,"o":{"__exp__":"42"}}', '{"__exp__": "42"} is not rewritten');
+  t.equal(dataJson({ n: 1e20, o: { __exp__: 42 } }), '{"n":1e+20,"o":{"__exp__":42}}', '{"__exp__": 42} is not rewritten');
+  t.equal(dataJson({ __exp__: 'x', n: -1e19 }), '{"__exp__":"x","n":-1e+19}');
+  t.equal(dataJson({ __exp__: '1e+19' }), '{"__exp__":"1e+19"}');
   // the worker uses it for the data column
-  const r = rows({ body: encode([{ eventName: 'e', customerId: 'c', data: { n: -9223372036854775809 } }]), meta: meta() });
-  t.match(r.lines[0], /"data":\{"n":-9\.223372036854776e\+18\}\}$/);
+  const r = rows({ body: encode([{ eventName: 'e', customerId: 'c', data: { n: -9223372036854775809, m: 18446744073709552000 } }]), meta: meta() });
+  t.match(r.lines[0], /"data":\{"n":-9\.223372036854776e\+18,"m":1\.8446744073709552e\+19\}\}$/);
 });
 
-// ---------------------------------------------------------------------------------------------
-// Known poison: values that pass validation but make the engine refuse the insert (bugs).
-
-const LONE_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]/;
-const LONE_HIGH_SURROGATE = /[\ud800-\udbff](?![\udc00-\udfff])/;
-
-/** Why this signal is known to poison the insert (a reported bug), or null. */
-function knownPoison(s: Record<string, unknown>): string | null {
-  if (STRICT) return null;
-  let reason: string | null = null;
-  const strings: string[] = [];
-  const walk = (v: unknown): void => {
-    if (typeof v === 'string') strings.push(v);
-    else if (typeof v === 'number') {
-      if (Number.isInteger(v) && v >= 2 ** 64 && v < 1e21) reason ??= 'integer in [2^64, 1e21) in data';
-    } else if (Array.isArray(v)) v.forEach(walk);
-    else if (v && typeof v === 'object') {
-      for (const [k, x] of Object.entries(v)) {
-        strings.push(k);
-        walk(x);
-      }
-    }
-  };
-  walk(s.data);
-  // the JSON column refuses any lone surrogate; String columns refuse a lone high surrogate
-  if (strings.some((x) => LONE_SURROGATE.test(x))) reason ??= 'lone UTF-16 surrogate in data';
-  for (const f of ['eventName', 'customerId', 'unitId', 'idempotencyKey']) {
-    const v = s[f];
-    if (typeof v === 'string' && LONE_HIGH_SURROGATE.test(v)) reason ??= 'lone UTF-16 high surrogate in a string field';
-  }
-  const data = s.data;
-  if (data && typeof data === 'object') {
-    if (hasDuplicatePath(data as Record<string, unknown>)) reason ??= 'two keys name the same JSON path (dotted key)';
-    if (/-\d{19}/.test(JSON.stringify(data)) && JSON.stringify(data).includes('"__exp__":')) reason ??= '"__exp__" key with the dataJson slow path';
-  }
-  return reason;
+/** The remaining bug in src/ingress/validate.ts (reported): data it checks with the wrong paths and that really has a duplicate path. */
+function remainingBug(s: Record<string, unknown>): boolean {
+  if (STRICT) return false;
+  const d = s.data;
+  if (!d || typeof d !== 'object') return false;
+  const data = d as Record<string, unknown>;
+  return rootEmptyKeyObject(data) && firstDuplicatePath(data) !== null;
 }
 
-/** ClickHouse's JSON type splits keys on '.', so {"a.b":1,"a":{"b":2}} has the path a.b twice. */
-function hasDuplicatePath(obj: Record<string, unknown>): boolean {
-  const paths = new Set<string>();
-  let dup = false;
-  const visit = (v: unknown, prefix: string | null): void => {
-    if (v && typeof v === 'object' && !Array.isArray(v) && Object.keys(v).length > 0) {
-      for (const [k, x] of Object.entries(v)) visit(x, prefix === null ? k : `${prefix}.${k}`);
-      return;
-    }
-    if (prefix !== null) {
-      if (paths.has(prefix)) dup = true;
-      paths.add(prefix);
-    }
-    if (Array.isArray(v)) for (const x of v) if (x && typeof x === 'object' && !Array.isArray(x) && hasDuplicatePath(x as Record<string, unknown>)) dup = true;
-  };
-  visit(obj, null);
-  return dup;
+/** The outcome of the ingress's validation of one signal, as the ingress runs it on the raw body. */
+function ingressOutcome(s: Record<string, unknown>): string {
+  const raw = Buffer.from(JSON.stringify({ signals: [s] }));
+  try {
+    validateBulk(parseJson(raw), RECEIVED, mayHaveSurrogates(raw));
+    return 'accepted';
+  } catch (err) {
+    if (err instanceof ApiError) return `${err.code}: ${err.details}`;
+    throw err;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -274,35 +264,39 @@ const signal = fc
   })
   .filter((s) => {
     try {
-      validateSignal(s, 'signal', RECEIVED);
+      validateSignal(s, 'signal', RECEIVED, true);
       return true;
-    } catch {
-      return false;
+    } catch (err) {
+      if (err instanceof ApiError && err.code === 'INVALID_SIGNAL') return false;
+      throw err;
     }
   });
 
 t.test('property: JSON.parse(dataJson(d)) is d, for data that passes validation', async (t) => {
-  let skipped = 0;
+  let big = 0;
+  let plain = 0;
   await fc.assert(
     fc.property(signal, (s) => {
       if (!s.data) return true;
-      if (knownPoison(s)?.startsWith('"__exp__"')) {
-        skipped++;
-        return true;
-      }
       const d = s.data as Record<string, unknown>;
       const text = dataJson(d);
-      // outside strings, no integer literal below Int64's minimum (ClickHouse refuses those)
-      for (const lit of text.replace(/"(?:[^"\\]|\\.)*"/g, '""').match(/-?\d+(?:\.\d+)?(?:[eE][+-]?\d+)?/g) ?? []) {
-        if (/^-\d+$/.test(lit) && BigInt(lit) < -(2n ** 63n)) throw new Error(`integer literal ${lit} below Int64 min in ${text}`);
+      const reference = JSON.stringify(d);
+      // outside strings, no integer literal with |v| ≥ 2^63 (ClickHouse refuses those beyond
+      // UInt64 and reads the rest as integers; exponent form is read as the same Float64)
+      const lits = numberLiterals(reference);
+      if (numberLiterals(text).some(bigIntegerLiteral)) throw new Error(`integer literal with |v| ≥ 2^63 in ${text}`);
+      if (!isDeepStrictEqual(JSON.parse(text), JSON.parse(reference))) throw new Error(`dataJson changed the value: ${text}`);
+      if (lits.some(bigIntegerLiteral)) big++;
+      else {
+        plain++;
+        if (text !== reference) throw new Error(`no big integer, yet dataJson differs from JSON.stringify: ${text} vs ${reference}`);
       }
-      if (!isDeepStrictEqual(JSON.parse(text), JSON.parse(JSON.stringify(d)))) throw new Error(`dataJson changed the value: ${text}`);
       return true;
     }),
     { numRuns: 300 },
   );
-  t.comment(`${skipped} known-bug cases skipped`);
-  t.pass('dataJson round-trips');
+  t.comment(`${big} with integers beyond 64 bits, ${plain} without`);
+  t.ok(big > 10 && plain > 10, 'both kinds were exercised');
 });
 
 t.test('real engine: any batch accepted by validation inserts into chdb', async (t) => {
@@ -315,22 +309,23 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
   for (const sql of schemaStatements('ut')) await session.queryAsync(sql);
   t.same(INSERT_SETTINGS, { max_partitions_per_insert_block: '0' });
 
-  const skipped = new Map<string, number>();
+  let skipped = 0;
   let inserted = 0;
   let run = 0;
   await fc.assert(
     fc.asyncProperty(fc.array(signal, { minLength: 1, maxLength: 5 }), fc.constantFrom<'live' | 'test'>('live', 'test'), async (signals0, mode) => {
       const signals = signals0.filter((s) => {
-        const why = knownPoison(s);
-        if (why) skipped.set(why, (skipped.get(why) ?? 0) + 1);
-        return !why;
+        if (remainingBug(s)) skipped++;
+        return !remainingBug(s);
       });
       if (signals.length === 0) return;
       const body = { signals };
-      validateBulk(body, RECEIVED); // the batch as a whole is accepted
+      // the batch as a whole is accepted, as the ingress checks it: from the raw bytes
+      const raw = Buffer.from(JSON.stringify(body));
+      validateBulk(parseJson(raw), RECEIVED, mayHaveSurrogates(raw));
       // the body travels as the request's bytes
       const m = meta({ mode, batchId: `bat_${String(run++).padStart(9, '0')}ZZZZZZZZZZZZ` });
-      const r = rows({ body: new TextEncoder().encode(JSON.stringify(body)), meta: m });
+      const r = rows({ body: new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength), meta: m });
       try {
         await session.insert({ table: 'ut.signals', values: Buffer.from(`${r.lines.join('\n')}\n`), format: 'JSONEachRow', settings: { max_partitions_per_insert_block: 0 } });
       } catch (err) {
@@ -348,40 +343,102 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
       const gotN = got.map((g) => ({ signal_id: g.signal_id, ts: Number(g.ts), livemode: Boolean(g.livemode) }));
       if (JSON.stringify(gotN) !== JSON.stringify(want)) throw new Error(`stored ${JSON.stringify(gotN)} != ${JSON.stringify(want)}`);
     }),
-    { numRuns: 100 },
+    { numRuns: Number(process.env.UNIT_RUNS ?? 100) },
   );
   const total = Number(JSON.parse((await session.queryAsync('SELECT count() AS n FROM ut.signals FORMAT JSONEachRow')).text()).n);
   t.equal(total, inserted, `${inserted} rows inserted, all counted`);
   t.ok(inserted > 100, 'the runs inserted rows');
-  for (const [why, n] of skipped) t.comment(`skipped ${n} signals with known poison: ${why}`);
+  t.comment(`skipped ${skipped} signals that hit the remaining bug (root "" key)`);
 
-  // ---- Known bugs, each with the exact failing input. `todo`: they fail until src/ is fixed.
-  const insertOne = async (s: Record<string, unknown>): Promise<string> => {
-    validateBulk({ signals: [s] }, RECEIVED); // accepted by the ingress
-    const r = rows({ body: encode([s]), meta: meta({ batchId: `bat_bug${String(run++).padStart(6, '0')}ZZZZZZZZZZZZ` }) });
+  // ---- Shapes that used to poison the insert, now each inserted or refused by validation.
+  const insertOne = async (s: Record<string, unknown>): Promise<{ result: string; batchId: string }> => {
+    const batchId = `bat_one${String(run++).padStart(6, '0')}ZZZZZZZZZZZZ`;
+    const r = rows({ body: encode([s]), meta: meta({ batchId }) });
     try {
       await session.insert({ table: 'ut.signals', values: Buffer.from(`${r.lines.join('\n')}\n`), format: 'JSONEachRow', settings: { max_partitions_per_insert_block: 0 } });
-      return 'inserted';
+      return { result: 'inserted', batchId };
     } catch (err) {
-      return (err as Error).message.split('\n')[0]!.slice(0, 160);
+      return { result: (err as Error).message.split('\n')[0]!.slice(0, 200), batchId };
     }
   };
-  const bugs: [string, Record<string, unknown>][] = [
-    ['BUG 1: an integer ≥ 2^64 (below 1e21) in data', { eventName: 'e', customerId: 'c', data: { n: 18446744073709552000 } }],
-    ['BUG 1: 1e20 in data', { eventName: 'e', customerId: 'c', data: { n: 1e20 } }],
-    ['BUG 2: a dotted key naming the same path as a nested key', { eventName: 'e', customerId: 'c', data: { 'a.b': 1, a: { b: 2 } } }],
-    ['BUG 3: a lone surrogate in data (\\ud800)', { eventName: 'e', customerId: 'c', data: { s: '\ud800' } }],
-    ['BUG 3: a lone surrogate in a data key', { eventName: 'e', customerId: 'c', data: { '\udc00': 1 } }],
-    ['BUG 3: a lone surrogate in eventName', { eventName: '\ud800', customerId: 'c' }],
-    ['BUG 3: a lone high surrogate in customerId', { eventName: 'e', customerId: 'x\ud800' }],
-    ['BUG 3: a lone high surrogate in idempotencyKey', { eventName: 'e', customerId: 'c', idempotencyKey: '\udbff' }],
-    ['BUG 3: a lone low surrogate in data', { eventName: 'e', customerId: 'c', data: { a: ['\udc00'] } }],
-    ['BUG 4: an "__exp__" object next to a number ≤ -2^63', { eventName: 'e', customerId: 'c', data: { n: -1e19, o: { __exp__: 'x' } } }],
+  const readData = async (batchId: string): Promise<Record<string, unknown>> => {
+    const sql = `SELECT data FROM ut.signals WHERE batch_id = '${batchId}' FORMAT JSONEachRow SETTINGS output_format_json_quote_64bit_integers = 0`;
+    return (JSON.parse((await session.queryAsync(sql)).text()) as { data: Record<string, unknown> }).data;
+  };
+
+  // Integers beyond 64 bits insert (exponent form) and read back as the same double.
+  const bigNumbers: Record<string, unknown>[] = [
+    { n: 18446744073709552000 },
+    { n: 1e20 },
+    { n: -1e20 },
+    { n: -9223372036854775809 },
+    { n: 2 ** 63 },
+    { n: 99999999999999990000 },
+    { n: 9.999999999999999e20 },
+    { n: 1e20, o: { p: [{ q: -1e20 }] }, m: 9223372036854774784 },
+    { n: -1e19, o: { __exp__: 'x' } }, // a user key "__exp__" next to a big number
+    { n: 1e20, o: { __exp__: 42 } },
   ];
-  for (const [name, s] of bugs) {
-    const result = await insertOne(s);
-    t.equal(result, 'inserted', `${name}: ${JSON.stringify(s)}`, { todo: 'bug in src/ (reported)' });
+  for (const data of bigNumbers) {
+    const s = { eventName: 'e', customerId: 'c', data };
+    t.equal(ingressOutcome(s), 'accepted', `validation accepts ${JSON.stringify(data)}`);
+    const { result, batchId } = await insertOne(s);
+    t.equal(result, 'inserted', `inserted: ${JSON.stringify(data)}`);
+    if (result !== 'inserted') continue;
+    const back = await readData(batchId);
+    t.ok(isDeepStrictEqual(back, data), `read back as the same doubles: ${JSON.stringify(back)}`);
   }
-  // BUG 4 also silently changes data when the marker's value is a number
-  t.equal(dataJson({ n: -1e19, o: { __exp__: '42' } }), '{"n":-1e+19,"o":{"__exp__":"42"}}', 'BUG 4: dataJson must not rewrite a user object {"__exp__": "42"}', { todo: 'bug in workers/rows.ts (reported)' });
+  const typeOf = async (data: Record<string, unknown>, path: string): Promise<string> => {
+    const { batchId } = await insertOne({ eventName: 'e', customerId: 'c', data });
+    return String((JSON.parse((await session.queryAsync(`SELECT dynamicType(data.${path}) AS t FROM ut.signals WHERE batch_id = '${batchId}' FORMAT JSONEachRow`)).text()) as { t: string }).t);
+  };
+  t.equal(await typeOf({ n: 18446744073709552000 }, 'n'), 'Float64', '2^64 is stored as a Float64');
+  t.equal(await typeOf({ n: -1e20 }, 'n'), 'Float64', '-1e20 is stored as a Float64');
+  t.equal(await typeOf({ n: 9223372036854774784 }, 'n'), 'Int64', 'an integer within Int64 stays an integer');
+
+  // Data with two keys naming the same path: refused by validation, and rightly so (the
+  // engine refuses the insert).
+  const duplicates: [Record<string, unknown>, string][] = [
+    [{ 'a.b': 1, a: { b: 2 } }, 'a.b'],
+    [{ a: { 'b.c': 1 }, 'a.b': { c: 2 } }, 'a.b.c'],
+    [{ 'a.b': [], a: { b: [1] } }, 'a.b'],
+    [{ x: [{ 'a.b': 1, a: { b: 2 } }] }, 'a.b'],
+    [{ x: [[{ y: { 'a.': 1, a: { '': 2 } } }]] }, 'y.a.'],
+  ];
+  for (const [data, path] of duplicates) {
+    t.equal(
+      ingressOutcome({ eventName: 'e', customerId: 'c', data }),
+      `INVALID_SIGNAL: signals[0].data: two keys name the same path "${path}" (dots in keys separate path segments)`,
+      `validation refuses ${JSON.stringify(data)}`,
+    );
+    t.match((await insertOne({ eventName: 'e', customerId: 'c', data })).result, /Duplicate path found during parsing JSON object/, `the engine would refuse ${JSON.stringify(data)}`);
+  }
+
+  // Lone surrogates: refused by validation (the engine cannot parse them in data).
+  const lone: [Record<string, unknown>, string][] = [
+    [{ eventName: 'e', customerId: 'c', data: { s: '\ud800' } }, 'signals[0].data: contains a string that is not well-formed Unicode (lone surrogate)'],
+    [{ eventName: 'e', customerId: 'c', data: { a: ['\udc00'] } }, 'signals[0].data: contains a string that is not well-formed Unicode (lone surrogate)'],
+    [{ eventName: 'e', customerId: 'c', data: { '\udc00': 1 } }, 'signals[0].data: key "\\udc00" is not well-formed Unicode (lone surrogate)'],
+    [{ eventName: '\ud800', customerId: 'c' }, 'signals[0].eventName: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customerId: 'x\ud800' }, 'signals[0].customerId: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customerId: 'c', unitId: '\udfff' }, 'signals[0].unitId: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customerId: 'c', idempotencyKey: '\udbff' }, 'signals[0].idempotencyKey: must be well-formed Unicode (no lone surrogates)'],
+  ];
+  for (const [s, details] of lone) t.equal(ingressOutcome(s), `INVALID_SIGNAL: ${details}`, `validation refuses ${JSON.stringify(s)}`);
+  for (const [s] of lone.slice(0, 3)) t.match((await insertOne(s)).result, /Cannot parse JSON object/, `the engine would refuse ${JSON.stringify(s)}`);
+
+  // ---- Remaining bug (reported): an empty key holding an object at a document root.
+  const todo = 'bug in src/ingress/validate.ts dataProblem: the root prefix "" collides with an empty key (reported)';
+  for (const [data, path] of [[{ '.a': 1, '': { a: 2 } }, '.a'], [{ '': { '': 1 }, '.': 2 }, '.'], [{ k: [{ '': { a: 1 }, '.a': 2 }] }, '.a']] as const) {
+    t.match((await insertOne({ eventName: 'e', customerId: 'c', data })).result, /Duplicate path found during parsing JSON object/, `the engine refuses ${JSON.stringify(data)}`);
+    t.equal(
+      ingressOutcome({ eventName: 'e', customerId: 'c', data }),
+      `INVALID_SIGNAL: signals[0].data: two keys name the same path "${path}" (dots in keys separate path segments)`,
+      `validation should refuse ${JSON.stringify(data)}`,
+      { todo },
+    );
+  }
+  const distinct = { '': { a: 1 }, a: 2 };
+  t.equal((await insertOne({ eventName: 'e', customerId: 'c', data: distinct })).result, 'inserted', `the engine accepts ${JSON.stringify(distinct)}`);
+  t.equal(ingressOutcome({ eventName: 'e', customerId: 'c', data: distinct }), 'accepted', `validation should accept ${JSON.stringify(distinct)}`, { todo });
 });

@@ -1,18 +1,22 @@
 /**
  * Batch validation (src/ingress/validate.ts): RFC 3339 parsing, every error path of
- * validateBulk / validateV1 / parseJson, with the code and the `details` naming index and field.
+ * validateBulk / validateV1 / parseJson, with the code and the `details` naming index and field;
+ * `data` keys naming the same path (dots separate path segments, as in ClickHouse's JSON type);
+ * lone UTF-16 surrogates, and mayHaveSurrogates (the ingress's cheap pre-check on the raw body).
  */
 import t from 'tap';
 import fc from 'fast-check';
 import { ApiError, type ErrorCode } from '../../src/errors.js';
 import {
   MAX_DATA_BYTES,
+  mayHaveSurrogates,
   parseJson,
   parseRfc3339,
   validateBulk,
   validateSignal,
   validateV1,
 } from '../../src/ingress/validate.js';
+import { firstDuplicatePath, rootEmptyKeyObject } from './data-paths.js';
 
 const NOW = Date.UTC(2026, 0, 31, 12, 0, 0); // receivedAtMs used throughout
 
@@ -372,4 +376,208 @@ t.test('property: one defect anywhere in a batch is reported with its index and 
 t.test('validateSignal with a custom path', async (t) => {
   expectError(t, () => validateSignal({}, 'x', NOW), 'INVALID_SIGNAL', 'x.eventName: is required');
   t.doesNotThrow(() => validateSignal(sig(), 'x', NOW));
+});
+
+// ---------------------------------------------------------------------------------------------
+// Two keys naming the same path in `data`.
+
+const dup = (path: string): string => `two keys name the same path "${path}" (dots in keys separate path segments)`;
+
+t.test('validateBulk: data keys that name the same path are refused', async (t) => {
+  const p = 'signals[3].data';
+  const refused: [Record<string, unknown>, string, string][] = [
+    [{ 'a.b': 1, a: { b: 2 } }, 'a.b', 'dotted key, then the nested key'],
+    [{ a: { b: 2 }, 'a.b': 1 }, 'a.b', 'nested key, then the dotted key'],
+    [{ 'a.b.c': 1, a: { 'b.c': 2 } }, 'a.b.c', 'dots on both sides'],
+    [{ 'a.b': { c: 1 }, a: { 'b.c': 2 } }, 'a.b.c', 'a dotted key holding an object'],
+    [{ 'a.b': { c: 1 }, 'a.b.c': 2 }, 'a.b.c', 'two dotted keys'],
+    [{ x: { 'a.b': 1, a: { b: 2 } } }, 'x.a.b', 'below the top level'],
+    [{ 'a.b': null, a: { b: 1 } }, 'a.b', 'null counts as a leaf'],
+    [{ 'a.b': [], a: { b: [] } }, 'a.b', 'arrays count as leaves'],
+    [{ 'a.b': [1], a: { b: 'x' } }, 'a.b', 'an array and a string'],
+    [{ 'a.b': 1, a: { b: {}, c: 1 }, 'a.c': 2 }, 'a.c', 'an empty object is no leaf, the later pair is found'],
+    [{ 'a.': 1, a: { '': 2 } }, 'a.', 'an empty key is a segment'],
+    [{ 'a..b': 1, a: { '': { b: 2 } } }, 'a..b', 'an empty segment in the middle'],
+    [{ x: [{ 'a.b': 1, a: { b: 2 } }] }, 'a.b', 'inside an object in an array (its own document)'],
+    [{ x: [1, { ok: 1 }, { 'a.b': 1, a: { b: 2 } }] }, 'a.b', 'in a later array element'],
+    [{ x: [[{ 'a.b': 1, a: { b: 2 } }]] }, 'a.b', 'in an object in an array in an array'],
+    [{ y: { x: [{ q: [{ 'a.b': 1, a: { b: 2 } }] }] } }, 'a.b', 'in a document inside a document'],
+  ];
+  for (const [data, path, why] of refused) {
+    expectError(t, () => validateBulk(bulkWith(sig({ data })), NOW), 'INVALID_SIGNAL', `${p}: ${dup(path)}`, `${why}: ${JSON.stringify(data)}`);
+    // the same through JSON text, as the ingress sees it, and with the surrogate check on
+    expectError(t, () => validateBulk(parseJson(Buffer.from(JSON.stringify(bulkWith(sig({ data }))))), NOW, true), 'INVALID_SIGNAL', `${p}: ${dup(path)}`, `${why}: through JSON, strings=true`);
+  }
+  expectError(t, () => validateV1(sig({ data: { 'a.b': 1, a: { b: 2 } } }), NOW), 'INVALID_SIGNAL', `signal.data: ${dup('a.b')}`, 'v1 single signal');
+  expectError(t, () => validateV1([sig(), sig({ data: { 'a.b': 1, a: { b: 2 } } })], NOW), 'INVALID_SIGNAL', `[1].data: ${dup('a.b')}`, 'v1 array');
+  expectError(t, () => validateSignal(sig({ data: { 'a.b': 1, a: { b: 2 } } }), 'x', NOW, true), 'INVALID_SIGNAL', `x.data: ${dup('a.b')}`, 'validateSignal');
+});
+
+t.test('validateBulk: overlapping but distinct paths in data are accepted', async (t) => {
+  const accepted: [Record<string, unknown>, string][] = [
+    [{ a: 1, 'a.b': 2 }, 'a leaf and a path below it'],
+    [{ a: { b: 1 }, 'a.b.c': 2 }, 'a leaf and a dotted path below it'],
+    [{ 'a.b': {}, a: { b: {} } }, 'two empty objects at one path'],
+    [{ 'a.b': {}, a: { b: 1 } }, 'an empty object and a leaf'],
+    [{ a: {}, 'a.b': 1 }, 'an empty object above a leaf'],
+    [{ 'a.b': 1, a: { c: 2 } }, 'siblings'],
+    [{ 'a.b': 1, b: { a: 1 }, 'b.a.c': 3 }, 'b.a and b.a.c'],
+    [{ x: [{ 'a.b': 1 }, { a: { b: 2 } }] }, 'the same path in two array elements (separate documents)'],
+    [{ 'a.b': 1, x: [{ a: { b: 2 } }] }, 'the same path outside and inside an array element'],
+    [{ x: [{ a: 1 }, { a: { b: 1 } }] }, 'a leaf and an object in two array elements'],
+    [{ 'a.b': [{ 'a.b': 1 }], a: { c: [{ a: { b: 2 } }] } }, 'documents in arrays do not share paths'],
+    [{ '': 1, '.': 2 }, 'empty key and "." (paths "" and ".")'],
+    [{ 'x.': 1, x: { a: 1 } }, '"x." and "x.a"'],
+    [{ x: { '': { a: 1 } }, 'x.a': 2 }, '"x..a" and "x.a"'],
+    [{ 'a.b.c.d.e.f.g.h.i.j.k.l': 1 }, 'many dots in one key do not count as nesting'],
+  ];
+  for (const [data, why] of accepted) {
+    t.equal(validateBulk(bulkWith(sig({ data })), NOW, true), 5, `${why}: ${JSON.stringify(data)}`);
+  }
+});
+
+t.test('data path check: remaining bug with an empty key at a document root', async (t) => {
+  // At a document root, walkObj uses prefix '' for "no prefix", so the object under the key ""
+  // gets paths without the leading "." ({"": {"a": 1}} should be path ".a", not "a").
+  // Verified with chdb (rows.test.ts): the engine refuses the first three, accepts the last.
+  const todo = 'bug in src/ingress/validate.ts dataProblem: the root prefix "" collides with an empty key (reported)';
+  const outcome = (data: Record<string, unknown>): string => {
+    try {
+      validateBulk(bulkWith(sig({ data })), NOW, true);
+      return 'accepted';
+    } catch (err) {
+      return (err as ApiError).details;
+    }
+  };
+  t.equal(outcome({ '.a': 1, '': { a: 2 } }), `signals[3].data: ${dup('.a')}`, '".a" and "" → "a" name the path ".a"', { todo });
+  t.equal(outcome({ '': { '': 1 }, '.': 2 }), `signals[3].data: ${dup('.')}`, '"" → "" and "." name the path "."', { todo });
+  t.equal(outcome({ k: [{ '': { a: 1 }, '.a': 2 }] }), `signals[3].data: ${dup('.a')}`, 'the same in an array element document', { todo });
+  t.equal(outcome({ '': { a: 1 }, a: 2 }), 'accepted', '"" → "a" (path ".a") and "a" are distinct paths', { todo });
+  // below the root the empty key is handled right
+  t.equal(outcome({ x: { '': { a: 1 } }, 'x..a': 2 }), `signals[3].data: ${dup('x..a')}`, 'below the root: "x" → "" → "a" is "x..a"');
+  t.equal(outcome({ x: { '': { a: 1 } }, 'x.a': 2 }), 'accepted', 'below the root: "x..a" and "x.a" are distinct');
+});
+
+t.test('property: data is refused for a duplicate path exactly when two leaves share a path', async (t) => {
+  const key = fc.oneof(
+    { weight: 8, arbitrary: fc.constantFrom('a', 'b', 'a.b', 'b.a', 'a.b.c') },
+    { weight: 1, arbitrary: fc.constantFrom('', '.', 'a.', '.b', 'a..b', 'c') },
+  );
+  const leaf = fc.constantFrom(1, 'x', null, true, [], {});
+  const { value } = fc.letrec<{ value: unknown; obj: Record<string, unknown> }>((tie) => ({
+    value: fc.oneof({ depthSize: 'small', maxDepth: 5 }, leaf, tie('obj'), tie('obj'), fc.array(fc.oneof(leaf, tie('obj')), { maxLength: 3 })),
+    obj: fc.dictionary(key, tie('value'), { maxKeys: 5 }),
+  }));
+  const data = fc.dictionary(key, value, { minKeys: 1, maxKeys: 6 });
+  let dups = 0;
+  let clean = 0;
+  let skipped = 0;
+  await fc.assert(
+    fc.property(data, (d0) => {
+      // through JSON, as the ingress sees it (own keys, plain prototypes)
+      const d = JSON.parse(JSON.stringify(d0)) as Record<string, unknown>;
+      if (rootEmptyKeyObject(d)) {
+        skipped++; // the remaining bug (todo test above)
+        return true;
+      }
+      const want = firstDuplicatePath(d);
+      let got: string | null = null;
+      try {
+        validateSignal(sig({ data: d }), 'signal', NOW, true);
+      } catch (err) {
+        if (!(err instanceof ApiError)) throw err;
+        got = err.details;
+      }
+      if (want === null) {
+        clean++;
+        if (got !== null) throw new Error(`refused ${JSON.stringify(d)}: ${got}`);
+      } else {
+        dups++;
+        if (got !== `signal.data: ${dup(want)}`) throw new Error(`${JSON.stringify(d)}: want the duplicate "${want}", got ${String(got)}`);
+      }
+      return true;
+    }),
+    { numRuns: 2000 },
+  );
+  t.comment(`${dups} with a duplicate path, ${clean} without, ${skipped} skipped (remaining bug)`);
+  t.ok(dups > 200 && clean > 200, 'both outcomes were exercised');
+});
+
+// ---------------------------------------------------------------------------------------------
+// Lone surrogates.
+
+const LONE = ['\ud800', '\udbff', '\udc00', '\udfff', 'x\ud800', '\udc00x', 'a\ud83d', '\ude00b', '\ude00\ud83d'];
+
+t.test('string fields with a lone surrogate are refused (whatever the strings flag)', async (t) => {
+  for (const f of ['eventName', 'customerId', 'unitId', 'idempotencyKey']) {
+    for (const v of LONE) {
+      for (const strings of [false, true]) {
+        expectError(t, () => validateBulk(bulkWith(sig({ [f]: v })), NOW, strings), 'INVALID_SIGNAL', `signals[3].${f}: must be well-formed Unicode (no lone surrogates)`, `${f}=${JSON.stringify(v)}, strings=${strings}`);
+      }
+    }
+    t.equal(validateBulk(bulkWith(sig({ [f]: '😀\ud83d\ude00' })), NOW, true), 5, `${f}: surrogate pairs are fine`);
+    t.equal(validateBulk(bulkWith(sig({ [f]: '😀'.repeat(127) })), NOW, true), 5, `${f}: 254 UTF-16 units of pairs accepted`);
+  }
+  expectError(t, () => validateV1(sig({ eventName: '\ud800' }), NOW), 'INVALID_SIGNAL', 'signal.eventName: must be well-formed Unicode (no lone surrogates)', 'v1');
+  // length is checked before well-formedness
+  expectError(t, () => validateBulk(bulkWith(sig({ customerId: '\ud800'.repeat(256) })), NOW), 'INVALID_SIGNAL', 'signals[3].customerId: must be at most 255 characters, got 256');
+});
+
+t.test('data with a lone surrogate is refused when strings=true', async (t) => {
+  const p = 'signals[3].data';
+  const inValue = `${p}: contains a string that is not well-formed Unicode (lone surrogate)`;
+  for (const v of LONE) {
+    expectError(t, () => validateBulk(bulkWith(sig({ data: { s: v } })), NOW, true), 'INVALID_SIGNAL', inValue, `value ${JSON.stringify(v)}`);
+    expectError(t, () => validateBulk(bulkWith(sig({ data: { a: { b: [1, [v]] } } })), NOW, true), 'INVALID_SIGNAL', inValue, `deep in arrays ${JSON.stringify(v)}`);
+    expectError(t, () => validateBulk(bulkWith(sig({ data: { x: [{ y: v }] } })), NOW, true), 'INVALID_SIGNAL', inValue, `in an array element object ${JSON.stringify(v)}`);
+    expectError(t, () => validateBulk(bulkWith(sig({ data: { [v]: 1 } })), NOW, true), 'INVALID_SIGNAL', `${p}: key ${JSON.stringify(v)} is not well-formed Unicode (lone surrogate)`, `key ${JSON.stringify(v)}`);
+    expectError(t, () => validateBulk(bulkWith(sig({ data: { a: [{ b: { [v]: null } }] } })), NOW, true), 'INVALID_SIGNAL', `${p}: key ${JSON.stringify(v)} is not well-formed Unicode (lone surrogate)`, `nested key ${JSON.stringify(v)}`);
+  }
+  t.equal(JSON.stringify('\ud800'), '"\\ud800"', 'the key in the message is written as an escape');
+  expectError(t, () => validateV1([sig(), sig({ data: { s: '\udfff' } })], NOW, true), 'INVALID_SIGNAL', `[1].data: contains a string that is not well-formed Unicode (lone surrogate)`, 'v1');
+  expectError(t, () => validateSignal(sig({ data: { s: '\udfff' } }), 'x', NOW, true), 'INVALID_SIGNAL', `x.data: contains a string that is not well-formed Unicode (lone surrogate)`, 'validateSignal');
+  t.equal(validateBulk(bulkWith(sig({ data: { '😀': '😀', s: '\ud83d\ude00', a: ['\uffff', '\ufeff', '\u0000'] } })), NOW, true), 5, 'pairs and other odd but well-formed strings accepted');
+  // strings=false (the raw body had no \ud escape, so no lone surrogate can be in it) skips the check
+  t.equal(validateBulk(bulkWith(sig({ data: { s: '\ud800', '\udc00': 1 } })), NOW, false), 5, 'strings=false: the data check is skipped');
+  t.equal(validateBulk(bulkWith(sig({ data: { s: '\ud800' } })), NOW), 5, 'strings defaults to false');
+});
+
+t.test('mayHaveSurrogates: true whenever the raw body can hold a lone surrogate', async (t) => {
+  t.equal(mayHaveSurrogates(Buffer.from('{"signals":[{"eventName":"e","customerId":"c","data":{"s":"\\ud800"}}]}')), true, 'lowercase escape');
+  t.equal(mayHaveSurrogates(Buffer.from('{"s":"\\uDC00"}')), true, 'uppercase escape');
+  t.equal(mayHaveSurrogates(Buffer.from('{"s":"\\uDbFf"}')), true, 'mixed case');
+  t.equal(mayHaveSurrogates(Buffer.from('{"s":"\\ud83d\\ude00"}')), true, 'an escaped pair (checked, then accepted)');
+  t.equal(mayHaveSurrogates(Buffer.from('{"s":"😀 é \\u00e9 \\u2028 \\uFFFF"}')), false, 'raw UTF-8 and other escapes');
+  t.equal(mayHaveSurrogates(Buffer.from('{"s":"ud800 \\\\ d800"}')), false, 'no backslash-u-d');
+  // invalid UTF-8 (an encoded surrogate) decodes to U+FFFD, never to a lone surrogate
+  const raw = Buffer.concat([Buffer.from('{"signals":[{"eventName":"e","customerId":"c","data":{"s":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}}]}')]);
+  t.equal(mayHaveSurrogates(raw), false);
+  t.equal(validateBulk(parseJson(raw), NOW, false), 1, 'decoded with U+FFFD: nothing to refuse');
+
+  // property: the ingress's sequence (parse the raw body, validate with strings from the raw
+  // body) refuses every body with a lone surrogate anywhere in data, however it is escaped
+  const lone = fc.integer({ min: 0xd800, max: 0xdfff }).map((c) => String.fromCharCode(c));
+  const text = fc.tuple(fc.string({ maxLength: 4 }), lone, fc.string({ maxLength: 4 }), fc.boolean()).map(([a, l, b, pair]) => (pair ? `${a}\ud83d\ude00${b}` : `${a}${l}${b}`));
+  const upper = (json: string): string => json.replace(/\\ud([0-9a-f]{3})/g, (_m, h: string) => `\\uD${h.toUpperCase()}`);
+  let refused = 0;
+  await fc.assert(
+    fc.property(text, fc.boolean(), fc.boolean(), (s, asKey, up) => {
+      const body = { signals: [sig({ data: asKey ? { x: [{ [s]: 1 }] } : { x: { y: [s] } } })] };
+      let json = JSON.stringify(body);
+      if (up) json = upper(json);
+      const raw = Buffer.from(json);
+      const parsed = parseJson(raw);
+      let ok = true;
+      try {
+        validateBulk(parsed, NOW, mayHaveSurrogates(raw));
+      } catch (err) {
+        if (!(err instanceof ApiError) || err.code !== 'INVALID_SIGNAL') throw err;
+        ok = false;
+      }
+      if (!s.isWellFormed()) refused++;
+      return ok === s.isWellFormed();
+    }),
+    { numRuns: 500 },
+  );
+  t.ok(refused > 100, `lone surrogates were exercised (${refused})`);
 });
