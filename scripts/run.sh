@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Runs the whole service (all roles in one process, embedded ClickHouse under DATA_DIR).
+# Usage: ./scripts/run.sh            (settings from the environment; see README "Configuration")
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source ./scripts/setup.sh
+
+export DATA_DIR="${DATA_DIR:-$PWD/.data}"
+mkdir -p "$DATA_DIR"
+if [ -z "${OPERATOR_TOKEN:-}" ]; then
+  # A generated operator token, kept so it survives restarts.
+  if [ ! -s "$DATA_DIR/operator-token" ]; then
+    (umask 077; node -e 'console.log(require("crypto").randomBytes(24).toString("base64url"))' > "$DATA_DIR/operator-token")
+  fi
+  OPERATOR_TOKEN="$(cat "$DATA_DIR/operator-token")"
+  export OPERATOR_TOKEN
+  echo "run: OPERATOR_TOKEN not set; using the one in $DATA_DIR/operator-token"
+fi
+exec node dist/src/main.js "$@"

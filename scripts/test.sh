@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Runs the whole test suite against real Redis, NATS JetStream and the embedded ClickHouse
+# engine, starting Redis/NATS when they are not running. Ends with one line:
+#   N passed, N failed
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+source ./scripts/setup.sh
+
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+set +e
+npx tap "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# tap's closing line: "# { total: N, pass: N, fail: N, ... }"
+summary="$(grep -E '^# \{ total: ' "$log" | tail -n 1)"
+pass="$(sed -nE 's/.*pass: ([0-9]+).*/\1/p' <<<"$summary")"
+fail="$(sed -nE 's/.*fail: ([0-9]+).*/\1/p' <<<"$summary")"
+echo "${pass:-0} passed, ${fail:-0} failed"
+if [ -z "$summary" ] && [ "$status" -eq 0 ]; then status=1; fi
+exit "$status"
