@@ -63,6 +63,7 @@ export async function start(cfg: Config): Promise<Running> {
     deps.store = store;
     const s = store;
     deps.readiness.checks.clickhouse = () => s.ping();
+    await nats.ensureDeadLetterStream();
     await nats.ensurePipelineConsumer(cfg);
     pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
     await pipeline.start();

@@ -23,6 +23,8 @@ const NS_PER_MS = 1_000_000;
 export interface Names {
   signalStream: string;
   signalSubjectPrefix: string;
+  deadLetterStream: string;
+  deadLetterSubjectPrefix: string;
   pipelineConsumer: string;
   orgBucket: string;
   dedupeBucket: string;
@@ -32,6 +34,8 @@ export function names(prefix: string): Names {
   return {
     signalStream: `${prefix}_SIGNALS`,
     signalSubjectPrefix: `${prefix}.signals`,
+    deadLetterStream: `${prefix}_SIGNALS_DLQ`,
+    deadLetterSubjectPrefix: `${prefix}.dlq`,
     pipelineConsumer: 'pipeline',
     orgBucket: `${prefix}_orgs`,
     dedupeBucket: `${prefix}_dedupe`,
@@ -98,6 +102,26 @@ export class Nats {
     try {
       await this.jsm.streams.info(config.name);
       await this.jsm.streams.update(config.name, config);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await this.jsm.streams.add(config);
+    }
+  }
+
+  /**
+   * Batches the analytics engine refused for their content (never for an outage) are moved
+   * here with the reason, kept on disk for an operator, instead of blocking the pipeline.
+   */
+  async ensureDeadLetterStream(): Promise<void> {
+    const config = {
+      name: this.names.deadLetterStream,
+      subjects: [`${this.names.deadLetterSubjectPrefix}.>`],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      max_msg_size: this.maxPayload,
+    };
+    try {
+      await this.jsm.streams.info(config.name);
     } catch (err) {
       if (!isNotFound(err)) throw err;
       await this.jsm.streams.add(config);

@@ -20,6 +20,11 @@
  *     point means redelivery, and steps 3–4 make the redelivery write exactly what is
  *     missing. A failed insert naks the messages for a later retry.
  *
+ * Poison: when a flush fails, its messages are inserted one by one; one the engine refuses
+ * for its content (a ClickHouse parse/data error, see isDataError) goes to the dead-letter
+ * stream with the reason and is acked, so it cannot block everyone else's signals. Any
+ * other failure (the engine is down) naks for a later retry: nothing is dropped for an outage.
+ *
  * A message redelivered while this process still holds it (in the buffer or in a running
  * insert) is ignored: the held copy's ack settles it. Across processes, redelivery only
  * happens after PIPELINE_ACK_WAIT_MS without an ack, i.e. when the holder died.
@@ -30,7 +35,9 @@ import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import type { Nats } from '../nats/connection.js';
 import type { Store } from '../store/index.js';
+import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
+import { publishDurable } from '../nats/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
 import { log } from '../log.js';
@@ -43,12 +50,31 @@ export interface PipelineStats {
   messagesAcked: number;
   flushes: number;
   insertFailures: number;
+  deadLettered: number;
+}
+
+/**
+ * ClickHouse error codes that mean "this data cannot be inserted", as opposed to "the engine
+ * cannot insert right now": CANNOT_PARSE_TEXT 6, CANNOT_PARSE_ESCAPE_SEQUENCE 25,
+ * CANNOT_PARSE_QUOTED_STRING 26, CANNOT_PARSE_INPUT_ASSERTION_FAILED 27, CANNOT_PARSE_DATE 38,
+ * CANNOT_PARSE_DATETIME 41, TYPE_MISMATCH 53, CANNOT_PARSE_NUMBER 72, INCORRECT_DATA 117,
+ * TOO_LARGE_STRING_SIZE 131, ARGUMENT_OUT_OF_BOUND 69, CANNOT_CONVERT_TYPE 70.
+ */
+const DATA_ERROR_CODES = new Set([6, 25, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131]);
+
+export function isDataError(err: unknown): boolean {
+  const m = /Code: (\d+)\./.exec(err instanceof Error ? err.message : String(err));
+  return m !== null && DATA_ERROR_CODES.has(Number(m[1]));
 }
 
 interface Buffered {
   msgs: JsMsg[];
   lines: string[];
+  /** Rows of each message: lines[offsets[i] .. offsets[i+1]) belong to msgs[i]. */
+  offsets: number[];
 }
+
+const emptyBuffer = (): Buffered => ({ msgs: [], lines: [], offsets: [] });
 
 export function batchMeta(m: JsMsg): BatchMeta {
   const h = m.headers;
@@ -63,11 +89,11 @@ export function batchMeta(m: JsMsg): BatchMeta {
 }
 
 export class Pipeline {
-  readonly stats: PipelineStats = { rowsInserted: 0, duplicatesSkipped: 0, messagesAcked: 0, flushes: 0, insertFailures: 0 };
+  readonly stats: PipelineStats = { rowsInserted: 0, duplicatesSkipped: 0, messagesAcked: 0, flushes: 0, insertFailures: 0, deadLettered: 0 };
   private readonly pool: Piscina<RowsTask, RowsResult>;
   private readonly claims: IdempotencyClaims;
   private readonly held = new Set<number>();
-  private buffer: Buffered = { msgs: [], lines: [] };
+  private buffer: Buffered = emptyBuffer();
   private flushing: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
   private messages: ConsumerMessages | null = null;
@@ -113,7 +139,9 @@ export class Pipeline {
     this.held.add(m.seq);
     try {
       const meta = batchMeta(m);
-      const body = m.data.slice();
+      // A copy in its own ArrayBuffer, transferred to the worker. (Buffer#slice would be a view
+      // on the NATS client's read buffer, and transferring that would detach it.)
+      const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
       log.debug('rows built', { seq: m.seq, rows: r.ids.length });
       const keep = await this.claims.claim(r.claimKeys, r.ids);
@@ -122,6 +150,7 @@ export class Pipeline {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }
+      this.buffer.offsets.push(this.buffer.lines.length);
       for (let i = 0; i < r.lines.length; i++) {
         if (keep[i]) this.buffer.lines.push(r.lines[i]!);
         else this.stats.duplicatesSkipped++;
@@ -156,7 +185,7 @@ export class Pipeline {
     }
     const batch = this.buffer;
     if (batch.msgs.length === 0) return Promise.resolve();
-    this.buffer = { msgs: [], lines: [] };
+    this.buffer = emptyBuffer();
     // .finally runs as a microtask, so `flushing` is cleared only after it was assigned, even
     // when the batch has no rows and insertAndAck finishes without awaiting anything.
     this.flushing = this.insertAndAck(batch).finally(() => {
@@ -168,19 +197,68 @@ export class Pipeline {
 
   private async insertAndAck(batch: Buffered): Promise<void> {
     try {
-      if (batch.lines.length > 0) await this.store.insertSignals(Buffer.from(`${batch.lines.join('\n')}\n`));
+      await this.insert(batch.lines);
       for (const m of batch.msgs) m.ack();
-      log.debug('flushed', { rows: batch.lines.length, seqs: batch.msgs.map((m) => m.seq) });
-      this.stats.rowsInserted += batch.lines.length;
       this.stats.messagesAcked += batch.msgs.length;
       this.stats.flushes++;
+      log.debug('flushed', { rows: batch.lines.length, seqs: batch.msgs.map((m) => m.seq) });
     } catch (err) {
       this.stats.insertFailures++;
-      log.error('insert failed; batches will be redelivered', { err, messages: batch.msgs.length });
-      for (const m of batch.msgs) m.nak(2_000);
+      if (batch.msgs.length > 1 && isDataError(err)) await this.isolate(batch);
+      else await this.settleFailed(batch.msgs, err);
     } finally {
       for (const m of batch.msgs) this.held.delete(m.seq);
     }
+  }
+
+  private async insert(lines: string[]): Promise<void> {
+    if (lines.length === 0) return;
+    await this.store.insertSignals(Buffer.from(`${lines.join('\n')}\n`));
+    this.stats.rowsInserted += lines.length;
+  }
+
+  /** A flush the engine refused for its content: find the message(s) responsible. */
+  private async isolate(batch: Buffered): Promise<void> {
+    log.warn('insert refused for its content; inserting batch by batch', { messages: batch.msgs.length });
+    for (let i = 0; i < batch.msgs.length; i++) {
+      const m = batch.msgs[i]!;
+      const lines = batch.lines.slice(batch.offsets[i], batch.offsets[i + 1] ?? batch.lines.length);
+      try {
+        await this.insert(lines);
+        m.ack();
+        this.stats.messagesAcked++;
+      } catch (err) {
+        await this.settleFailed([m], err);
+      }
+    }
+  }
+
+  /** A lone message the engine refused for its data is dead-lettered; anything else is naked for a retry. */
+  private async settleFailed(msgs: JsMsg[], err: unknown): Promise<void> {
+    const only = msgs.length === 1 ? msgs[0] : undefined;
+    if (only && isDataError(err)) {
+      try {
+        await this.deadLetter(only, err);
+        return;
+      } catch (dlqErr) {
+        log.error('dead-letter publish failed; will retry', { err: dlqErr, seq: only.seq });
+      }
+    } else {
+      log.error('insert failed; batches will be redelivered', { err, messages: msgs.length });
+    }
+    for (const m of msgs) m.nak(2_000);
+  }
+
+  private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
+    const reason = (err instanceof Error ? err.message : String(err)).slice(0, 2_000);
+    const h = natsHeaders();
+    if (m.headers) for (const k of m.headers.keys()) if (!k.startsWith('Nats-')) h.set(k, m.headers.get(k));
+    h.set('Billing-Dead-Letter-Reason', reason.replace(/[\r\n]+/g, ' '));
+    h.set('Billing-Original-Seq', String(m.seq));
+    await publishDurable(this.nats.nc, `${this.nats.names.deadLetterSubjectPrefix}.${m.subject.split('.').pop()}`, m.data, h, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
+    m.ack();
+    this.stats.deadLettered++;
+    log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.names.deadLetterStream, reason });
   }
 
   /** Stops taking messages, finishes what is held, and stops the workers. */
