@@ -6,7 +6,6 @@
  */
 export const ERRORS = {
   UNAUTHORIZED: { status: 401, error: 'Unauthorized' },
-  FORBIDDEN: { status: 403, error: 'Forbidden' },
   NOT_FOUND: { status: 404, error: 'Not Found' },
   METHOD_NOT_ALLOWED: { status: 405, error: 'Method Not Allowed' },
   INVALID_JSON: { status: 400, error: 'Bad Request' },
@@ -17,7 +16,6 @@ export const ERRORS = {
   INVALID_LIMITS: { status: 400, error: 'Bad Request' },
   PAYLOAD_TOO_LARGE: { status: 413, error: 'Payload Too Large' },
   RATE_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
-  CONCURRENCY_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
   INTERNAL: { status: 500, error: 'Internal Server Error' },
   QUEUE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   RATE_LIMITER_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },

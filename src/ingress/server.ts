@@ -6,6 +6,7 @@
  * Unknown paths answer 404 JSON; a known path with another method answers 405 JSON.
  */
 import { ApiError } from '../errors.js';
+import { log } from '../log.js';
 import type { OrgRegistry } from '../orgs/registry.js';
 import type { SignalIngress } from './signals.js';
 import type { AdminApi } from '../admin/routes.js';
@@ -103,7 +104,14 @@ export function buildApp(deps: ServerDeps): uWS.TemplatedApp {
   }
   if (deps.store && operator) {
     const store = deps.store;
-    r.add('get', '/admin/v1/organizations/:id/stats', async (req) => ({ status: 200, body: { signals: await store.countSignals(req.params[0]!) } }), { before: operator });
+    r.add('get', '/admin/v1/organizations/:id/stats', async (req) => {
+      try {
+        return { status: 200, body: { signals: await store.countSignals(req.params[0]!) } };
+      } catch (err) {
+        log.error('store unavailable', { err });
+        throw new ApiError('STORE_UNAVAILABLE', 'the analytics store is unreachable, retry later');
+      }
+    }, { before: operator });
   }
   r.finish();
   return app;
