@@ -1,4 +1,4 @@
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, batch } from '../helpers/service.js';
@@ -12,7 +12,7 @@ t.teardown(async () => {
   await cleanup(iso);
 });
 
-const unauthorized = (t: Tap.Test, r: { status: number; body: any }, details: string): void => {
+const unauthorized = (t: Test, r: { status: number; body: any }, details: string): void => {
   t.equal(r.status, 401);
   t.same(r.body, { error: 'Unauthorized', code: 'UNAUTHORIZED', details });
 };

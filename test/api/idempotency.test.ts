@@ -86,3 +86,15 @@ t.test('many concurrent batches repeating the same keys → each key once', asyn
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 500, test: 0 });
 });
+
+t.test('deduplication survives a restart of the service (no dedupe state in Redis or in memory)', async (t) => {
+  const org = await createOrg(svc.url);
+  const body = { signals: [{ eventName: 'e', customerId: 'c', idempotencyKey: 'before-restart' }] };
+  t.equal((await sendBatch(svc.url, org.live, body)).status, 202);
+  await drained(iso);
+  await svc.stop();
+  await svc.start();
+  t.equal((await sendBatch(svc.url, org.live, body)).status, 202, 'the API key still works after the restart');
+  await drained(iso);
+  t.same(await counts(svc.url, org.id), { live: 1, test: 0 });
+});
