@@ -6,6 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { BatchMeta } from '../src/pipeline/message.js';
 import { signalIdPrefix } from '../src/pipeline/message.js';
+import { parseRfc3339 } from '../src/ingress/validate.js';
 
 export interface RowsTask {
   body: Uint8Array;
@@ -72,7 +73,7 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
   for (let i = 0; i < signals.length; i++) {
     const s = signals[i]!;
     const id = prefix + i;
-    const ts = s.timestamp ? Date.parse(s.timestamp.replace(' ', 'T').toUpperCase()) : meta.receivedAtMs;
+    const ts = s.timestamp ? parseRfc3339(s.timestamp)! : meta.receivedAtMs;
     const key = s.idempotencyKey ?? null;
     ids[i] = id;
     claimKeys[i] = key === null ? null : dedupeKey(meta, key);
