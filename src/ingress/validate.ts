@@ -31,6 +31,7 @@ const ALLOWED_FIELDS = new Set(['eventName', 'customerId', 'unitId', 'timestamp'
 const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
 
 const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+const GREGORIAN_CYCLE_MS = 146_097 * 86_400_000;
 const isLeap = (y: number): boolean => (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
 
 /**
@@ -52,8 +53,11 @@ export function parseRfc3339(s: string): number | null {
     offsetMin = (off[0] === '-' ? -1 : 1) * (oh * 60 + om);
   }
   const frac = m[7];
-  const ms = frac ? Math.floor(Number(`0${frac}`) * 1000 + 1e-6) : 0;
-  return Date.UTC(year, month - 1, day, hour, minute, second, ms) - offsetMin * 60_000;
+  // Milliseconds are the first three digits of the fraction (exact truncation, no float maths).
+  const ms = frac ? Number(`${frac.slice(1)}00`.slice(0, 3)) : 0;
+  // Date.UTC reads years 0-99 as 19xx: shift by one 400-year Gregorian cycle (same calendar).
+  const utc = year < 100 ? Date.UTC(year + 400, month - 1, day, hour, minute, second, ms) - GREGORIAN_CYCLE_MS : Date.UTC(year, month - 1, day, hour, minute, second, ms);
+  return utc - offsetMin * 60_000;
 }
 
 const bad = (path: string, problem: string): ApiError => new ApiError('INVALID_SIGNAL', `${path}: ${problem}`);
@@ -96,13 +100,14 @@ function dataProblem(root: Record<string, unknown>, strings: boolean): string | 
   let bound = 2;
   const walkDoc = (obj: Record<string, unknown>, level: number): string | null => {
     const leaves = new Set<string>();
-    const walkObj = (o: Record<string, unknown>, prefix: string, lvl: number): string | null => {
+    // `prefix` is null at the document root: an empty key is a path segment of its own.
+    const walkObj = (o: Record<string, unknown>, prefix: string | null, lvl: number): string | null => {
       if (lvl > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
       bound += 3;
       for (const k in o) {
         bound += 6 * k.length + 4;
         if (strings && !k.isWellFormed()) return `key ${JSON.stringify(k)} is not well-formed Unicode (lone surrogate)`;
-        const path = prefix === '' ? k : `${prefix}.${k}`;
+        const path = prefix === null ? k : `${prefix}.${k}`;
         const v = o[k];
         if (isPlainObject(v)) {
           const p = walkObj(v, path, lvl + 1);
@@ -116,7 +121,7 @@ function dataProblem(root: Record<string, unknown>, strings: boolean): string | 
       }
       return null;
     };
-    return walkObj(obj, '', level);
+    return walkObj(obj, null, level);
   };
   const walkValue = (v: unknown, lvl: number): string | null => {
     bound += typeof v === 'string' ? 6 * v.length + 3 : 25;
