@@ -9,6 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { TokenBuckets, retryAfterSeconds } from '../../src/ratelimit/bucket.js';
 import { parseLimits } from '../../src/admin/routes.js';
+import type { ApiError } from '../../src/errors.js';
 
 const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const redis = new Redis(REDIS_URL, { lazyConnect: false, maxRetriesPerRequest: 2 });
@@ -247,32 +248,53 @@ t.test('property: allowed tokens ≤ burst + rate × elapsed', async (t) => {
   t.ok(refusals > 0, `the runs exercised refusals (${refusals})`);
 });
 
-// Known bugs (reported): tiny refill rates that parseLimits accepts break the script's
-// integer conversions. `todo` until src/ is fixed.
-t.test('tiny refill rates accepted by the admin API', async (t) => {
-  const { tb, prefix } = buckets(t);
-
-  // BUG A: waitMicros above 2^63 overflows Redis's integer reply to a negative number, which
-  // bucket.ts reads as "cost > burst": RangeError (→ 503 RATE_LIMITER_UNAVAILABLE) instead of 429.
-  const a = parseLimits({ burst: 1_000_000_000, refillPerSecond: 0.00001 }) as { burst: number; refillPerSecond: number };
-  t.same(a, { burst: 1_000_000_000, refillPerSecond: 0.00001 }, 'accepted by parseLimits');
-  t.same(await tb.take('a', 'live', 600_000_000, a), { allowed: true, tokensLeft: 400_000_000 });
-  const refusal = await tb.take('a', 'live', 500_000_000, a).then(
-    (r) => (r.allowed ? 'allowed' : `refused, Retry-After ${r.retryAfterSeconds}`),
-    (e: unknown) => `threw ${(e as Error).name}: ${(e as Error).message}`,
-  );
-  t.match(refusal, /^refused, Retry-After \d+$/, `500M of a 1e9 burst with 400M left: ${refusal}`, { todo: 'bug: waitMicros overflows int64 in the Lua reply' });
-
-  // BUG B: PEXPIRE with ≥ 1e17 ms ("1e+17" once Lua formats it) errors *after* HSET: the call
-  // fails (503) but the tokens are gone, and the bucket stays broken.
-  const b = parseLimits({ burst: 500, refillPerSecond: 1e-12 }) as { burst: number; refillPerSecond: number };
-  t.same(b, { burst: 500, refillPerSecond: 1e-12 }, 'accepted by parseLimits');
-  const first = await tb.take('b', 'live', 500, b).then(
-    (r) => JSON.stringify(r),
-    (e: unknown) => `threw ${(e as Error).message.split(' script:')[0]}`,
-  );
-  t.equal(first, JSON.stringify({ allowed: true, tokensLeft: 0 }), `take 500 at 1e-12/s: ${first}`, { todo: 'bug: PEXPIRE overflow after HSET' });
-  if (first.startsWith('threw')) {
-    t.equal(await redis.hget(`${prefix}bucket:b:live`, 'tokens'), '0', 'the failed call still took the tokens (documents BUG B)');
+// The admin API's minimum refill rate (0.001/s) keeps the script's integer replies and PEXPIRE
+// argument in range even with the largest burst: waitMicros ≤ burst × 1e6 / rate = 1e18 < 2^63
+// and the TTL ≤ burst × 1000 / rate + 1000 = 1e15 + 1000 ms.
+t.test('tiny refill rates: refused by the admin API below 0.001/s, sane at the minimum', async (t) => {
+  for (const rate of [0.0009999, 0.0005, 0.00001, 1e-12, Number.MIN_VALUE]) {
+    const e = (() => {
+      try {
+        parseLimits({ burst: 1_000_000_000, refillPerSecond: rate });
+      } catch (err) {
+        return err as ApiError;
+      }
+      return null;
+    })();
+    t.equal(e?.code, 'INVALID_LIMITS', `refillPerSecond ${rate} refused`);
+    t.equal(e?.details, `refillPerSecond: must be a number between 0.001 and 1000000000, got ${JSON.stringify(rate)}`);
   }
+
+  const { tb, prefix } = buckets(t);
+  const limits = parseLimits({ burst: 1_000_000_000, refillPerSecond: 0.001 }) as { burst: number; refillPerSecond: number };
+  t.same(limits, { burst: 1_000_000_000, refillPerSecond: 0.001 }, 'the minimum rate with the largest burst is accepted');
+
+  // take 6e8, then 5e8 with 4e8 left: refused with the time 1e8 tokens take at 0.001/s
+  t.same(await tb.take('a', 'live', 600_000_000, limits), { allowed: true, tokensLeft: 400_000_000 }, 'take 6e8 of 1e9');
+  const pttl = await redis.pttl(`${prefix}bucket:a:live`);
+  t.ok(pttl > 6e14 - 60_000 && pttl <= 6e14 + 1000, `PEXPIRE set: PTTL ${pttl} ≈ 6e8 tokens / 0.001 per s = 6e14 ms`);
+  const refused = await tb.take('a', 'live', 500_000_000, limits);
+  t.equal(refused.allowed, false, 'take 5e8 with 4e8 left is refused (not a RangeError)');
+  if (!refused.allowed) {
+    t.equal(refused.tokensLeft, 400_000_000, '4e8 left');
+    t.ok(Number.isFinite(refused.retryAfterSeconds) && refused.retryAfterSeconds > 0, `Retry-After ${refused.retryAfterSeconds} is positive and finite`);
+    t.ok(Number.isInteger(refused.retryAfterSeconds), 'a whole number of seconds');
+    // 1e8 tokens at 0.001/s = 1e11 s (less the refill of the few ms since the first take)
+    t.ok(refused.retryAfterSeconds >= 1e11 - 100 && refused.retryAfterSeconds <= 1e11, `Retry-After ${refused.retryAfterSeconds} ≈ 1e11 s`);
+  }
+  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:a:live`, 'tokens'))), 400_000_000, 'the refusal took nothing');
+
+  // the extremes: drain the whole burst (largest TTL), then ask for all of it (largest wait)
+  t.same(await tb.take('b', 'live', 1_000_000_000, limits), { allowed: true, tokensLeft: 0 }, 'take the whole 1e9 burst');
+  const fullPttl = await redis.pttl(`${prefix}bucket:b:live`);
+  t.ok(fullPttl > 1e15 - 60_000 && fullPttl <= 1e15 + 1000, `PEXPIRE of the largest TTL set: PTTL ${fullPttl} ≈ 1e15 ms`);
+  const all = await tb.take('b', 'live', 1_000_000_000, limits);
+  t.equal(all.allowed, false, 'the whole burst again: refused');
+  if (!all.allowed) t.ok(all.retryAfterSeconds > 1e12 - 100 && all.retryAfterSeconds <= 1e12, `Retry-After ${all.retryAfterSeconds} ≈ 1e12 s`);
+  await t.rejects(tb.take('b', 'live', 1_000_000_001, limits), RangeError, 'cost > burst is still a RangeError');
+  // a refund on the drained bucket works and re-arms the TTL
+  await tb.refund('b', 'live', 1000, limits);
+  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:b:live`, 'tokens'))), 1000, 'refund of 1000 on an empty bucket');
+  t.same(await tb.take('b', 'live', 1000, limits), { allowed: true, tokensLeft: 0 });
+  t.ok((await redis.pttl(`${prefix}bucket:b:live`)) > 1e15 - 60_000, 'the TTL is set again after the take');
 });
