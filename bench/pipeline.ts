@@ -57,6 +57,7 @@ const args = new Args('node dist/bench/pipeline.js [options]', {
   'raw-seconds': { help: 'seconds of raw chdb inserts (default 15)' },
   'drain-timeout': { help: 'seconds to wait for the stored count to reach the accepted total (default max(120, 2×duration))' },
   'skip-raw': { help: 'do not measure the raw embedded-engine insert rate', flag: true },
+  'skip-service': { help: 'do not run the ROLE=all phase (e.g. to measure only the raw engine or the backlog)', flag: true },
   backlog: { help: 'also measure the pipeline alone: fill the stream with N batches (ROLE=ingress), then drain it (ROLE=pipeline); default 0 = off' },
 });
 const duration = args.num('duration', 60, 1, 24 * 3600);
@@ -288,7 +289,14 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
     let lastChangeAt = performance.now();
     for (let i = 1; ; i++) {
       await sleep(Math.max(0, readyAt + i * 1000 - performance.now()));
-      const stored = await storedCount(svc.url, org.id);
+      let stored: number;
+      try {
+        stored = await storedCount(svc.url, org.id);
+      } catch (err) {
+        if (!exitedEarly(svc)) throw err;
+        problems.push(reportCrash(svc, `drain t≈${i} s`));
+        break;
+      }
       const t = (performance.now() - readyAt) / 1000;
       const cpu = tick.read();
       tick = new CpuMeter({ service: svcPid, ...others });
@@ -311,8 +319,11 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
     }
     const cpuPercent = whole.read();
     if ((cpuPercent.other ?? 0) > OTHER_CPU_LIMIT) problems.push(`backlog drain: other processes used ${cpuPercent.other}% of a core (machine not idle; figures perturbed)`);
-    await sleep(2_000);
-    const finalStored = await storedCount(svc.url, org.id);
+    let finalStored = samples.at(-1)?.stored ?? 0;
+    if (!exitedEarly(svc)) {
+      await sleep(2_000);
+      finalStored = await storedCount(svc.url, org.id);
+    }
     const match = finalStored === st.acceptedSignals;
     if (!match) problems.push(`backlog MISMATCH: ${fmt(finalStored)} rows stored, ${fmt(st.acceptedSignals)} accepted`);
     const logged = svc.problems();
@@ -360,20 +371,43 @@ function streamMaxBytes(bodyBytes: number): number {
 
 const pad = (s: string | number, n: number): string => String(s).padStart(n);
 
-async function main(): Promise<void> {
-  const host = hostInfo();
-  const runTag = `p${Date.now().toString(36)}`;
-  const template = new BatchTemplate({ keyed: (i) => i % 2 === 0, baseTimeMs: Date.now() - 60_000 });
-  const sampleBody = template.render((i) => `${runTag}-0-${i}`);
-  printHeader('pipeline benchmark: signals/s from HTTP to ClickHouse (chdb), ROLE=all', host, {
-    producer: `${inFlight} batches in flight for ${duration} s; ${SIGNALS_PER_BATCH} signals/batch (${template.keyedCount} with a unique idempotencyKey, ${SIGNALS_PER_BATCH - template.keyedCount} keyless), ~${fmt(sampleBody.length)} bytes`,
-    service: 'child process, ROLE=all, default pipeline settings, LOG_LEVEL=warn',
-    raw: args.flag('skip-raw') ? 'skipped' : `chdb Session in this process after the service phase, ${fmt(FLUSH_ROWS)}-row JSONEachRow inserts, one at a time, ${rawSeconds} s`,
-    steady: `stored rate measured from t=${steadySkip} s to the end of the producer`,
-    backlog: backlogBatches > 0 ? `${fmt(backlogBatches)} batches filled by ROLE=ingress, then drained by ROLE=pipeline alone` : 'off (--backlog N)',
-  });
+const exitedEarly = (svc: Service): boolean => svc.child.proc.exitCode !== null || svc.child.proc.signalCode !== null;
 
-  const problems: string[] = [];
+/** Prints the last output of a service that exited on its own; returns the problem line. */
+function reportCrash(svc: Service, when: string): string {
+  const tail = svc.child.output().trimEnd().split('\n').slice(-30);
+  const exit = svc.child.proc.exitCode ?? svc.child.proc.signalCode;
+  console.log(`\n!!! the service exited with ${exit} at ${when}; its last output:`);
+  for (const l of tail) console.log(`    ${l.slice(0, 600)}`);
+  return `SERVICE EXITED (${exit}) at ${when}; last output: ${tail.slice(-3).join(' | ').slice(0, 600)}`;
+}
+
+interface ServiceResult {
+  producerSeconds: number;
+  requests: number;
+  acceptedBatches: number;
+  acceptedSignals: number;
+  statuses: Record<string, number>;
+  postLatencyMs: Percentiles;
+  errorSamples: string[];
+  acceptedPerSec: number;
+  steadyAcceptedPerSec: number | null;
+  steadyStoredPerSec: number | null;
+  endToEndPerSec: number | null;
+  lagAtProducerEnd: number | null;
+  drainSeconds: number | null;
+  finalStored: number;
+  match: boolean;
+  crashed: boolean;
+  startupMs: number;
+  consumerAfter: { pending: number; ackPending: number } | null;
+  cpuPercent: Record<string, number | null>;
+  loggedProblems: string[];
+  samples: Sample[];
+}
+
+/** Phase 1: ROLE=all under a producer for `duration` s, sampled every second, then drained and counted. */
+async function servicePhase(template: BatchTemplate, runTag: string, bodyBytes: number, problems: string[]): Promise<ServiceResult> {
   const iso = isolation();
   let svc: Service | null = null;
   let nc: NatsConnection | null = null;
@@ -384,17 +418,20 @@ async function main(): Promise<void> {
 
   const st = newProducerState();
   const samples: Sample[] = [];
-  let service: Record<string, unknown> = {};
   let finalStored = -1;
   let drainSeconds: number | null = null;
-  let drained = false;
+  let crashed = false;
   let producerSeconds = 0;
+  let startupMs = 0;
+  let consumerAfter: ServiceResult['consumerAfter'] = null;
+  let cpuPercent: Record<string, number | null> = {};
+  let loggedProblems: string[] = [];
 
   try {
-    const maxBytes = streamMaxBytes(sampleBody.length);
+    const maxBytes = streamMaxBytes(bodyBytes);
     const t0 = performance.now();
     svc = await startService({ role: 'all', operatorToken: OPERATOR_TOKEN, iso, env: { STREAM_MAX_BYTES: String(maxBytes) } });
-    const startupMs = Math.round(performance.now() - t0);
+    startupMs = Math.round(performance.now() - t0);
     const org = await createUnlimitedOrg(svc.url, OPERATOR_TOKEN);
     console.log(`service: pid ${svc.child.pid}, ${svc.url}, ready in ${startupMs} ms; NATS prefix ${iso.natsPrefix}; STREAM_MAX_BYTES ${fmt(maxBytes)}\n`);
     nc = await connect({ servers: NATS_URL });
@@ -403,57 +440,63 @@ async function main(): Promise<void> {
     const svcUrl = svc.url;
     const svcPid = svc.child.pid;
     const others = pidsByName(['nats-server', 'redis-server']);
-    const cpuAll = new CpuMeter({ service: svcPid, ...others });
+    const meter = (): CpuMeter => new CpuMeter({ service: svcPid, ...others });
+    const whole = meter();
 
     console.log(`${pad('t s', 5)}${pad('accepted/s', 12)}${pad('stored/s', 11)}${pad('stored', 13)}${pad('lag', 11)}${pad('pending', 9)}${pad('unacked', 9)}${pad('svc cpu%', 10)}${pad('other%', 8)}${pad('stats ms', 10)}`);
     const startAt = performance.now();
     const endAt = startAt + duration * 1000;
-    const producing = produce(svcUrl, org.liveKey, template, runTag, () => performance.now() < endAt, st).then(() => {
-      producerSeconds = (performance.now() - startAt) / 1000;
-    });
     let producerDone = false;
-    void producing.then(() => (producerDone = true));
+    const producing = produce(svcUrl, org.liveKey, template, runTag, () => performance.now() < endAt && !crashed, st).then(() => {
+      producerSeconds = (performance.now() - startAt) / 1000;
+      producerDone = true;
+    });
 
-    const tickMeter = (): CpuMeter => new CpuMeter({ service: svcPid, ...others });
-    let svcCpu = tickMeter();
-    const drainDeadline = (): number => endAt + drainTimeout * 1000;
+    let tickMeter = meter();
     let lastChangeAt = performance.now();
     for (let tick = 1; ; tick++) {
-      const due = startAt + tick * 1000;
-      await sleep(Math.max(0, due - performance.now()));
+      await sleep(Math.max(0, startAt + tick * 1000 - performance.now()));
       const acceptedNow = st.acceptedSignals;
       const q0 = performance.now();
       let stored: number;
       try {
         stored = await storedCount(svcUrl, org.id);
       } catch (err) {
-        problems.push(`stats request failed at t=${tick}: ${(err as Error).message}`);
+        if (!exitedEarly(svc)) problems.push(`stats request failed at t=${tick}: ${(err as Error).message}`);
         stored = samples.at(-1)?.stored ?? 0;
       }
       const statsMs = Math.round(performance.now() - q0);
       const cs = await consumerState(jsm, streamName);
-      const cpuNow = svcCpu.read();
-      svcCpu = tickMeter();
-      const cpu = cpuNow.service ?? null;
-      const s: Sample = { t: round((q0 - startAt) / 1000, 2), accepted: acceptedNow, stored, pending: cs?.pending ?? null, ackPending: cs?.ackPending ?? null, serviceCpu: cpu, otherCpu: cpuNow.other ?? null, statsMs };
+      const cpu = tickMeter.read();
+      tickMeter = meter();
+      const s: Sample = {
+        t: round((q0 - startAt) / 1000, 2),
+        accepted: acceptedNow,
+        stored,
+        pending: cs?.pending ?? null,
+        ackPending: cs?.ackPending ?? null,
+        serviceCpu: cpu.service ?? null,
+        otherCpu: cpu.other ?? null,
+        statsMs,
+      };
       const prev = samples.at(-1) ?? { t: 0, accepted: 0, stored: 0 };
       samples.push(s);
       if (s.stored !== prev.stored) lastChangeAt = performance.now();
       const dt = s.t - prev.t || 1;
       console.log(
-        `${pad(Math.round(s.t), 5)}${pad(fmt((s.accepted - prev.accepted) / dt), 12)}${pad(fmt((s.stored - prev.stored) / dt), 11)}${pad(fmt(s.stored), 13)}${pad(fmt(s.accepted - s.stored), 11)}${pad(s.pending ?? '?', 9)}${pad(s.ackPending ?? '?', 9)}${pad(cpu ?? '?', 10)}${pad(s.otherCpu ?? '?', 8)}${pad(statsMs, 10)}`,
+        `${pad(Math.round(s.t), 5)}${pad(fmt((s.accepted - prev.accepted) / dt), 12)}${pad(fmt((s.stored - prev.stored) / dt), 11)}${pad(fmt(s.stored), 13)}` +
+          `${pad(fmt(s.accepted - s.stored), 11)}${pad(s.pending ?? '?', 9)}${pad(s.ackPending ?? '?', 9)}${pad(s.serviceCpu ?? '?', 10)}${pad(s.otherCpu ?? '?', 8)}${pad(statsMs, 10)}`,
       );
-      if (svc.child.proc.exitCode !== null || svc.child.proc.signalCode !== null) {
-        problems.push(`service exited during the run (${svc.child.proc.exitCode ?? svc.child.proc.signalCode})`);
+      if (exitedEarly(svc)) {
+        crashed = true;
         break;
       }
       if (!producerDone) continue;
-      if (drainSeconds === null && s.stored >= st.acceptedSignals) {
+      if (s.stored >= st.acceptedSignals) {
         drainSeconds = round(s.t - producerSeconds, 1);
-        drained = true;
         break;
       }
-      if (performance.now() > drainDeadline()) {
+      if (s.t > producerSeconds + drainTimeout) {
         problems.push(`stored count did not reach the accepted total within ${drainTimeout} s after the producer stopped`);
         break;
       }
@@ -463,24 +506,24 @@ async function main(): Promise<void> {
       }
     }
     await producing;
-    const cpuTotals = cpuAll.read();
-    if ((cpuTotals.other ?? 0) > OTHER_CPU_LIMIT) {
-      problems.push(`other processes used ${cpuTotals.other}% of a core during the service phase (machine not idle; figures perturbed)`);
+    cpuPercent = whole.read();
+    if ((cpuPercent.other ?? 0) > OTHER_CPU_LIMIT) {
+      problems.push(`other processes used ${cpuPercent.other}% of a core during the service phase (machine not idle; figures perturbed)`);
     }
-
-    // Settle: the count must stay exactly at the total (no late duplicates).
-    await sleep(2_000);
-    finalStored = await storedCount(svcUrl, org.id);
-    const cs = await consumerState(jsm, streamName);
-    service = { startupMs, streamMaxBytes: maxBytes, consumerAfter: cs, cpuPercentWholeRun: cpuTotals };
-    const logged = svc.problems();
-    if (logged.length > 0) {
-      problems.push(`service logged ${logged.length} warn/error line(s); first: ${logged[0]!.slice(0, 400)}`);
-      service.loggedProblems = logged.slice(0, 20).map((l) => l.slice(0, 1000));
+    if (crashed) {
+      finalStored = samples.at(-1)?.stored ?? 0;
+      problems.push(reportCrash(svc, `t≈${samples.at(-1)?.t ?? '?'} s`));
+    } else {
+      // Settle: the count must stay exactly at the total (no late duplicates).
+      await sleep(2_000);
+      finalStored = await storedCount(svcUrl, org.id);
     }
+    consumerAfter = await consumerState(jsm, streamName);
+    loggedProblems = svc.problems().slice(0, 20).map((l) => l.slice(0, 1000));
+    if (loggedProblems.length > 0) problems.push(`service logged ${svc.problems().length} warn/error line(s); first: ${loggedProblems[0]!.slice(0, 400)}`);
   } finally {
     await nc?.close();
-    if (svc) {
+    if (svc && !crashed) {
       const exit = await svc.child.stop();
       if (exit.code !== 0) problems.push(`service exited with ${exit.code ?? exit.signal} on SIGTERM`);
     }
@@ -488,45 +531,82 @@ async function main(): Promise<void> {
     console.log(`\ncleanup: ${removed.join(', ')}`);
   }
 
-  // ---- figures of the service phase
   const lastProducing = [...samples].reverse().find((s) => s.t <= producerSeconds + 0.5) ?? samples.at(-1);
   const firstSteady = samples.find((s) => s.t >= steadySkip) ?? samples[0];
-  const steadyStoredPerSec =
-    firstSteady && lastProducing && lastProducing.t > firstSteady.t ? round((lastProducing.stored - firstSteady.stored) / (lastProducing.t - firstSteady.t), 0) : null;
-  const steadyAcceptedPerSec =
-    firstSteady && lastProducing && lastProducing.t > firstSteady.t ? round((lastProducing.accepted - firstSteady.accepted) / (lastProducing.t - firstSteady.t), 0) : null;
-  const acceptedPerSec = producerSeconds > 0 ? round(st.acceptedSignals / producerSeconds, 0) : 0;
-  const lagAtProducerEnd = lastProducing ? lastProducing.accepted - lastProducing.stored : null;
+  const window = firstSteady && lastProducing && lastProducing.t > firstSteady.t ? { a: firstSteady, b: lastProducing } : null;
   const endToEndSeconds = drainSeconds !== null ? producerSeconds + drainSeconds : null;
-  const endToEndPerSec = endToEndSeconds ? round(st.acceptedSignals / endToEndSeconds, 0) : null;
-  const match = finalStored === st.acceptedSignals;
-  const non202 = st.requests - st.acceptedBatches;
-  if (non202 > 0) problems.push(`producer got ${fmt(non202)} non-202 answers of ${fmt(st.requests)}: ${JSON.stringify(Object.fromEntries(st.statuses))}; e.g. ${st.errorSamples[0] ?? ''}`);
-  if (!match) problems.push(`MISMATCH: ${fmt(finalStored)} rows stored, ${fmt(st.acceptedSignals)} signals accepted (difference ${fmt(finalStored - st.acceptedSignals)})`);
+  const r: ServiceResult = {
+    producerSeconds: round(producerSeconds, 2),
+    requests: st.requests,
+    acceptedBatches: st.acceptedBatches,
+    acceptedSignals: st.acceptedSignals,
+    statuses: Object.fromEntries(st.statuses),
+    postLatencyMs: st.latency.summary(),
+    errorSamples: st.errorSamples,
+    acceptedPerSec: producerSeconds > 0 ? round(st.acceptedSignals / producerSeconds, 0) : 0,
+    steadyAcceptedPerSec: window ? round((window.b.accepted - window.a.accepted) / (window.b.t - window.a.t), 0) : null,
+    steadyStoredPerSec: window ? round((window.b.stored - window.a.stored) / (window.b.t - window.a.t), 0) : null,
+    endToEndPerSec: endToEndSeconds ? round(st.acceptedSignals / endToEndSeconds, 0) : null,
+    lagAtProducerEnd: lastProducing ? lastProducing.accepted - lastProducing.stored : null,
+    drainSeconds,
+    finalStored,
+    match: finalStored === st.acceptedSignals,
+    crashed,
+    startupMs,
+    consumerAfter,
+    cpuPercent,
+    loggedProblems,
+    samples,
+  };
+  const non202 = r.requests - r.acceptedBatches;
+  if (non202 > 0) problems.push(`producer got ${fmt(non202)} non-202 answers of ${fmt(r.requests)}: ${JSON.stringify(r.statuses)}; e.g. ${r.errorSamples[0] ?? ''}`);
+  if (!r.match) problems.push(`MISMATCH: ${fmt(r.finalStored)} rows stored, ${fmt(r.acceptedSignals)} signals accepted (difference ${fmt(r.finalStored - r.acceptedSignals)})`);
 
-  const lat = st.latency.summary();
+  const lat = r.postLatencyMs;
   console.log('\n--- service phase (ROLE=all)');
-  console.log(`  producer       ${fmt(st.acceptedBatches)} batches / ${fmt(st.acceptedSignals)} signals accepted in ${round(producerSeconds, 1)} s; statuses ${JSON.stringify(Object.fromEntries(st.statuses))}`);
-  console.log(`  accepted       ${fmt(acceptedPerSec)} signals/s (ingress, whole run)${steadyAcceptedPerSec !== null ? `; ${fmt(steadyAcceptedPerSec)} signals/s in the steady window` : ''}`);
+  console.log(`  producer       ${fmt(r.acceptedBatches)} batches / ${fmt(r.acceptedSignals)} signals accepted in ${round(producerSeconds, 1)} s; statuses ${JSON.stringify(r.statuses)}`);
+  console.log(`  accepted       ${fmt(r.acceptedPerSec)} signals/s (ingress, whole run)${r.steadyAcceptedPerSec !== null ? `; ${fmt(r.steadyAcceptedPerSec)} signals/s in the steady window` : ''}`);
   console.log(`  POST latency   p50 ${lat.p50} ms   p99 ${lat.p99} ms   p999 ${lat.p999} ms   max ${lat.max} ms`);
-  console.log(`  stored         ${steadyStoredPerSec !== null ? fmt(steadyStoredPerSec) : '?'} signals/s in the steady window (t=${firstSteady?.t ?? '?'}…${lastProducing?.t ?? '?'} s)`);
-  console.log(`  lag            ${lagAtProducerEnd !== null ? fmt(lagAtProducerEnd) : '?'} signals behind when the producer stopped; drained ${drainSeconds !== null ? `${drainSeconds} s later` : 'NOT drained'}`);
-  console.log(`  end to end     ${endToEndPerSec !== null ? `${fmt(endToEndPerSec)} signals/s (accepted total / time until all stored)` : '?'}`);
-  console.log(`  cpu %          ${Object.entries((service.cpuPercentWholeRun as Record<string, number | null> | undefined) ?? {}).map(([k, v]) => `${k} ${v ?? '?'}`).join('   ')}   (100 = one core; other = processes not named here)`);
-  console.log(`  exact count    ${match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(finalStored)}, accepted ${fmt(st.acceptedSignals)}${drained ? '' : ' (not drained)'}`);
+  console.log(`  stored         ${r.steadyStoredPerSec !== null ? fmt(r.steadyStoredPerSec) : '?'} signals/s in the steady window (t=${window?.a.t ?? '?'}…${window?.b.t ?? '?'} s)`);
+  console.log(`  lag            ${r.lagAtProducerEnd !== null ? fmt(r.lagAtProducerEnd) : '?'} signals behind when the producer stopped; drained ${drainSeconds !== null ? `${drainSeconds} s later` : 'NOT drained'}`);
+  console.log(`  end to end     ${r.endToEndPerSec !== null ? `${fmt(r.endToEndPerSec)} signals/s (accepted total / time until all stored)` : '?'}`);
+  console.log(`  cpu %          ${cpuLine(r.cpuPercent)}   (100 = one core; other = processes not named here)`);
+  console.log(`  exact count    ${r.match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(r.finalStored)}, accepted ${fmt(r.acceptedSignals)}${drainSeconds !== null ? '' : ' (not drained)'}`);
+  return r;
+}
 
-  // ---- pipeline alone (optional)
+const cpuLine = (c: Record<string, number | null>): string =>
+  Object.entries(c)
+    .map(([k, v]) => `${k} ${v ?? '?'}`)
+    .join('   ');
+
+async function main(): Promise<void> {
+  const host = hostInfo();
+  const runTag = `p${Date.now().toString(36)}`;
+  const template = new BatchTemplate({ keyed: (i) => i % 2 === 0, baseTimeMs: Date.now() - 60_000 });
+  const bodyBytes = Buffer.byteLength(template.render((i) => `${runTag}-0-${i}`));
+  const skipService = args.flag('skip-service');
+  printHeader('pipeline benchmark: signals/s from HTTP to ClickHouse (chdb), ROLE=all', host, {
+    producer: `${inFlight} batches in flight for ${duration} s; ${SIGNALS_PER_BATCH} signals/batch (${template.keyedCount} with a unique idempotencyKey, ${SIGNALS_PER_BATCH - template.keyedCount} keyless), ~${fmt(bodyBytes)} bytes`,
+    service: skipService ? 'skipped' : 'child process, ROLE=all, default pipeline settings, LOG_LEVEL=warn',
+    raw: args.flag('skip-raw') ? 'skipped' : `chdb Session in this process after the service phase, ${fmt(FLUSH_ROWS)}-row JSONEachRow inserts, one at a time, ${rawSeconds} s`,
+    steady: `stored rate measured from t=${steadySkip} s to the end of the producer`,
+    backlog: backlogBatches > 0 ? `${fmt(backlogBatches)} batches filled by ROLE=ingress, then drained by ROLE=pipeline alone` : 'off (--backlog N)',
+  });
+
+  const problems: string[] = [];
+  const service = skipService ? null : await servicePhase(template, runTag, bodyBytes, problems);
+
   let backlog: BacklogResult | null = null;
   if (backlogBatches > 0) {
     console.log('');
-    backlog = await backlogPhase(template, runTag, backlogBatches, sampleBody.length, problems);
+    backlog = await backlogPhase(template, runTag, backlogBatches, bodyBytes, problems);
     console.log('\n--- pipeline alone (ROLE=pipeline draining a backlog)');
     console.log(`  drained        ${fmt(backlog.signals)} signals in ${backlog.drainSeconds ?? '?'} s after readiness → ${backlog.drainPerSec !== null ? fmt(backlog.drainPerSec) : '?'} signals/s (steady ${backlog.steadyPerSec !== null ? fmt(backlog.steadyPerSec) : '?'}/s)`);
-    console.log(`  cpu %          ${Object.entries(backlog.cpuPercent).map(([k, v]) => `${k} ${v ?? '?'}`).join('   ')}`);
+    console.log(`  cpu %          ${cpuLine(backlog.cpuPercent)}`);
     console.log(`  exact count    ${backlog.match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(backlog.finalStored)}, accepted ${fmt(backlog.signals)}`);
   }
 
-  // ---- raw engine phase
   let raw: RawResult | null = null;
   if (!args.flag('skip-raw')) {
     console.log('');
@@ -535,53 +615,38 @@ async function main(): Promise<void> {
     console.log(`  rows/s         ${fmt(raw.rowsPerSec)}   (${fmt(raw.rows)} rows in ${raw.inserts} inserts of ${fmt(FLUSH_ROWS)}, ${raw.seconds} s; ${fmt(raw.chunkBytes / 1e6, 1)} MB per insert)`);
     console.log(`  insert ms      p50 ${raw.insertMs.p50}   p99 ${raw.insertMs.p99}   max ${raw.insertMs.max}`);
     console.log(`  count check    ${raw.countMatches ? 'MATCH' : 'MISMATCH'} (${fmt(raw.countAfter)} rows in the table)`);
-    console.log(`  cpu %          ${Object.entries(raw.cpuPercent).map(([k, v]) => `${k} ${v ?? '?'}`).join('   ')}   (bench = chdb in this process)`);
+    console.log(`  cpu %          ${cpuLine(raw.cpuPercent)}   (bench = chdb in this process)`);
     if ((raw.cpuPercent.other ?? 0) > OTHER_CPU_LIMIT) problems.push(`raw phase: other processes used ${raw.cpuPercent.other}% of a core (machine not idle; figures perturbed)`);
     if (!raw.countMatches) problems.push(`raw phase: table holds ${raw.countAfter} rows after inserting ${raw.rows}`);
   }
 
-  const ratio = raw && steadyStoredPerSec !== null && raw.rowsPerSec > 0 ? round(steadyStoredPerSec / raw.rowsPerSec, 3) : null;
+  const ratio = raw && service?.steadyStoredPerSec != null && raw.rowsPerSec > 0 ? round(service.steadyStoredPerSec / raw.rowsPerSec, 3) : null;
+  const backlogRatio = raw && backlog?.drainPerSec ? round(backlog.drainPerSec / raw.rowsPerSec, 3) : null;
+  const n = (x: number | null | undefined): string => (x === null || x === undefined ? '?' : fmt(x));
   console.log('\n=== summary');
-  console.log(`accepted (ingress)      ${fmt(acceptedPerSec)} signals/s`);
-  console.log(`stored (steady window)  ${steadyStoredPerSec !== null ? fmt(steadyStoredPerSec) : '?'} signals/s`);
-  console.log(`end to end              ${endToEndPerSec !== null ? fmt(endToEndPerSec) : '?'} signals/s`);
-  console.log(`final lag               ${lagAtProducerEnd !== null ? fmt(lagAtProducerEnd) : '?'} signals at producer stop; drain ${drainSeconds ?? '—'} s`);
-  console.log(`exact count             ${match ? 'MATCH' : 'MISMATCH'} (${fmt(finalStored)} / ${fmt(st.acceptedSignals)})`);
+  if (service) {
+    console.log(`accepted (ingress)      ${n(service.acceptedPerSec)} signals/s`);
+    console.log(`stored (steady window)  ${n(service.steadyStoredPerSec)} signals/s`);
+    console.log(`end to end              ${n(service.endToEndPerSec)} signals/s`);
+    console.log(`final lag               ${n(service.lagAtProducerEnd)} signals at producer stop; drain ${service.drainSeconds ?? '—'} s`);
+    console.log(`exact count             ${service.match ? 'MATCH' : 'MISMATCH'} (${fmt(service.finalStored)} / ${fmt(service.acceptedSignals)})`);
+  }
+  if (backlog) console.log(`pipeline alone          ${n(backlog.drainPerSec)} signals/s draining a backlog${backlogRatio !== null ? `; ratio to raw ${backlogRatio}` : ''}`);
   if (raw) console.log(`raw chdb insert         ${fmt(raw.rowsPerSec)} rows/s`);
   if (ratio !== null) console.log(`ratio pipeline/raw      ${ratio}   target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}   (ROLE=all, stored steady / raw)`);
-  const backlogRatio = raw && backlog?.drainPerSec ? round(backlog.drainPerSec / raw.rowsPerSec, 3) : null;
-  if (backlog) console.log(`pipeline alone          ${backlog.drainPerSec !== null ? fmt(backlog.drainPerSec) : '?'} signals/s draining a backlog${backlogRatio !== null ? `; ratio to raw ${backlogRatio}` : ''}`);
   printProblems(problems);
 
   appendHistory({
     bench: 'pipeline',
     at: new Date().toISOString(),
     host,
-    params: { duration, batchesInFlight: inFlight, rawSeconds, backlogBatches, steadySkip, signalsPerBatch: SIGNALS_PER_BATCH, keyedPerBatch: template.keyedCount, bodyBytes: sampleBody.length, flushRows: FLUSH_ROWS },
-    producer: {
-      seconds: round(producerSeconds, 2),
-      requests: st.requests,
-      acceptedBatches: st.acceptedBatches,
-      acceptedSignals: st.acceptedSignals,
-      statuses: Object.fromEntries(st.statuses),
-      latencyMs: lat,
-      errorSamples: st.errorSamples,
-    },
-    acceptedPerSec,
-    steadyAcceptedPerSec,
-    steadyStoredPerSec,
-    endToEndPerSec,
-    lagAtProducerEnd,
-    drainSeconds,
-    finalStored,
-    match,
+    params: { duration, batchesInFlight: inFlight, rawSeconds, backlogBatches, steadySkip, signalsPerBatch: SIGNALS_PER_BATCH, keyedPerBatch: template.keyedCount, bodyBytes, flushRows: FLUSH_ROWS },
+    service,
+    backlog,
     raw,
     ratio,
-    backlog,
     backlogRatio,
     targetRatio: TARGET_RATIO,
-    service,
-    samples,
     ok: problems.length === 0,
     problems,
   });

@@ -115,7 +115,7 @@ export class Pipeline {
       maxThreads: threads,
       maxQueue: this.maxInflight * 2,
     });
-    this.claims = new IdempotencyClaims(claimsKv);
+    this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.names.dedupeBucket, cfg.publishTimeoutMs);
   }
 
   async start(): Promise<void> {

@@ -11,16 +11,45 @@
  * then (the lost-write trap of OpenMeter #5118 cannot happen: a claim is only ever spent
  * by the signal that owns it, and that signal's message is not acked until it is written).
  */
+import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 
 const enc = new TextEncoder();
+const dec = new TextDecoder();
+/** JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check. */
+const WRONG_LAST_SEQUENCE = 10071;
 
-function isAlreadyExists(err: unknown): boolean {
-  return err instanceof Error && /wrong last sequence|key exists|already exists/i.test(err.message);
-}
-
+/**
+ * A claim is a publish to the bucket's subject `$KV.<bucket>.<key>` that JetStream accepts
+ * only when the subject has no message yet (Nats-Expected-Last-Subject-Sequence: 0) — the
+ * same compare-and-set as KV.create, in one request. Claims are never deleted (the bucket's
+ * TTL removes them whole), so a refused claim always means another signal holds the key.
+ */
 export class IdempotencyClaims {
-  constructor(private readonly kv: KV) {}
+  private readonly subjectPrefix: string;
+
+  constructor(
+    private readonly kv: KV,
+    private readonly nc: NatsConnection,
+    bucket: string,
+    private readonly timeoutMs = 10_000,
+  ) {
+    this.subjectPrefix = `$KV.${bucket}.`;
+  }
+
+  /**
+   * true: this signal now holds the key; false: the subject's last message is not `lastSeq`
+   * (0: none at all; or the sequence of a delete marker left by an operator's KV delete).
+   */
+  private async tryCreate(key: string, signalId: string, lastSeq: number): Promise<boolean> {
+    const h = natsHeaders();
+    h.set('Nats-Expected-Last-Subject-Sequence', String(lastSeq));
+    const r = await this.nc.request(this.subjectPrefix + key, enc.encode(signalId), { headers: h, timeout: this.timeoutMs });
+    const ack = JSON.parse(dec.decode(r.data)) as { seq?: number; error?: { err_code?: number; description?: string } };
+    if (!ack.error) return true;
+    if (ack.error.err_code === WRONG_LAST_SEQUENCE) return false;
+    throw new Error(`idempotency claim refused: ${ack.error.description ?? JSON.stringify(ack.error)}`);
+  }
 
   /**
    * For each signal, whether it should be written: keyless signals always; a keyed signal
@@ -45,16 +74,13 @@ export class IdempotencyClaims {
   }
 
   private async claimOne(key: string, signalId: string): Promise<boolean> {
+    let lastSeq = 0;
     for (let attempt = 0; attempt < 3; attempt++) {
-      try {
-        await this.kv.create(key, enc.encode(signalId));
-        return true;
-      } catch (err) {
-        if (!isAlreadyExists(err)) throw err;
-      }
+      if (await this.tryCreate(key, signalId, lastSeq)) return true;
       const e = await this.kv.get(key);
       if (e && e.operation === 'PUT') return e.string() === signalId;
-      // The claim expired or was removed between the two calls: claim again.
+      // Deleted by an operator (a delete marker) or expired in between: claim again.
+      lastSeq = e ? e.revision : 0;
     }
     throw new Error(`idempotency claim for ${key} did not settle`);
   }

@@ -17,7 +17,7 @@ const nc = await connect({ servers: NATS_URL });
 const js = jetstream(nc);
 const jsm = await jetstreamManager(nc);
 const kv: KV = await new Kvm(js).create(name, { history: 1 });
-const claims = new IdempotencyClaims(kv);
+const claims = new IdempotencyClaims(kv, nc, name);
 t.teardown(async () => {
   await jsm.streams.delete(`KV_${name}`).catch(() => undefined);
   await nc.close();
@@ -95,7 +95,7 @@ t.test('20 concurrent claims over several shared keys from separate clients', as
     const order = [keys[c % 3]!, keys[(c + 1) % 3]!, keys[(c + 2) % 3]!];
     return { order, ids: order.map((_, i) => `sig_m${c}_${i}`) };
   });
-  const results = await Promise.all(calls.map(({ order, ids }) => new IdempotencyClaims(kv).claim(order, ids)));
+  const results = await Promise.all(calls.map(({ order, ids }) => new IdempotencyClaims(kv, nc, name).claim(order, ids)));
   for (const k of keys) {
     let winners = 0;
     calls.forEach(({ order }, c) => order.forEach((kk, i) => (winners += kk === k && results[c]![i] ? 1 : 0)));
