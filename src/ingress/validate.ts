@@ -27,8 +27,8 @@ export const MAX_FUTURE_MS = 3_600_000;
 
 const ALLOWED_FIELDS = new Set(['eventName', 'customerId', 'unitId', 'timestamp', 'idempotencyKey', 'data']);
 
-// YYYY-MM-DDTHH:MM:SS[.fraction](Z|±HH:MM); 't'/'z' and a space separator are allowed by RFC 3339.
-const RFC3339 = /^(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$/;
+// Accepted form: YYYY-MM-DDTHH:MM:SS[.fraction of 1-9 digits](Z|±HH:MM); 't'/'z' and a space
+// separator are allowed by RFC 3339.
 
 const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
 const GREGORIAN_CYCLE_MS = 146_097 * 86_400_000;
@@ -40,24 +40,52 @@ const isLeap = (y: number): boolean => (y % 4 === 0 && y % 100 !== 0) || y % 400
  * Fractions beyond milliseconds are truncated.
  */
 export function parseRfc3339(s: string): number | null {
-  const m = RFC3339.exec(s);
-  if (!m) return null;
-  const year = +m[1]!, month = +m[2]!, day = +m[3]!, hour = +m[4]!, minute = +m[5]!, second = +m[6]!;
-  if (month < 1 || month > 12 || day < 1 || hour > 23 || minute > 59 || second > 59) return null;
+  // Fixed positions read from char codes (the regex version was ~9% of ingress CPU).
+  const n = s.length;
+  if (n < 20 || s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45 || s.charCodeAt(13) !== 58 || s.charCodeAt(16) !== 58) return null;
+  const sep = s.charCodeAt(10);
+  if (sep !== 84 && sep !== 116 && sep !== 32) return null; // T t space
+  const year = digits(s, 0, 4), month = digits(s, 5, 2), day = digits(s, 8, 2);
+  const hour = digits(s, 11, 2), minute = digits(s, 14, 2), second = digits(s, 17, 2);
+  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 || second < 0 || second > 59) return null;
   if (day > (month === 2 && isLeap(year) ? 29 : DAYS_IN_MONTH[month - 1]!)) return null;
-  let offsetMin = 0;
-  const off = m[8]!;
-  if (off !== 'Z' && off !== 'z') {
-    const oh = +off.slice(1, 3), om = +off.slice(4, 6);
-    if (oh > 23 || om > 59) return null;
-    offsetMin = (off[0] === '-' ? -1 : 1) * (oh * 60 + om);
+  let i = 19;
+  let ms = 0;
+  if (s.charCodeAt(i) === 46) {
+    // A fraction of 1 to 9 digits; milliseconds are its first three (exact truncation).
+    let d = 0;
+    for (i++; i < n; i++, d++) {
+      const c = s.charCodeAt(i) - 48;
+      if (c < 0 || c > 9) break;
+      if (d < 3) ms = ms * 10 + c;
+    }
+    if (d === 0 || d > 9) return null;
+    for (; d < 3; d++) ms *= 10;
   }
-  const frac = m[7];
-  // Milliseconds are the first three digits of the fraction (exact truncation, no float maths).
-  const ms = frac ? Number(`${frac.slice(1)}00`.slice(0, 3)) : 0;
+  let offsetMin = 0;
+  const z = s.charCodeAt(i);
+  if (z === 90 || z === 122) {
+    if (i + 1 !== n) return null;
+  } else if (z === 43 || z === 45) {
+    if (i + 6 !== n || s.charCodeAt(i + 3) !== 58) return null;
+    const oh = digits(s, i + 1, 2), om = digits(s, i + 4, 2);
+    if (oh < 0 || oh > 23 || om < 0 || om > 59) return null;
+    offsetMin = (z === 45 ? -1 : 1) * (oh * 60 + om);
+  } else return null;
   // Date.UTC reads years 0-99 as 19xx: shift by one 400-year Gregorian cycle (same calendar).
   const utc = year < 100 ? Date.UTC(year + 400, month - 1, day, hour, minute, second, ms) - GREGORIAN_CYCLE_MS : Date.UTC(year, month - 1, day, hour, minute, second, ms);
   return utc - offsetMin * 60_000;
+}
+
+/** The decimal number in s[at, at+len), or -1 when any of those characters is not a digit. */
+function digits(s: string, at: number, len: number): number {
+  let v = 0;
+  for (let i = at; i < at + len; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    v = v * 10 + c;
+  }
+  return v;
 }
 
 const bad = (path: string, problem: string): ApiError => new ApiError('INVALID_SIGNAL', `${path}: ${problem}`);
@@ -94,12 +122,28 @@ function typeName(v: unknown): string {
  *   surrogate such as "\ud800"), which the engine cannot store.
  */
 function dataProblem(root: Record<string, unknown>, strings: boolean): string | null {
+  const first = walkData(root, strings, false);
+  if (first.problem || !first.dotted) return sizeProblem(root, first.problem, first.bound);
+  // Joining keys with '.' is one-to-one unless a key contains a dot: only then can two keys
+  // name the same path, and only then is the (slower) path check needed.
+  const second = walkData(root, strings, true);
+  return sizeProblem(root, second.problem, second.bound);
+}
+
+function sizeProblem(root: Record<string, unknown>, problem: string | null, bound: number): string | null {
+  if (problem || bound <= MAX_DATA_BYTES) return problem;
+  const size = Buffer.byteLength(JSON.stringify(root));
+  return size > MAX_DATA_BYTES ? `must be at most ${MAX_DATA_BYTES} bytes as JSON, got ${size}` : null;
+}
+
+function walkData(root: Record<string, unknown>, strings: boolean, paths: boolean): { problem: string | null; bound: number; dotted: boolean } {
   // An upper bound of the UTF-8 size of the JSON text: a UTF-16 unit is at most 6 bytes once
   // escaped (\uXXXX), a number at most 24 characters. Only when the bound exceeds the limit is
   // the exact size measured (JSON.stringify), which keeps the common small payload cheap.
   let bound = 2;
+  let dotted = false;
   const walkDoc = (obj: Record<string, unknown>, level: number): string | null => {
-    const leaves = new Set<string>();
+    const leaves = paths ? new Set<string>() : null;
     // `prefix` is null at the document root: an empty key is a path segment of its own.
     const walkObj = (o: Record<string, unknown>, prefix: string | null, lvl: number): string | null => {
       if (lvl > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
@@ -107,15 +151,18 @@ function dataProblem(root: Record<string, unknown>, strings: boolean): string | 
       for (const k in o) {
         bound += 6 * k.length + 4;
         if (strings && !k.isWellFormed()) return `key ${JSON.stringify(k)} is not well-formed Unicode (lone surrogate)`;
-        const path = prefix === null ? k : `${prefix}.${k}`;
+        if (!dotted && k.includes('.')) dotted = true;
+        const path = paths ? (prefix === null ? k : `${prefix}.${k}`) : null;
         const v = o[k];
         if (isPlainObject(v)) {
           const p = walkObj(v, path, lvl + 1);
           if (p) return p;
           continue;
         }
-        if (leaves.has(path)) return `two keys name the same path "${path}" (dots in keys separate path segments)`;
-        leaves.add(path);
+        if (path !== null) {
+          if (leaves!.has(path)) return `two keys name the same path "${path}" (dots in keys separate path segments)`;
+          leaves!.add(path);
+        }
         const p = walkValue(v, lvl);
         if (p) return p;
       }
@@ -136,9 +183,7 @@ function dataProblem(root: Record<string, unknown>, strings: boolean): string | 
     return null;
   };
   const problem = walkDoc(root, 1);
-  if (problem || bound <= MAX_DATA_BYTES) return problem;
-  const size = Buffer.byteLength(JSON.stringify(root));
-  return size > MAX_DATA_BYTES ? `must be at most ${MAX_DATA_BYTES} bytes as JSON, got ${size}` : null;
+  return { problem, bound, dotted };
 }
 
 /** Lone surrogates can only arrive as \uD800-\uDFFF escapes; most bodies have none, so the check is skipped. */
