@@ -1,7 +1,8 @@
 FROM node:20-bookworm-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
-RUN npm ci
+# npm install, not npm ci: see scripts/setup.sh (chdb optional packages missing from the registry)
+RUN npm install --no-audit --no-fund
 COPY . .
 RUN npm run build && npm prune --omit=dev
 ENV NODE_ENV=production

@@ -13,8 +13,11 @@ fi
 
 ./scripts/ensure-services.sh
 
-# npm ci when node_modules is missing or older than the lock file.
+# Install when node_modules is missing or older than the lock file. `npm install`, not
+# `npm ci`: chdb lists optional per-platform packages that the registry does not have
+# (e.g. @chdb/lib-darwin-x64 is a 404), so no lock file can hold them and `npm ci` refuses;
+# `npm install` follows the lock for everything that exists.
 if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-  npm ci --no-audit --no-fund
+  npm install --no-audit --no-fund
 fi
 npm run --silent build

@@ -102,13 +102,11 @@ export class Nats {
       // A batch re-published by the ingress within two minutes (same Nats-Msg-Id) is stored once.
       duplicate_window: 2 * 60 * 1000 * NS_PER_MS,
     };
-    try {
-      await this.jsm.streams.info(config.name);
-      await this.jsm.streams.update(config.name, config);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.jsm.streams.add(config);
-    }
+    await upsert(
+      () => this.jsm.streams.info(config.name),
+      () => this.jsm.streams.update(config.name, config),
+      () => this.jsm.streams.add(config),
+    );
   }
 
   /**
@@ -123,12 +121,12 @@ export class Nats {
       storage: StorageType.File,
       max_msg_size: this.maxPayload,
     };
-    try {
-      await this.jsm.streams.info(config.name);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.jsm.streams.add(config);
-    }
+    // Created once and then left alone: an operator may have changed its limits.
+    await upsert(
+      () => this.jsm.streams.info(config.name),
+      async () => undefined,
+      () => this.jsm.streams.add(config),
+    );
   }
 
   async ensurePipelineConsumer(cfg: Config): Promise<void> {
@@ -139,13 +137,11 @@ export class Nats {
       max_ack_pending: cfg.pipeline.maxAckPending,
       max_deliver: -1,
     };
-    try {
-      await this.jsm.consumers.info(this.names.signalStream, config.durable_name);
-      await this.jsm.consumers.update(this.names.signalStream, config.durable_name, config);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.jsm.consumers.add(this.names.signalStream, config);
-    }
+    await upsert(
+      () => this.jsm.consumers.info(this.names.signalStream, config.durable_name),
+      () => this.jsm.consumers.update(this.names.signalStream, config.durable_name, config),
+      () => this.jsm.consumers.add(this.names.signalStream, config),
+    );
   }
 
   orgBucket(): Promise<KV> {
@@ -167,6 +163,18 @@ export class Nats {
       await this.nc.close();
     }
   }
+}
+
+/** Updates what exists, adds what does not (streams and consumers). */
+async function upsert(info: () => Promise<unknown>, update: () => Promise<unknown>, add: () => Promise<unknown>): Promise<void> {
+  try {
+    await info();
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    await add();
+    return;
+  }
+  await update();
 }
 
 export function isNotFound(err: unknown): boolean {

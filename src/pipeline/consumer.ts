@@ -143,9 +143,7 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
-      log.debug('rows built', { seq: m.seq, rows: r.ids.length });
       const keep = await this.claims.claim(r.claimKeys, r.ids);
-      log.debug('claims settled', { seq: m.seq, kept: keep.filter(Boolean).length });
       if (m.redelivered) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
@@ -201,7 +199,6 @@ export class Pipeline {
       for (const m of batch.msgs) m.ack();
       this.stats.messagesAcked += batch.msgs.length;
       this.stats.flushes++;
-      log.debug('flushed', { rows: batch.lines.length, seqs: batch.msgs.map((m) => m.seq) });
     } catch (err) {
       this.stats.insertFailures++;
       if (batch.msgs.length > 1 && isDataError(err)) await this.isolate(batch);

@@ -1,16 +1,10 @@
 import t, { type Test } from 'tap';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, batch } from '../helpers/service.js';
+import { OPERATOR_TOKEN, createOrg, http, sendBatch, batch, useService } from '../helpers/service.js';
 
 const run = promisify(execFile);
-const iso = isolation('auth');
-const svc = new ServiceProcess(iso);
-t.before(() => svc.start().then(() => undefined));
-t.teardown(async () => {
-  await svc.stop();
-  await cleanup(iso);
-});
+const { svc } = useService(t, 'auth');
 
 const unauthorized = (t: Test, r: { status: number; body: any }, details: string): void => {
   t.equal(r.status, 401);

@@ -1,13 +1,7 @@
 import t from 'tap';
-import { ServiceProcess, batch, cleanup, counts, createOrg, drained, http, isolation, sendBatch, sleep } from '../helpers/service.js';
+import { batch, counts, createOrg, drained, http, sendBatch, sleep, useService } from '../helpers/service.js';
 
-const iso = isolation('idem');
-const svc = new ServiceProcess(iso);
-t.before(() => svc.start().then(() => undefined));
-t.teardown(async () => {
-  await svc.stop();
-  await cleanup(iso);
-});
+const { iso, svc } = useService(t, 'idem');
 
 const keyed = (n: number, prefix: string) => batch(n, (i) => ({ idempotencyKey: `${prefix}-${i}` }));
 

@@ -1,13 +1,7 @@
 import t from 'tap';
-import { ServiceProcess, batch, cleanup, counts, createOrg, drained, http, isolation, sendBatch } from '../helpers/service.js';
+import { batch, counts, createOrg, drained, http, sendBatch, useService } from '../helpers/service.js';
 
-const iso = isolation('ingest');
-const svc = new ServiceProcess(iso);
-t.before(() => svc.start().then(() => undefined));
-t.teardown(async () => {
-  await svc.stop();
-  await cleanup(iso);
-});
+const { iso, svc } = useService(t, 'ingest');
 
 t.test('a batch of 500 is accepted and becomes 500 rows', async (t) => {
   const org = await createOrg(svc.url);

@@ -7,15 +7,9 @@
 import t from 'tap';
 import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { NATS_URL, ServiceProcess, batch, cleanup, counts, createOrg, drained, isolation, sendBatch } from '../helpers/service.js';
+import { NATS_URL, batch, counts, createOrg, drained, sendBatch, useService } from '../helpers/service.js';
 
-const iso = isolation('poison');
-const svc = new ServiceProcess(iso, { PIPELINE_FLUSH_MS: '300' });
-t.before(() => svc.start().then(() => undefined));
-t.teardown(async () => {
-  await svc.stop();
-  await cleanup(iso);
-});
+const { iso, svc } = useService(t, 'poison', { PIPELINE_FLUSH_MS: '300' });
 
 t.test('a poison batch is dead-lettered; the rest is stored', async (t) => {
   const org = await createOrg(svc.url);

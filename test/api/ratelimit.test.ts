@@ -2,15 +2,9 @@
  * The 429 contract of spec section 7.2, with small buckets set through the operator API.
  */
 import t from 'tap';
-import { ServiceProcess, batch, cleanup, counts, createOrg, drained, http, isolation, sendBatch, sleep } from '../helpers/service.js';
+import { batch, counts, createOrg, drained, http, sendBatch, sleep, useService } from '../helpers/service.js';
 
-const iso = isolation('ratelimit');
-const svc = new ServiceProcess(iso);
-t.before(() => svc.start().then(() => undefined));
-t.teardown(async () => {
-  await svc.stop();
-  await cleanup(iso);
-});
+const { iso, svc } = useService(t, 'ratelimit');
 
 const marked = (n: number, tag: string) => batch(n, (i) => ({ eventName: tag, idempotencyKey: `${tag}-${i}` }));
 

@@ -12,6 +12,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
+import type { Test } from 'tap';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = path.join(ROOT, 'dist/src/main.js');
@@ -130,6 +131,21 @@ export async function cleanup(iso: Isolation): Promise<void> {
     redis.disconnect();
   }
   rmSync(iso.dataDir, { recursive: true, force: true });
+}
+
+/**
+ * The usual set-up of an API test file: one service (ROLE=all unless `env` says otherwise)
+ * with its own isolation, started before the tests and removed with all it made afterwards.
+ */
+export function useService(t: Test, name: string, env: Record<string, string> = {}): { iso: Isolation; svc: ServiceProcess } {
+  const iso = isolation(name);
+  const svc = new ServiceProcess(iso, env);
+  t.before(() => svc.start().then(() => undefined));
+  t.teardown(async () => {
+    await svc.stop();
+    await cleanup(iso);
+  });
+  return { iso, svc };
 }
 
 export interface HttpResult<T = any> {
