@@ -38,8 +38,8 @@ export interface RouteOptions {
   /** Upper bound of the body in bytes; larger bodies answer 413 without being read. */
   maxBodyBytes?: number;
   /**
-   * Runs synchronously before the body is read; may answer early (401) so unauthorized
-   * clients never make us buffer their bodies.
+   * Runs before the handler, while the body is being read; may answer early (401) without
+   * waiting for the rest of the body.
    */
   before?: (req: Request) => Reply | Promise<Reply | undefined> | undefined;
 }
@@ -93,13 +93,18 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, paramCount = 0):
     };
     const contentLength = uReq.getHeader('content-length');
 
+    // The body is read from the start, synchronously attached: uWS delivers body chunks only
+    // to an onData registered by then, so waiting for an asynchronous `before` (a key lookup)
+    // first could lose the body and hang the request.
+    const body = opts.body ? readBody(res, state, contentLength, opts.maxBodyBytes ?? 1024 * 1024) : null;
+    body?.catch(() => undefined);
     const run = async (): Promise<void> => {
       try {
         if (opts.before) {
           const early = await opts.before(req);
           if (early) return send(res, state, early);
         }
-        if (opts.body) req.body = await readBody(res, state, contentLength, opts.maxBodyBytes ?? 1024 * 1024);
+        if (body) req.body = await body;
         if (state.done) return;
         send(res, state, await handler(req));
       } catch (err) {

@@ -9,7 +9,7 @@
  * idempotency keys and nothing is lost or double-counted.
  */
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { publishDurable } from '../nats/publish.js';
+import { PublishError, publishDurable } from '../nats/publish.js';
 import { ApiError, rateLimited } from '../errors.js';
 import type { Nats } from '../nats/connection.js';
 import type { Principal } from '../orgs/registry.js';
@@ -57,6 +57,7 @@ export class SignalIngress {
     if (!take.allowed) throw rateLimited(take.retryAfterSeconds);
 
     const batchId = newBatchId(receivedAt);
+    let attempted = false;
     try {
       if (!this.nats.connected) throw new Error('not connected to NATS');
       const h = natsHeaders();
@@ -64,11 +65,22 @@ export class SignalIngress {
       h.set(H_MODE, p.mode);
       h.set(H_RECEIVED_AT, String(receivedAt));
       h.set(H_BATCH, batchId);
+      attempted = true;
       await publishDurable(this.nats.nc, `${this.nats.names.signalSubjectPrefix}.${p.org.id}`, body, h, batchId, this.publishTimeoutMs);
     } catch (err) {
       log.warn('publish failed; tokens given back', { err, org: p.org.id });
       await this.buckets.refund(p.org.id, p.mode, count, limits).catch((e: unknown) => log.error('token refund failed', { err: e }));
-      throw new ApiError('QUEUE_UNAVAILABLE', 'the signal queue is unavailable; nothing was ingested and no tokens were used, retry later');
+      // Never sent (not connected), or refused by the stream: certainly not stored. Otherwise
+      // (no answer in time, connection lost while waiting) the outcome is unknown, since the
+      // ack may be what was lost: say so, so that the client resends with the same
+      // idempotency keys (spec 7.2 rule 6).
+      const definite = !attempted || err instanceof PublishError;
+      throw new ApiError(
+        'QUEUE_UNAVAILABLE',
+        definite
+          ? 'the signal queue is unavailable; nothing was ingested and no tokens were used, retry later'
+          : 'the signal queue did not confirm the batch in time; it may or may not be stored, resend it with the same idempotency keys',
+      );
     }
     const body202: AcceptedBatch = { accepted: count, batchId };
     return { status: 202, body: body202 };

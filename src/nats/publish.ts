@@ -6,6 +6,7 @@
 import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 import { log } from '../log.js';
 
+/** The server answered and refused the message (as opposed to no answer in time). */
 export class PublishError extends Error {}
 
 interface PubAck {

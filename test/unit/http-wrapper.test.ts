@@ -1,0 +1,50 @@
+/**
+ * The uWS wrapper (src/ingress/http.ts): a handler whose `before` hook is asynchronous (an
+ * API-key lookup that misses the cache) still receives the whole body; early answers and
+ * the body limit work; a thrown non-API error becomes a 500 without internals.
+ */
+import t from 'tap';
+import { uWS, wrap } from '../../src/ingress/http.js';
+import { ApiError } from '../../src/errors.js';
+
+const app = uWS.App();
+const slowBefore = (): Promise<undefined> => new Promise((r) => setTimeout(() => r(undefined), 150));
+app.post('/echo', wrap((req) => ({ status: 200, body: { bytes: req.body.length, text: req.body.toString() } }), { body: true, before: slowBefore }));
+app.post('/deny', wrap(() => ({ status: 200 }), { body: true, before: () => { throw new ApiError('UNAUTHORIZED', 'no'); } }));
+app.post('/small', wrap((req) => ({ status: 200, body: { bytes: req.body.length } }), { body: true, maxBodyBytes: 100 }));
+app.get('/boom', wrap(() => { throw new Error('secret /etc/path'); }));
+const port = await new Promise<number>((resolve) => app.listen('127.0.0.1', 0, (s) => resolve(uWS.us_socket_local_port(s))));
+const base = `http://127.0.0.1:${port}`;
+t.teardown(() => app.close());
+
+t.test('an asynchronous before-hook does not lose the body', async (t) => {
+  for (const text of ['{"a":1}', 'x'.repeat(300_000)]) {
+    const r = await fetch(`${base}/echo`, { method: 'POST', body: text });
+    t.equal(r.status, 200);
+    const b = (await r.json()) as { bytes: number; text: string };
+    t.equal(b.bytes, text.length);
+    t.equal(b.text, text);
+  }
+});
+
+t.test('an early answer from before-hook', async (t) => {
+  const r = await fetch(`${base}/deny`, { method: 'POST', body: 'y'.repeat(200_000) });
+  t.equal(r.status, 401);
+  t.same(await r.json(), { error: 'Unauthorized', code: 'UNAUTHORIZED', details: 'no' });
+});
+
+t.test('body limit: declared and streamed', async (t) => {
+  const ok = await fetch(`${base}/small`, { method: 'POST', body: 'z'.repeat(100) });
+  t.same(await ok.json(), { bytes: 100 });
+  const big = await fetch(`${base}/small`, { method: 'POST', body: 'z'.repeat(101) });
+  t.equal(big.status, 413);
+  t.equal(((await big.json()) as { code: string }).code, 'PAYLOAD_TOO_LARGE');
+});
+
+t.test('unexpected errors: 500 without internals', async (t) => {
+  const r = await fetch(`${base}/boom`);
+  t.equal(r.status, 500);
+  const text = await r.text();
+  t.notMatch(text, /secret|\/etc/);
+  t.same(JSON.parse(text), { error: 'Internal Server Error', code: 'INTERNAL', details: 'An unexpected error occurred; it has been logged.' });
+});
