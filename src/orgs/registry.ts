@@ -46,13 +46,16 @@ export class OrgRegistry {
     private readonly defaults: Limits,
   ) {}
 
-  /** Loads every record and keeps following changes made by any process. */
+  /**
+   * Loads every record and keeps following changes made by any process. Ready when the
+   * watcher has delivered the last value of every key: it flags the entry that completes
+   * the initial load (and every later one) with isUpdate.
+   */
   async start(): Promise<void> {
     const watcher = await this.kv.watch({ key: '>' });
-    let initial = (await this.kv.status()).values;
     let resolveReady!: () => void;
     const ready = new Promise<void>((r) => (resolveReady = r));
-    if (initial === 0) resolveReady();
+    if ((await this.kv.status()).values === 0) resolveReady();
     void (async () => {
       for await (const e of watcher) {
         try {
@@ -60,10 +63,11 @@ export class OrgRegistry {
         } catch (err) {
           log.error('bad record in organization bucket', { key: e.key, err });
         }
-        if (initial > 0 && --initial === 0) resolveReady();
+        if (e.isUpdate) resolveReady();
       }
     })();
-    await Promise.race([ready, new Promise((r) => setTimeout(r, 5_000))]);
+    // A safety net only: a miss is also looked up on demand (authenticate).
+    await Promise.race([ready, new Promise((r) => setTimeout(r, 5_000).unref())]);
   }
 
   private apply(key: string, value: unknown): void {
