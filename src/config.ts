@@ -1,6 +1,7 @@
 /**
  * Configuration: every setting is read from the environment here, once, at start.
- * Nothing else in the code base reads process.env. Each bad value produces one clear
+ * Nothing else in the service reads process.env (the billing-admin CLI, a separate program,
+ * reads its own BILLING_URL and OPERATOR_TOKEN). Each bad value produces one clear
  * message; all messages are reported together and the process refuses to start.
  *
  * Every setting, its default and its meaning is listed in README.md ("Configuration").
