@@ -20,6 +20,7 @@ export const ERRORS = {
   QUEUE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   RATE_LIMITER_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   STORE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
+  SERVICE_STARTING: { status: 503, error: 'Service Unavailable' },
 } as const;
 
 export type ErrorCode = keyof typeof ERRORS;

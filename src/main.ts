@@ -13,7 +13,7 @@ import { OrgRegistry } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
 import { SignalIngress } from './ingress/signals.js';
 import { AdminApi } from './admin/routes.js';
-import { buildApp, listen, type ServerDeps } from './ingress/server.js';
+import { Server, listen } from './ingress/server.js';
 import { openStore, type Store } from './store/index.js';
 import { Pipeline } from './pipeline/consumer.js';
 import { uWS } from './ingress/http.js';
@@ -27,51 +27,65 @@ export interface Running {
 export async function start(cfg: Config): Promise<Running> {
   setLogLevel(cfg.logLevel);
   const closers: (() => Promise<void> | void)[] = [];
-  const deps: ServerDeps = { operatorToken: cfg.operatorToken, maxBodyBytes: cfg.maxBodyBytes, readiness: { checks: {} } };
-
-  const nats = await Nats.connect(cfg);
-  closers.push(() => nats.close());
-  deps.readiness.checks.nats = async () => {
-    if (!nats.connected) throw new Error('not connected');
-    await nats.nc.flush();
-  };
-  if (cfg.maxBodyBytes + 16 * 1024 > nats.maxPayload) {
-    throw new ConfigError([`MAX_BODY_BYTES=${cfg.maxBodyBytes}: the NATS server accepts messages of at most ${nats.maxPayload} bytes; use at most ${nats.maxPayload - 16 * 1024}`]);
-  }
-  await nats.ensureSignalStream(cfg);
-
-  if (hasIngress(cfg.role)) {
-    const redis = new Redis(cfg.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
-    redis.on('error', (err) => log.warn('redis error', { err: err.message }));
-    await redis.connect().catch((err: Error) => log.warn('redis not reachable yet', { err: err.message }));
-    closers.push(() => void redis.disconnect());
-    deps.readiness.checks.redis = async () => {
-      await redis.ping();
-    };
-    const buckets = new TokenBuckets(redis, cfg.redisPrefix);
-    await buckets.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
-    const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
-    await registry.start();
-    deps.ingress = { registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) };
-  }
-
+  let nats: Nats | null = null;
   let store: Store | null = null;
   let pipeline: Pipeline | null = null;
-  if (hasPipeline(cfg.role)) {
-    store = await openStore(cfg);
-    await store.init();
-    deps.store = store;
-    const s = store;
-    deps.readiness.checks.clickhouse = () => s.ping();
-    await nats.ensureDeadLetterStream();
-    await nats.ensurePipelineConsumer(cfg);
-    pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
-    await pipeline.start();
-  }
 
-  const app = buildApp(deps);
-  const { port, socket } = await listen(app, cfg.host, cfg.port);
-  log.info('listening', { role: cfg.role, port, store: store?.kind ?? null });
+  // Readiness of every dependency of this role, answering from the first moment.
+  const checks: Record<string, () => Promise<void>> = {
+    nats: async () => {
+      if (!nats) throw new Error('connecting');
+      if (!nats.connected) throw new Error('not connected');
+      await nats.nc.flush();
+    },
+  };
+  // Listen first: /healthz and /readyz answer while the dependencies are still connecting.
+  const server = new Server({ operatorToken: cfg.operatorToken, maxBodyBytes: cfg.maxBodyBytes, readiness: { checks } });
+  if (hasIngress(cfg.role)) checks.redis = async () => Promise.reject(new Error('connecting'));
+  if (hasPipeline(cfg.role)) checks.clickhouse = async () => Promise.reject(new Error('starting'));
+  const { port, socket } = await listen(server.app, cfg.host, cfg.port);
+  log.info('listening', { role: cfg.role, port });
+
+  try {
+    nats = await Nats.connect(cfg);
+    closers.push(() => nats!.close());
+    if (cfg.maxBodyBytes + 16 * 1024 > nats.maxPayload) {
+      throw new ConfigError([`MAX_BODY_BYTES=${cfg.maxBodyBytes}: the NATS server accepts messages of at most ${nats.maxPayload} bytes; use at most ${nats.maxPayload - 16 * 1024}`]);
+    }
+    await nats.ensureSignalStream(cfg);
+
+    if (hasIngress(cfg.role)) {
+      const redis = new Redis(cfg.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
+      redis.on('error', (err) => log.warn('redis error', { err: err.message }));
+      await redis.connect().catch((err: Error) => log.warn('redis not reachable yet', { err: err.message }));
+      closers.push(() => void redis.disconnect());
+      checks.redis = async () => {
+        await redis.ping();
+      };
+      const buckets = new TokenBuckets(redis, cfg.redisPrefix);
+      await buckets.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
+      const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
+      await registry.start();
+      server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
+    }
+
+    if (hasPipeline(cfg.role)) {
+      store = await openStore(cfg);
+      await store.init();
+      const s = store;
+      checks.clickhouse = () => s.ping();
+      server.addStore(store);
+      await nats.ensureDeadLetterStream();
+      await nats.ensurePipelineConsumer(cfg);
+      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
+      await pipeline.start();
+    }
+  } catch (err) {
+    uWS.us_listen_socket_close(socket);
+    throw err;
+  }
+  server.markReady();
+  log.info('ready', { role: cfg.role, port, store: store?.kind ?? null });
 
   let stopping: Promise<void> | null = null;
   return {
@@ -82,7 +96,7 @@ export async function start(cfg: Config): Promise<Running> {
         if (pipeline) await pipeline.stop();
         if (store) await store.close();
         for (const c of closers.reverse()) await c();
-        app.close();
+        server.app.close();
       })()),
   };
 }

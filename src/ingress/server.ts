@@ -1,9 +1,8 @@
 /**
  * The HTTP server of every role. Routes present depend on the role:
- *   every role      GET /healthz, GET /readyz
+ *   every role      GET /healthz, GET /readyz (from the first moment)
  *   ingress, all    /api/v2/signals/bulk, /api/v1/usage, /admin/v1/organizations...
  *   pipeline, all   GET /admin/v1/organizations/:id/stats (needs the store)
- * Unknown paths answer 404 JSON; a known path with another method answers 405 JSON.
  */
 import { ApiError } from '../errors.js';
 import { log } from '../log.js';
@@ -23,35 +22,12 @@ export interface ServerDeps {
   operatorToken: string | null;
   maxBodyBytes: number;
   readiness: Readiness;
-  ingress?: { registry: OrgRegistry; signals: SignalIngress; admin: AdminApi };
-  store?: Store;
 }
 
-type Method = 'get' | 'post' | 'patch';
-
-class Router {
-  private readonly methods = new Map<string, Set<string>>();
-  constructor(private readonly app: uWS.TemplatedApp) {}
-
-  add(method: Method, pattern: string, handler: Handler, opts?: RouteOptions): void {
-    this.app[method](pattern, wrap(handler, opts, countParams(pattern)));
-    const set = this.methods.get(pattern) ?? new Set<string>();
-    set.add(method.toUpperCase());
-    this.methods.set(pattern, set);
-  }
-
-  /** 405 for other methods on known paths, 404 for everything else. */
-  finish(): void {
-    for (const [pattern, set] of this.methods) {
-      const allow = [...set].join(', ');
-      this.app.any(pattern, wrap(() => {
-        throw new ApiError('METHOD_NOT_ALLOWED', `allowed: ${allow}`, { Allow: allow });
-      }));
-    }
-    this.app.any('/*', wrap((req) => {
-      throw new ApiError('NOT_FOUND', `no route ${req.method} ${req.url}`);
-    }));
-  }
+export interface IngressDeps {
+  registry: OrgRegistry;
+  signals: SignalIngress;
+  admin: AdminApi;
 }
 
 const withTimeout = <T>(p: Promise<T>, ms: number): Promise<T> =>
@@ -73,16 +49,48 @@ async function readiness(r: Readiness): Promise<Reply> {
   return { status: down.length === 0 ? 200 : 503, body };
 }
 
-export function buildApp(deps: ServerDeps): uWS.TemplatedApp {
-  const app = uWS.App();
-  const r = new Router(app);
-  r.add('get', '/healthz', () => ({ status: 200, body: { status: 'ok' } }));
-  r.add('get', '/readyz', () => readiness(deps.readiness));
+type Method = 'get' | 'post' | 'patch';
 
-  const operator = deps.operatorToken ? operatorGuard(deps.operatorToken) : null;
+/**
+ * The HTTP server. It listens before the dependencies are connected, so /healthz and
+ * /readyz answer from the first moment (readyz naming what is not up yet); the API and
+ * operator routes are added once their components are ready, and until then those paths
+ * answer 503 SERVICE_STARTING. Unknown paths answer 404, known paths with another method 405.
+ */
+export class Server {
+  readonly app = uWS.App();
+  private readonly methods = new Map<string, Set<string>>();
+  private ready = false;
+  private readonly operator: ((req: Request) => Reply | undefined) | null;
 
-  if (deps.ingress) {
-    const { registry, signals, admin } = deps.ingress;
+  constructor(private readonly deps: ServerDeps) {
+    this.operator = deps.operatorToken ? operatorGuard(deps.operatorToken) : null;
+    this.add('get', '/healthz', () => ({ status: 200, body: { status: 'ok' } }));
+    this.add('get', '/readyz', () => readiness(deps.readiness));
+    this.app.any('/*', wrap((req) => {
+      if (!this.ready) throw new ApiError('SERVICE_STARTING', 'the service is starting (connecting to its dependencies); retry shortly');
+      throw new ApiError('NOT_FOUND', `no route ${req.method} ${req.url}`);
+    }));
+  }
+
+  private add(method: Method, pattern: string, handler: Handler, opts?: RouteOptions): void {
+    this.app[method](pattern, wrap(handler, opts, countParams(pattern)));
+    let allowed = this.methods.get(pattern);
+    if (!allowed) {
+      const set = new Set<string>();
+      allowed = set;
+      this.methods.set(pattern, set);
+      // Method-specific handlers take precedence over `any` in uWS, whatever the order.
+      this.app.any(pattern, wrap(() => {
+        const allow = [...set].join(', ');
+        throw new ApiError('METHOD_NOT_ALLOWED', `allowed: ${allow}`, { Allow: allow });
+      }));
+    }
+    allowed.add(method.toUpperCase());
+  }
+
+  addIngress(ingress: IngressDeps): void {
+    const { registry, signals, admin } = ingress;
     const authenticate = async (req: Request): Promise<undefined> => {
       const m = /^Bearer\s+(\S+)\s*$/.exec(req.authorization);
       if (!m) {
@@ -93,28 +101,33 @@ export function buildApp(deps: ServerDeps): uWS.TemplatedApp {
       req.principal = principal;
       return undefined;
     };
-    const bodyOpts: RouteOptions = { body: true, maxBodyBytes: deps.maxBodyBytes, before: authenticate };
-    r.add('post', '/api/v2/signals/bulk', (req) => signals.bulk(req, req.principal!), bodyOpts);
-    r.add('post', '/api/v1/usage', (req) => signals.v1(req, req.principal!), bodyOpts);
+    const bodyOpts: RouteOptions = { body: true, maxBodyBytes: this.deps.maxBodyBytes, before: authenticate };
+    this.add('post', '/api/v2/signals/bulk', (req) => signals.bulk(req, req.principal!), bodyOpts);
+    this.add('post', '/api/v1/usage', (req) => signals.v1(req, req.principal!), bodyOpts);
 
-    const adminOpts: RouteOptions = { body: true, maxBodyBytes: 64 * 1024, before: operator! };
-    r.add('post', '/admin/v1/organizations', (req) => admin.createOrg(req), adminOpts);
-    r.add('get', '/admin/v1/organizations/:id', (req) => admin.getOrg(req), { before: operator! });
-    r.add('patch', '/admin/v1/organizations/:id/limits', (req) => admin.patchLimits(req), adminOpts);
+    const operator = this.operator!;
+    const adminOpts: RouteOptions = { body: true, maxBodyBytes: 64 * 1024, before: operator };
+    this.add('post', '/admin/v1/organizations', (req) => admin.createOrg(req), adminOpts);
+    this.add('get', '/admin/v1/organizations/:id', (req) => admin.getOrg(req), { before: operator });
+    this.add('patch', '/admin/v1/organizations/:id/limits', (req) => admin.patchLimits(req), adminOpts);
   }
-  if (deps.store && operator) {
-    const store = deps.store;
-    r.add('get', '/admin/v1/organizations/:id/stats', async (req) => {
+
+  addStore(store: Store): void {
+    if (!this.operator) return;
+    this.add('get', '/admin/v1/organizations/:id/stats', async (req) => {
       try {
         return { status: 200, body: { signals: await store.countSignals(req.params[0]!) } };
       } catch (err) {
         log.error('store unavailable', { err });
         throw new ApiError('STORE_UNAVAILABLE', 'the analytics store is unreachable, retry later');
       }
-    }, { before: operator });
+    }, { before: this.operator });
   }
-  r.finish();
-  return app;
+
+  /** From now on, an unknown path is a 404 rather than "starting". */
+  markReady(): void {
+    this.ready = true;
+  }
 }
 
 export function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<{ port: number; socket: uWS.us_listen_socket }> {

@@ -75,3 +75,35 @@ t.test('Redis unreachable: 503, nothing ingested, then recovery', async (t) => {
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 10, test: 0 });
 });
+
+t.test('NATS unreachable at start: health answers, the API says starting, then it carries on', async (t) => {
+  const lateNats = new TcpProxy(natsTarget.hostname, Number(natsTarget.port || 4222));
+  await lateNats.start();
+  const port = lateNats.port;
+  await lateNats.cut();
+  const lateIso = isolation('outagestart');
+  const late = new ServiceProcess(lateIso, { NATS_URL: `nats://127.0.0.1:${port}` });
+  t.teardown(async () => {
+    await late.stop();
+    await lateNats.cut();
+    await cleanup(lateIso);
+  });
+  await late.start('listening');
+  t.same((await http(late.url, 'GET', '/healthz')).body, { status: 'ok' }, 'the process answers at once');
+  const ready = await http(late.url, 'GET', '/readyz');
+  t.equal(ready.status, 503);
+  t.match(ready.body, { status: 'unavailable', checks: { nats: 'down: connecting' } });
+  t.ok(ready.body.down.includes('nats'), 'readyz names NATS');
+  const api = await http(late.url, 'POST', '/api/v2/signals/bulk', { token: 'sk_live_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA', body: batch(1) });
+  t.same(api.body, { error: 'Service Unavailable', code: 'SERVICE_STARTING', details: 'the service is starting (connecting to its dependencies); retry shortly' });
+  t.equal(api.status, 503);
+
+  await lateNats.start(port);
+  const up = await waitFor(() => http(late.url, 'GET', '/readyz'), (r) => r.status === 200, 30_000);
+  t.equal(up.status, 200, 'ready once NATS is reachable');
+  const org = await createOrg(late.url);
+  t.equal((await sendBatch(late.url, org.live, batch(10))).status, 202);
+  await drained(lateIso);
+  t.same(await counts(late.url, org.id), { live: 10, test: 0 });
+  t.equal((await http(late.url, 'GET', '/api/v2/nope')).status, 404, 'unknown paths are 404 once started');
+});

@@ -46,7 +46,8 @@ export class ServiceProcess {
     readonly env: Record<string, string> = {},
   ) {}
 
-  async start(): Promise<this> {
+  /** Resolves when the service is ready (default), or as soon as it listens (`'listening'`). */
+  async start(until: 'ready' | 'listening' = 'ready'): Promise<this> {
     this.output = '';
     const proc = spawn(process.execPath, [MAIN], {
       cwd: ROOT,
@@ -75,7 +76,7 @@ export class ServiceProcess {
       const timer = setTimeout(() => reject(new Error(`service did not start:\n${this.output}`)), 60_000);
       const onData = (b: Buffer): void => {
         this.output += b.toString();
-        const m = /"msg":"listening".*?"port":(\d+)/.exec(this.output);
+        const m = (until === 'ready' ? /"msg":"ready".*?"port":(\d+)/ : /"msg":"listening".*?"port":(\d+)/).exec(this.output);
         if (m) {
           clearTimeout(timer);
           resolve(Number(m[1]));
