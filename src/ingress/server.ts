@@ -1,11 +1,12 @@
 /**
  * The HTTP server of every role. Routes present depend on the role:
- *   every role      GET /healthz, GET /readyz (from the first moment)
+ *   every role      GET /healthz, GET /readyz (from the first moment), GET /openapi.json
  *   ingress, all    /api/v2/signals/bulk, /api/v1/usage, /admin/v1/organizations...
  *   pipeline, all   GET /admin/v1/organizations/:id/stats (needs the store)
  */
 import { ApiError } from '../errors.js';
 import { log } from '../log.js';
+import { OPENAPI } from '../openapi.js';
 import type { OrgRegistry } from '../orgs/registry.js';
 import type { SignalIngress } from './signals.js';
 import type { AdminApi } from '../admin/routes.js';
@@ -67,6 +68,8 @@ export class Server {
     this.operator = deps.operatorToken ? operatorGuard(deps.operatorToken) : null;
     this.add('get', '/healthz', () => ({ status: 200, body: { status: 'ok' } }));
     this.add('get', '/readyz', () => readiness(deps.readiness));
+    const openapi = JSON.stringify(OPENAPI);
+    this.add('get', '/openapi.json', () => ({ status: 200, body: openapi, headers: { 'Content-Type': 'application/json' } }));
     this.app.any('/*', wrap((req) => {
       if (!this.ready) throw new ApiError('SERVICE_STARTING', 'the service is starting (connecting to its dependencies); retry shortly');
       throw new ApiError('NOT_FOUND', `no route ${req.method} ${req.url}`);

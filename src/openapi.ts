@@ -1,0 +1,180 @@
+/**
+ * The OpenAPI 3.1 document of the HTTP API, served at GET /openapi.json.
+ * test/api/openapi.test.ts keeps it in step with the routes the service answers and with
+ * the error catalogue (src/errors.ts).
+ */
+import { ERRORS } from './errors.js';
+import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingress/validate.js';
+import { LIMIT_BOUNDS } from './admin/routes.js';
+
+const json = (schema: unknown, description: string) => ({ description, content: { 'application/json': { schema } } });
+const error = (description: string, codes: string[]) =>
+  json({ allOf: [{ $ref: '#/components/schemas/Error' }, { properties: { code: { enum: codes } } }] }, description);
+
+const str = { type: 'string', minLength: 1, maxLength: MAX_STRING };
+const nullableStr = { type: ['string', 'null'], minLength: 1, maxLength: MAX_STRING };
+
+const signal = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['eventName', 'customerId'],
+  properties: {
+    eventName: { ...str, description: 'What happened, e.g. "api_call".' },
+    customerId: { ...str, description: "The caller's id of the customer." },
+    unitId: { ...nullableStr, description: "The caller's id of the customer unit (credit caps)." },
+    timestamp: {
+      type: ['string', 'null'],
+      format: 'date-time',
+      description: 'RFC 3339 with Z or ±hh:mm, from 2000-01-01T00:00:00Z to one hour after receipt; default: time of receipt.',
+    },
+    idempotencyKey: { ...nullableStr, description: 'Duplicates within an organization and mode are skipped for 7 days (DEDUPE_WINDOW_DAYS).' },
+    data: {
+      type: ['object', 'null'],
+      description: `At most ${MAX_DATA_BYTES} bytes as JSON and ${MAX_DATA_DEPTH} levels of nesting; no two keys naming the same path (dots in keys separate path segments).`,
+    },
+  },
+};
+
+const limits = {
+  type: 'object',
+  additionalProperties: false,
+  properties: {
+    burst: { type: 'integer', minimum: LIMIT_BOUNDS.burst.min, maximum: LIMIT_BOUNDS.burst.max },
+    refillPerSecond: { type: 'number', minimum: LIMIT_BOUNDS.refillPerSecond.min, maximum: LIMIT_BOUNDS.refillPerSecond.max },
+    analyticsConcurrency: { type: 'integer', minimum: LIMIT_BOUNDS.analyticsConcurrency.min, maximum: LIMIT_BOUNDS.analyticsConcurrency.max },
+  },
+};
+
+const ingestResponses = {
+  202: json({ $ref: '#/components/schemas/AcceptedBatch' }, 'The batch is durable in JetStream.'),
+  400: error('The whole batch is refused; details name the signal index and field.', ['INVALID_JSON', 'INVALID_BODY', 'BATCH_EMPTY', 'BATCH_TOO_LARGE', 'INVALID_SIGNAL']),
+  401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
+  413: error('Body larger than MAX_BODY_BYTES.', ['PAYLOAD_TOO_LARGE']),
+  429: {
+    ...error('The token bucket cannot cover the N signals; nothing was ingested.', ['RATE_LIMIT_EXCEEDED']),
+    headers: { 'Retry-After': { description: 'Whole seconds until the bucket can cover the request.', schema: { type: 'integer', minimum: 1 } } },
+  },
+  503: error('A dependency is unavailable or the service is starting; resend with the same idempotency keys.', ['QUEUE_UNAVAILABLE', 'RATE_LIMITER_UNAVAILABLE', 'SERVICE_STARTING']),
+};
+
+const operatorErrors = { 401: error('Missing or wrong operator token.', ['UNAUTHORIZED']), 404: error('No such organization.', ['NOT_FOUND']) };
+const orgId = { name: 'id', in: 'path', required: true, schema: { type: 'string', pattern: '^org_[0-9A-Za-z]{20}$' } };
+
+export const OPENAPI = {
+  openapi: '3.1.0',
+  info: { title: 'usage-billing', version: '2.0.0', description: 'Usage signals, rate limits and the operator API. See README.md.' },
+  components: {
+    securitySchemes: {
+      apiKey: { type: 'http', scheme: 'bearer', description: 'sk_live_… or sk_test_…' },
+      operator: { type: 'http', scheme: 'bearer', description: 'OPERATOR_TOKEN' },
+    },
+    schemas: {
+      Error: {
+        type: 'object',
+        required: ['error', 'code', 'details'],
+        properties: { error: { type: 'string' }, code: { type: 'string', enum: Object.keys(ERRORS) }, details: { type: 'string' } },
+      },
+      Signal: signal,
+      AcceptedBatch: {
+        type: 'object',
+        required: ['accepted', 'batchId'],
+        properties: {
+          accepted: { type: 'integer', description: 'Signals accepted (duplicates by idempotencyKey are skipped later, in the pipeline).' },
+          batchId: { type: 'string', description: 'Signal i of the batch has the id sig_<batchId without "bat_">_<i>.' },
+        },
+      },
+      Limits: limits,
+      Organization: {
+        type: 'object',
+        properties: {
+          id: { type: 'string' },
+          name: { type: ['string', 'null'] },
+          createdAt: { type: 'string', format: 'date-time' },
+          updatedAt: { type: 'string', format: 'date-time' },
+          limits: limits,
+        },
+      },
+    },
+  },
+  paths: {
+    '/api/v2/signals/bulk': {
+      post: {
+        summary: 'Ingest a batch of signals',
+        security: [{ apiKey: [] }],
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { type: 'object', additionalProperties: false, required: ['signals'], properties: { signals: { type: 'array', minItems: 1, maxItems: MAX_SIGNALS, items: { $ref: '#/components/schemas/Signal' } } } } } },
+        },
+        responses: ingestResponses,
+      },
+    },
+    '/api/v1/usage': {
+      post: {
+        summary: 'Legacy: one signal or an array of signals (same bucket and pipeline)',
+        deprecated: true,
+        security: [{ apiKey: [] }],
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { oneOf: [{ $ref: '#/components/schemas/Signal' }, { type: 'array', minItems: 1, maxItems: MAX_SIGNALS, items: { $ref: '#/components/schemas/Signal' } }] } } },
+        },
+        responses: ingestResponses,
+      },
+    },
+    '/admin/v1/organizations': {
+      post: {
+        summary: 'Create an organization; its API keys are shown only here',
+        security: [{ operator: [] }],
+        requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { name: { type: 'string', minLength: 1, maxLength: 255 } } } } } },
+        responses: {
+          201: json({ allOf: [{ $ref: '#/components/schemas/Organization' }, { properties: { apiKeys: { type: 'object', properties: { live: { type: 'string' }, test: { type: 'string' } } } } }] }, 'Created.'),
+          400: error('Bad body.', ['INVALID_JSON', 'INVALID_BODY']),
+          401: operatorErrors[401],
+        },
+      },
+    },
+    '/admin/v1/organizations/{id}': {
+      get: {
+        summary: 'An organization (never its keys)',
+        security: [{ operator: [] }],
+        parameters: [orgId],
+        responses: { 200: json({ $ref: '#/components/schemas/Organization' }, 'The organization.'), ...operatorErrors },
+      },
+    },
+    '/admin/v1/organizations/{id}/limits': {
+      patch: {
+        summary: 'Change rate and concurrency limits (any subset)',
+        security: [{ operator: [] }],
+        parameters: [orgId],
+        requestBody: { required: true, content: { 'application/json': { schema: { $ref: '#/components/schemas/Limits' } } } },
+        responses: {
+          200: json({ $ref: '#/components/schemas/Organization' }, 'The updated organization.'),
+          400: error('A bad limit; nothing changed.', ['INVALID_JSON', 'INVALID_LIMITS']),
+          ...operatorErrors,
+        },
+      },
+    },
+    '/admin/v1/organizations/{id}/stats': {
+      get: {
+        summary: 'Signals stored for the organization (processes that own the store)',
+        security: [{ operator: [] }],
+        parameters: [orgId],
+        responses: {
+          200: json({ type: 'object', properties: { signals: { type: 'object', properties: { live: { type: 'integer' }, test: { type: 'integer' } } } } }, 'Row counts.'),
+          401: operatorErrors[401],
+          503: error('The store is unreachable.', ['STORE_UNAVAILABLE']),
+        },
+      },
+    },
+    '/healthz': { get: { summary: 'The process is up', responses: { 200: json({ type: 'object' }, 'Up.') } } },
+    '/readyz': {
+      get: {
+        summary: 'Every dependency of this role answers',
+        responses: {
+          200: json({ type: 'object' }, 'Ready.'),
+          503: json({ type: 'object', properties: { status: { const: 'unavailable' }, down: { type: 'array', items: { type: 'string' } }, checks: { type: 'object' } } }, 'Names what is down.'),
+        },
+      },
+    },
+    '/openapi.json': { get: { summary: 'This document', responses: { 200: json({ type: 'object' }, 'OpenAPI 3.1.') } } },
+  },
+} as const;
