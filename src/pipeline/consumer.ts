@@ -44,14 +44,6 @@ import { log } from '../log.js';
 
 const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
 
-export interface PipelineStats {
-  rowsInserted: number;
-  duplicatesSkipped: number;
-  messagesAcked: number;
-  flushes: number;
-  insertFailures: number;
-  deadLettered: number;
-}
 
 /**
  * ClickHouse error codes that mean "this data cannot be inserted", as opposed to "the engine
@@ -89,7 +81,6 @@ export function batchMeta(m: JsMsg): BatchMeta {
 }
 
 export class Pipeline {
-  readonly stats: PipelineStats = { rowsInserted: 0, duplicatesSkipped: 0, messagesAcked: 0, flushes: 0, insertFailures: 0, deadLettered: 0 };
   private readonly pool: Piscina<RowsTask, RowsResult>;
   private readonly claims: IdempotencyClaims;
   private readonly held = new Set<number>();
@@ -149,10 +140,7 @@ export class Pipeline {
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }
       this.buffer.offsets.push(this.buffer.lines.length);
-      for (let i = 0; i < r.lines.length; i++) {
-        if (keep[i]) this.buffer.lines.push(r.lines[i]!);
-        else this.stats.duplicatesSkipped++;
-      }
+      for (let i = 0; i < r.lines.length; i++) if (keep[i]) this.buffer.lines.push(r.lines[i]!);
       this.buffer.msgs.push(m);
     } catch (err) {
       this.held.delete(m.seq);
@@ -197,10 +185,7 @@ export class Pipeline {
     try {
       await this.insert(batch.lines);
       for (const m of batch.msgs) m.ack();
-      this.stats.messagesAcked += batch.msgs.length;
-      this.stats.flushes++;
     } catch (err) {
-      this.stats.insertFailures++;
       if (batch.msgs.length > 1 && isDataError(err)) await this.isolate(batch);
       else await this.settleFailed(batch.msgs, err);
     } finally {
@@ -211,7 +196,6 @@ export class Pipeline {
   private async insert(lines: string[]): Promise<void> {
     if (lines.length === 0) return;
     await this.store.insertSignals(Buffer.from(`${lines.join('\n')}\n`));
-    this.stats.rowsInserted += lines.length;
   }
 
   /** A flush the engine refused for its content: find the message(s) responsible. */
@@ -223,7 +207,6 @@ export class Pipeline {
       try {
         await this.insert(lines);
         m.ack();
-        this.stats.messagesAcked++;
       } catch (err) {
         await this.settleFailed([m], err);
       }
@@ -254,7 +237,6 @@ export class Pipeline {
     h.set('Billing-Original-Seq', String(m.seq));
     await publishDurable(this.nats.nc, `${this.nats.names.deadLetterSubjectPrefix}.${m.subject.split('.').pop()}`, m.data, h, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
     m.ack();
-    this.stats.deadLettered++;
     log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.names.deadLetterStream, reason });
   }
 
