@@ -25,6 +25,19 @@ export interface Config {
   clickhouseUser: string;
   clickhousePassword: string;
   clickhouseDatabase: string;
+  analytics: {
+    /** Database holding only the analytics views; the current database of every analytics query. */
+    database: string;
+    /** Engine time limit of one analytics query (spec: 30 s); past it the answer is 408. */
+    timeoutMs: number;
+    /** Engine memory limit of one analytics query. */
+    maxMemoryBytes: number;
+    /** Spec 8.3: when on, an analytics query takes one token from the organization's bucket. */
+    rateLimited: boolean;
+    /** Read-only ClickHouse server user for analytics queries (server mode only). */
+    user: string | null;
+    password: string;
+  };
   dataDir: string;
   dedupeWindowDays: number;
   defaultLimits: { burst: number; refillPerSecond: number; analyticsConcurrency: number };
@@ -154,6 +167,14 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     clickhouseUser: r.str('CLICKHOUSE_USER', 'default'),
     clickhousePassword: r.str('CLICKHOUSE_PASSWORD', ''),
     clickhouseDatabase: r.prefix('CLICKHOUSE_DATABASE', 'billing', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
+    analytics: {
+      database: r.prefix('ANALYTICS_DATABASE', 'analytics', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
+      timeoutMs: r.int('ANALYTICS_TIMEOUT_MS', 30_000, 100, 30_000),
+      maxMemoryBytes: r.int('ANALYTICS_MAX_MEMORY_BYTES', 2 * 1024 ** 3, 64 * 1024 ** 2, 1024 ** 4),
+      rateLimited: r.oneOf('ANALYTICS_RATE_LIMITED', 'false', ['true', 'false'] as const) === 'true',
+      user: r.optional('CLICKHOUSE_ANALYTICS_USER'),
+      password: r.str('CLICKHOUSE_ANALYTICS_PASSWORD', ''),
+    },
     dataDir: path.resolve(r.str('DATA_DIR', path.join(process.cwd(), '.data'))),
     dedupeWindowDays: r.int('DEDUPE_WINDOW_DAYS', 7, 7, 3650),
     defaultLimits: {
@@ -173,6 +194,13 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     },
     logLevel: r.oneOf('LOG_LEVEL', 'info', ['debug', 'info', 'warn', 'error'] as const),
   };
+  const reserved = ['system', 'information_schema', 'default'];
+  if (cfg.analytics.database.toLowerCase() === cfg.clickhouseDatabase.toLowerCase()) {
+    r.problems.push(`ANALYTICS_DATABASE=${JSON.stringify(cfg.analytics.database)}: must differ from CLICKHOUSE_DATABASE (it holds only the analytics views)`);
+  }
+  for (const [name, v] of [['ANALYTICS_DATABASE', cfg.analytics.database], ['CLICKHOUSE_DATABASE', cfg.clickhouseDatabase]] as const) {
+    if (reserved.includes(v.toLowerCase())) r.problems.push(`${name}=${JSON.stringify(v)}: ${reserved.join(', ')} are reserved`);
+  }
   if (r.problems.length > 0) throw new ConfigError(r.problems);
   return cfg;
 }

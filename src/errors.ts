@@ -14,12 +14,21 @@ export const ERRORS = {
   BATCH_TOO_LARGE: { status: 400, error: 'Bad Request' },
   INVALID_SIGNAL: { status: 400, error: 'Bad Request' },
   INVALID_LIMITS: { status: 400, error: 'Bad Request' },
+  INVALID_QUERY: { status: 400, error: 'Bad Request' },
+  MULTIPLE_STATEMENTS: { status: 400, error: 'Bad Request' },
+  NOT_A_SELECT: { status: 400, error: 'Bad Request' },
+  CLAUSE_NOT_ALLOWED: { status: 400, error: 'Bad Request' },
+  QUERY_FAILED: { status: 400, error: 'Bad Request' },
+  FORBIDDEN: { status: 403, error: 'Forbidden' },
+  QUERY_TIMEOUT: { status: 408, error: 'Request Timeout' },
   PAYLOAD_TOO_LARGE: { status: 413, error: 'Payload Too Large' },
   RATE_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
+  CONCURRENCY_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
   INTERNAL: { status: 500, error: 'Internal Server Error' },
   QUEUE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   RATE_LIMITER_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   STORE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
+  ANALYTICS_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   SERVICE_STARTING: { status: 503, error: 'Service Unavailable' },
 } as const;
 
@@ -54,6 +63,12 @@ export function toErrorResponse(err: unknown): { status: number; body: ErrorBody
     headers: {},
   };
 }
+
+/**
+ * Spec 7.2: no Retry-After header; the client retries after one of its in-flight queries
+ * completes. `details` keeps the spec's form (2.9) with the shortest useful wait.
+ */
+export const concurrencyLimited = (): ApiError => new ApiError('CONCURRENCY_LIMIT_EXCEEDED', 'Too many requests. Retry after 1s.');
 
 export const rateLimited = (retryAfterSeconds: number): ApiError =>
   new ApiError('RATE_LIMIT_EXCEEDED', `Too many requests. Retry after ${retryAfterSeconds}s.`, {

@@ -18,6 +18,8 @@ import { openStore, type Store } from './store/index.js';
 import { Pipeline } from './pipeline/consumer.js';
 import { uWS } from './ingress/http.js';
 import { isMain } from './is-main.js';
+import { ConcurrencySlots } from './ratelimit/slots.js';
+import { AnalyticsService } from './analytics/service.js';
 
 export interface Running {
   port: number;
@@ -30,6 +32,7 @@ export async function start(cfg: Config): Promise<Running> {
   let nats: Nats | null = null;
   let store: Store | null = null;
   let pipeline: Pipeline | null = null;
+  let analyticsDeps: { slots: ConcurrencySlots; buckets: TokenBuckets } | null = null;
 
   // Readiness of every dependency of this role, answering from the first moment.
   const checks: Record<string, () => Promise<void>> = {
@@ -64,6 +67,9 @@ export async function start(cfg: Config): Promise<Running> {
       };
       const buckets = new TokenBuckets(redis, cfg.redisPrefix);
       await buckets.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
+      const slots = new ConcurrencySlots(redis, cfg.redisPrefix);
+      await slots.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
+      analyticsDeps = { slots, buckets };
       const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
       await registry.start();
       server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
@@ -79,6 +85,27 @@ export async function start(cfg: Config): Promise<Running> {
       await nats.ensurePipelineConsumer(cfg);
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
+    }
+
+    if (analyticsDeps) {
+      // The engine is in reach when this process owns it (ROLE=all) or it is a server.
+      let engineStore = store;
+      if (!engineStore && cfg.clickhouseUrl) {
+        engineStore = await openStore(cfg);
+        const s = engineStore;
+        closers.push(() => s.close());
+        checks.clickhouse = () => s.ping();
+      }
+      server.addAnalytics(
+        engineStore
+          ? new AnalyticsService(engineStore.analytics, analyticsDeps.slots, analyticsDeps.buckets, {
+              timeoutMs: cfg.analytics.timeoutMs,
+              maxMemoryBytes: cfg.analytics.maxMemoryBytes,
+              rateLimited: cfg.analytics.rateLimited,
+              internalNames: [cfg.clickhouseDatabase, cfg.analytics.database],
+            })
+          : null,
+      );
     }
   } catch (err) {
     uWS.us_listen_socket_close(socket);

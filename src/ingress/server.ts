@@ -3,6 +3,7 @@
  *   every role      GET /healthz, GET /readyz (from the first moment), GET /openapi.json
  *   ingress, all    /api/v2/signals/bulk, /api/v1/usage, /admin/v1/organizations...
  *   pipeline, all   GET /admin/v1/organizations/:id/stats (needs the store)
+ *   ingress, all    /api/v2/analytics/* (answer 503 without an engine in reach)
  */
 import { ApiError } from '../errors.js';
 import { log } from '../log.js';
@@ -12,6 +13,7 @@ import type { SignalIngress } from './signals.js';
 import type { AdminApi } from '../admin/routes.js';
 import { operatorGuard } from '../admin/routes.js';
 import type { Store } from '../store/index.js';
+import type { AnalyticsService } from '../analytics/service.js';
 import { countParams, uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
 export interface Readiness {
@@ -92,6 +94,8 @@ export class Server {
     allowed.add(method.toUpperCase());
   }
 
+  private authenticate: ((req: Request) => Promise<undefined>) | null = null;
+
   addIngress(ingress: IngressDeps): void {
     const { registry, signals, admin } = ingress;
     const authenticate = async (req: Request): Promise<undefined> => {
@@ -104,6 +108,7 @@ export class Server {
       req.principal = principal;
       return undefined;
     };
+    this.authenticate = authenticate;
     const bodyOpts: RouteOptions = { body: true, maxBodyBytes: this.deps.maxBodyBytes, before: authenticate };
     this.add('post', '/api/v2/signals/bulk', (req) => signals.bulk(req, req.principal!), bodyOpts);
     this.add('post', '/api/v1/usage', (req) => signals.v1(req, req.principal!), bodyOpts);
@@ -113,6 +118,22 @@ export class Server {
     this.add('post', '/admin/v1/organizations', (req) => admin.createOrg(req), adminOpts);
     this.add('get', '/admin/v1/organizations/:id', (req) => admin.getOrg(req), { before: operator });
     this.add('patch', '/admin/v1/organizations/:id/limits', (req) => admin.patchLimits(req), adminOpts);
+  }
+
+  /**
+   * The analytics operations (after addIngress: they authenticate like the rest of the API).
+   * Without an engine in reach (ROLE=ingress with embedded chdb, which only the pipeline
+   * process may open) they answer 503 ANALYTICS_UNAVAILABLE.
+   */
+  addAnalytics(analytics: AnalyticsService | null): void {
+    const before = this.authenticate!;
+    const unavailable = (): never => {
+      throw new ApiError('ANALYTICS_UNAVAILABLE', 'analytics queries need the analytics engine in this process: run ROLE=all with the embedded engine, or set CLICKHOUSE_URL');
+    };
+    const opts: RouteOptions = { body: true, maxBodyBytes: 256 * 1024, before };
+    this.add('post', '/api/v2/analytics/query', (req) => (analytics ? analytics.query(req, req.principal!) : unavailable()), opts);
+    this.add('get', '/api/v2/analytics/schema', () => (analytics ? analytics.schema() : unavailable()), { before });
+    this.add('get', '/api/v2/analytics/signals/metadata', (req) => (analytics ? analytics.signalsMetadata(req, req.principal!) : unavailable()), { before });
   }
 
   addStore(store: Store): void {

@@ -4,6 +4,7 @@
  * `clickhouse/` (a ClickHouse server over HTTP, chosen by CLICKHOUSE_URL).
  */
 import type { Config } from '../config.js';
+import type { AnalyticsEngine } from '../analytics/engine.js';
 
 export interface SignalCounts {
   live: number;
@@ -19,6 +20,8 @@ export interface Store {
   /** Which of these signal ids of an organization are already stored. */
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>>;
   countSignals(orgId: string): Promise<SignalCounts>;
+  /** The engine as the analytics operations use it (read-only, in the analytics database). */
+  readonly analytics: AnalyticsEngine;
   ping(): Promise<void>;
   close(): Promise<void>;
 }

@@ -33,6 +33,25 @@ export function schemaStatements(db: string): string[] {
     ) ENGINE = MergeTree
     PARTITION BY toYYYYMM(timestamp)
     ORDER BY (org_id, livemode, timestamp, signal_id)`,
+    // One row per priced signal, written by the billing engine (issue 5); read through the
+    // analytics view fact_cost. cost_amount is in minor units with fractional cents.
+    `CREATE TABLE IF NOT EXISTS ${db}.costs (
+      org_id LowCardinality(String),
+      livemode Bool,
+      signal_id String,
+      created_at DateTime64(3, 'UTC'),
+      event_name LowCardinality(String),
+      customer_id String,
+      unit_id Nullable(String),
+      plan_id String,
+      order_line_attribute_id String,
+      quantity Decimal(38, 12),
+      unit_price Decimal(38, 12),
+      cost_amount Decimal(38, 12),
+      currency LowCardinality(String)
+    ) ENGINE = MergeTree
+    PARTITION BY toYYYYMM(created_at)
+    ORDER BY (org_id, livemode, created_at, signal_id)`,
   ];
 }
 

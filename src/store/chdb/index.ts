@@ -3,6 +3,17 @@
  * crashed it), so the Session lives on the main thread of the one process that owns the
  * data directory; piscina workers only produce rows and hand them back. Session's async
  * calls run on libuv threads inside chdb, off the event loop.
+ *
+ * Two facts about chdb 3.4 shape this class (both checked, see README "Analytics"):
+ * - One session runs one statement at a time (a second call waits for the first), so
+ *   calls are queued here in order.
+ * - A statement that fails after it began writing its result leaves that partial output
+ *   in the session, and chdb prepends it to the output of the *next* statement. After any
+ *   failure the queue therefore runs a throw-away statement that swallows the leftover
+ *   before anyone else's statement runs: no query ever sees another query's rows.
+ *
+ * The session's current database is the analytics database, which holds only the views;
+ * every other statement here names its database explicitly.
  */
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
@@ -10,45 +21,78 @@ import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, EXISTING_IDS_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { viewStatements } from '../../analytics/views.js';
+import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
+import { log } from '../../log.js';
+
+const DRAIN_SQL = "SELECT 'drained'";
 
 export class ChdbStore implements Store {
   readonly kind = 'chdb' as const;
+  readonly analytics: AnalyticsEngine;
   private readonly session: Session;
   private readonly db: string;
+  private readonly analyticsDb: string;
+  private tail: Promise<unknown> = Promise.resolve();
 
   constructor(cfg: Config) {
     const dir = path.join(cfg.dataDir, 'chdb');
     mkdirSync(dir, { recursive: true });
     this.session = new Session(dir);
     this.db = cfg.clickhouseDatabase;
+    this.analyticsDb = cfg.analytics.database;
+    this.analytics = {
+      normalize: async (text) => (await this.run(() => this.session.queryBindAsync('SELECT formatQuerySingleLine({q:String})', { q: text }, { format: 'TSVRaw' }))).text(),
+      explainAst: async (sql) => (await this.run(() => this.session.queryAsync(`EXPLAIN AST ${sql}`, { format: 'TSVRaw' }))).text(),
+      select: async (sql: string, settings: QuerySettings) =>
+        (await this.run(() => this.session.queryAsync(`${sql}${settingsClause(settings)}`, { format: 'JSONCompact' }))).text(),
+    };
+  }
+
+  /** Runs one session call after the ones before it; after a failure, swallows the leftover output. */
+  private run<T>(call: () => Promise<T>): Promise<T> {
+    const result = this.tail.then(call);
+    this.tail = result.then(
+      () => undefined,
+      () => this.session.queryAsync(DRAIN_SQL, { format: 'TSVRaw' }).then(
+        () => undefined,
+        (err: unknown) => log.error('chdb drain failed', { err }),
+      ),
+    );
+    return result;
   }
 
   async init(): Promise<void> {
-    for (const sql of schemaStatements(this.db)) await this.session.queryAsync(sql);
+    for (const sql of [...schemaStatements(this.db), ...viewStatements(this.db, this.analyticsDb), `USE ${this.analyticsDb}`]) {
+      await this.run(() => this.session.queryAsync(sql));
+    }
+    const current = (await this.run(() => this.session.queryAsync('SELECT currentDatabase()', { format: 'TSVRaw' }))).text().trim();
+    if (current !== this.analyticsDb) throw new Error(`chdb session is in database ${current}, expected ${this.analyticsDb}`);
   }
 
   async insertSignals(rows: Buffer): Promise<void> {
-    await this.session.insert({ table: `${this.db}.signals`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS });
+    await this.run(() => this.session.insert({ table: `${this.db}.signals`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
   }
 
   async existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
-    const r = await this.session.queryBindAsync(EXISTING_IDS_SQL(this.db), { org: orgId, ids }, { format: 'JSONEachRow' });
+    const r = await this.run(() => this.session.queryBindAsync(EXISTING_IDS_SQL(this.db), { org: orgId, ids }, { format: 'JSONEachRow' }));
     return new Set(lines<{ signal_id: string }>(r.text()).map((x) => x.signal_id));
   }
 
   async countSignals(orgId: string): Promise<SignalCounts> {
-    const r = await this.session.queryBindAsync(COUNT_SQL(this.db), { org: orgId }, { format: 'JSONEachRow' });
+    const r = await this.run(() => this.session.queryBindAsync(COUNT_SQL(this.db), { org: orgId }, { format: 'JSONEachRow' }));
     const out: SignalCounts = { live: 0, test: 0 };
     for (const x of lines<{ live: number; n: string | number }>(r.text())) out[x.live ? 'live' : 'test'] = Number(x.n);
     return out;
   }
 
   async ping(): Promise<void> {
-    await this.session.queryAsync('SELECT 1');
+    await this.run(() => this.session.queryAsync('SELECT 1'));
   }
 
   async close(): Promise<void> {
+    await this.tail;
     this.session.close();
   }
 }

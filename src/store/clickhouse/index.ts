@@ -7,24 +7,71 @@ import { createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, EXISTING_IDS_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { viewStatements } from '../../analytics/views.js';
+import { EngineError } from '../../analytics/engine-error.js';
+import type { AnalyticsEngine } from '../../analytics/engine.js';
+
+/** @clickhouse/client errors carry the code number and name; keep them for the API's mapping. */
+function engineError(err: unknown): unknown {
+  const e = err as { code?: string; type?: string; message?: string };
+  if (err instanceof Error && typeof e.type === 'string' && typeof e.code === 'string') return new EngineError(e.type, Number(e.code), e.message ?? '');
+  return err;
+}
 
 export class ClickHouseStore implements Store {
   readonly kind = 'clickhouse' as const;
   private readonly client: ClickHouseClient;
   private readonly db: string;
+  private readonly analyticsDb: string;
+  /** Analytics queries run as a separate read-only user whose current database holds only the views. */
+  private readonly reader: ClickHouseClient;
+  readonly analytics: AnalyticsEngine;
 
   constructor(cfg: Config) {
     this.db = cfg.clickhouseDatabase;
+    this.analyticsDb = cfg.analytics.database;
     this.client = createClient({
       url: cfg.clickhouseUrl!,
       username: cfg.clickhouseUser,
       password: cfg.clickhousePassword,
       request_timeout: 60_000,
     });
+    this.reader = createClient({
+      url: cfg.clickhouseUrl!,
+      username: cfg.analytics.user ?? cfg.clickhouseUser,
+      password: cfg.analytics.user ? cfg.analytics.password : cfg.clickhousePassword,
+      database: this.analyticsDb,
+      request_timeout: cfg.analytics.timeoutMs + 10_000,
+    });
+    const reader = this.reader;
+    this.analytics = {
+      normalize: async (text) => {
+        try {
+          const rs = await reader.query({ query: 'SELECT formatQuerySingleLine({q:String}) AS q', query_params: { q: text }, format: 'JSONEachRow' });
+          return (await rs.json<{ q: string }>())[0]!.q;
+        } catch (err) {
+          throw engineError(err);
+        }
+      },
+      explainAst: async (sql) => {
+        try {
+          return await (await reader.query({ query: `EXPLAIN AST ${sql}`, format: 'TabSeparatedRaw' })).text();
+        } catch (err) {
+          throw engineError(err);
+        }
+      },
+      select: async (sql, settings) => {
+        try {
+          return await (await reader.query({ query: sql, format: 'JSONCompact', clickhouse_settings: settings as Record<string, string> })).text();
+        } catch (err) {
+          throw engineError(err);
+        }
+      },
+    };
   }
 
   async init(): Promise<void> {
-    for (const sql of schemaStatements(this.db)) await this.client.command({ query: sql });
+    for (const sql of [...schemaStatements(this.db), ...viewStatements(this.db, this.analyticsDb)]) await this.client.command({ query: sql });
   }
 
   async insertSignals(rows: Buffer): Promise<void> {
@@ -56,6 +103,7 @@ export class ClickHouseStore implements Store {
   }
 
   async close(): Promise<void> {
+    await this.reader.close();
     await this.client.close();
   }
 }

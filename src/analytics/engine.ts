@@ -1,0 +1,25 @@
+/**
+ * What the analytics operations need from the store: the engine's parser (for the guard)
+ * and a way to run one guarded SELECT with per-query settings, answered as JSONCompact.
+ */
+import type { QueryParser } from './guard.js';
+
+export type QuerySettings = Record<string, string | number>;
+
+export interface AnalyticsEngine extends QueryParser {
+  /**
+   * Runs a statement the guard accepted, in the analytics database, with these settings
+   * (which carry the organization scope). Returns the JSONCompact output; throws engine
+   * errors as EngineError or as the engine's own error (see engine-error.ts).
+   */
+  select(sql: string, settings: QuerySettings): Promise<string>;
+}
+
+/** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */
+export function settingsClause(settings: QuerySettings): string {
+  const parts = Object.entries(settings).map(([k, v]) => {
+    if (!/^[a-z_][a-z0-9_]*$/.test(k)) throw new Error(`bad setting name ${k}`);
+    return `${k} = ${typeof v === 'number' ? String(v) : `'${v.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`}`;
+  });
+  return parts.length === 0 ? '' : ` SETTINGS ${parts.join(', ')}`;
+}

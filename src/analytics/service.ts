@@ -1,0 +1,177 @@
+/**
+ * The analytics operations (spec 4.1, 4.2; issue 4):
+ *   POST /api/v2/analytics/query            one guarded SELECT, scoped to the caller
+ *   GET  /api/v2/analytics/schema           the views and their columns
+ *   GET  /api/v2/analytics/signals/metadata JSON paths seen in the caller's fact_signal.data
+ *
+ * Order of a query, and why: validate the body (free) → one token, only when the rate
+ * framework is on for analytics (spec 8.3, off by default) → a concurrency slot (429
+ * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the guard (the engine's parser) → the
+ * engine, with the organization scope, readonly=1, the time limit and the row limits as
+ * settings → the exact 10,000-row cut. The slot is held until the engine is done with the
+ * statement, even when the watchdog answered 408 first.
+ */
+import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
+import { log } from '../log.js';
+import type { Principal } from '../orgs/registry.js';
+import type { TokenBuckets } from '../ratelimit/bucket.js';
+import type { ConcurrencySlots } from '../ratelimit/slots.js';
+import type { Reply, Request } from '../ingress/http.js';
+import { parseJson } from '../ingress/validate.js';
+import type { AnalyticsEngine, QuerySettings } from './engine.js';
+import { apiErrorFor, toEngineError } from './engine-error.js';
+import { MAX_QUERY_CHARS, QueryGuard } from './guard.js';
+import { MAX_ROWS, shapeResult } from './result.js';
+import { SCOPE_SETTING, VIEW_NAMES, schemaDocument, scopeValue } from './views.js';
+
+export interface AnalyticsOptions {
+  timeoutMs: number;
+  maxMemoryBytes: number;
+  rateLimited: boolean;
+  /** Database names that must never appear in an error message. */
+  internalNames: string[];
+}
+
+/** Grace after the engine's own time limit before the watchdog answers 408 by itself. */
+const WATCHDOG_GRACE_MS = 5_000;
+
+const JSON_HEADERS = { 'Content-Type': 'application/json' };
+
+const METADATA_SQL =
+  'SELECT path, type, count() AS signals, max(created_at) AS last_seen_at FROM fact_signal ' +
+  'ARRAY JOIN mapKeys(JSONAllPathsWithTypes(data)) AS path, mapValues(JSONAllPathsWithTypes(data)) AS type ' +
+  'GROUP BY path, type ORDER BY path, type';
+
+export class AnalyticsService {
+  private readonly guard: QueryGuard;
+  private readonly schemaBody: string;
+
+  constructor(
+    private readonly engine: AnalyticsEngine,
+    private readonly slots: ConcurrencySlots,
+    private readonly buckets: TokenBuckets,
+    private readonly opts: AnalyticsOptions,
+  ) {
+    this.guard = new QueryGuard(engine, opts.internalNames);
+    this.schemaBody = JSON.stringify(schemaDocument());
+  }
+
+  schema(): Reply {
+    return { status: 200, body: this.schemaBody, headers: JSON_HEADERS };
+  }
+
+  async query(req: Request, p: Principal): Promise<Reply> {
+    const text = queryText(req.body);
+    await this.takeToken(p);
+    return this.withSlot(p, async (track) => {
+      const sql = await this.guard.check(text);
+      const out = await this.execute(sql, p, track);
+      return { status: 200, body: shapeResult(out, MAX_ROWS).body, headers: JSON_HEADERS };
+    });
+  }
+
+  async signalsMetadata(_req: Request, p: Principal): Promise<Reply> {
+    await this.takeToken(p);
+    return this.withSlot(p, async (track) => {
+      const out = await this.execute(METADATA_SQL, p, track);
+      const parsed = JSON.parse(out) as { data: [string, string, string | number, string][] };
+      const paths = parsed.data.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
+      return { status: 200, body: { paths } };
+    });
+  }
+
+  private settings(p: Principal): QuerySettings {
+    return {
+      [SCOPE_SETTING]: scopeValue(p.org.id, p.mode),
+      max_execution_time: this.opts.timeoutMs / 1000,
+      timeout_overflow_mode: 'throw',
+      max_memory_usage: this.opts.maxMemoryBytes,
+      // The outer LIMIT (per branch of a UNION) and the result-row cap keep the engine from
+      // producing far more than 10,000 rows; the exact cut is made in result.ts.
+      limit: MAX_ROWS + 1,
+      max_result_rows: MAX_ROWS + 1,
+      result_overflow_mode: 'break',
+      output_format_json_quote_64bit_integers: 1,
+      output_format_json_quote_64bit_floats: 0,
+      output_format_json_quote_decimals: 1,
+      output_format_json_quote_denormals: 0,
+      readonly: 1,
+    };
+  }
+
+  /** Runs a statement for the caller; engine errors become API errors; a stuck engine gets 408 from the watchdog. */
+  private async execute(sql: string, p: Principal, track: (engine: Promise<unknown>) => void): Promise<string> {
+    const run = this.engine.select(sql, this.settings(p));
+    track(run);
+    let timer: NodeJS.Timeout | undefined;
+    const watchdog = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit')), this.opts.timeoutMs + WATCHDOG_GRACE_MS);
+    });
+    try {
+      return await Promise.race([run, watchdog]);
+    } catch (err) {
+      if (err instanceof ApiError) throw err;
+      const e = toEngineError(err);
+      const api = apiErrorFor(e, this.opts.internalNames, VIEW_NAMES);
+      if (api.code === 'INTERNAL') log.error('analytics engine error', { code: e.codeName, reason: e.reason, org: p.org.id });
+      throw api;
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  private async takeToken(p: Principal): Promise<void> {
+    if (!this.opts.rateLimited) return;
+    let take;
+    try {
+      take = await this.buckets.take(p.org.id, p.mode, 1, p.org.limits);
+    } catch (err) {
+      log.error('rate limiter unavailable', { err });
+      throw new ApiError('RATE_LIMITER_UNAVAILABLE', 'the rate limiter is unreachable, retry later');
+    }
+    if (!take.allowed) throw rateLimited(take.retryAfterSeconds);
+  }
+
+  /** Runs `body` holding a slot; the slot is given back once every engine call `body` tracked has settled. */
+  private async withSlot(p: Principal, body: (track: (engine: Promise<unknown>) => void) => Promise<Reply>): Promise<Reply> {
+    let slot;
+    try {
+      slot = await this.slots.acquire(p.org.id, p.mode, p.org.limits.analyticsConcurrency);
+    } catch (err) {
+      log.error('rate limiter unavailable', { err });
+      throw new ApiError('RATE_LIMITER_UNAVAILABLE', 'the concurrency limiter is unreachable, retry later');
+    }
+    if (!slot) throw concurrencyLimited();
+    const engineCalls: Promise<unknown>[] = [];
+    let outstanding = 0;
+    const settled = (): void => void outstanding--;
+    try {
+      return await body((e) => {
+        outstanding++;
+        e.then(settled, settled);
+        engineCalls.push(e);
+      });
+    } finally {
+      // Normally the engine is done: give the slot back before answering, so the caller's
+      // next query finds it free. After a watchdog 408 the engine still runs: keep it.
+      if (outstanding === 0) await slot.release();
+      else void Promise.allSettled(engineCalls).then(() => slot.release());
+    }
+  }
+}
+
+/** The `query` of a request body `{"query": "..."}`: a string of 1 to 20,480 characters, no other fields. */
+export function queryText(body: Buffer): string {
+  const v = parseJson(body);
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw new ApiError('INVALID_BODY', 'the body must be a JSON object {"query": "<SELECT …>"}');
+  const extra = Object.keys(v).filter((k) => k !== 'query');
+  if (extra.length > 0) throw new ApiError('INVALID_BODY', `unknown field "${extra[0]}"; the body is {"query": "<SELECT …>"}`);
+  const q = (v as { query?: unknown }).query;
+  if (q === undefined) throw new ApiError('INVALID_BODY', 'query: required');
+  if (typeof q !== 'string') throw new ApiError('INVALID_BODY', 'query: must be a string');
+  let chars = 0;
+  for (const _ of q) chars++;
+  if (chars === 0 || q.trim() === '') throw new ApiError('INVALID_QUERY', 'query: must not be empty');
+  if (chars > MAX_QUERY_CHARS) throw new ApiError('INVALID_QUERY', `query: ${chars} characters; at most ${MAX_QUERY_CHARS}`);
+  return q;
+}

@@ -1,0 +1,96 @@
+/**
+ * The analytics views: the only things an analytics query can name.
+ *
+ * They live in their own database (ANALYTICS_DATABASE, default `analytics`), which holds
+ * nothing else and is the current database of every analytics query, so an unqualified
+ * name can only mean a view, a name the query defines itself (WITH), or nothing.
+ *
+ * Scoping: every view filters its base table on the organization and mode carried by the
+ * query's `log_comment` setting (`scope:<org>:<live|test>`), which only the service sets:
+ * the guard refuses every SETTINGS clause, and a query without the setting sees no rows at
+ * all (fail closed). There is no organization column to filter on or to leak.
+ */
+export interface ViewColumn {
+  name: string;
+  type: string;
+  description: string;
+}
+
+export interface ViewDef {
+  name: string;
+  description: string;
+  /** Base table in CLICKHOUSE_DATABASE. */
+  table: string;
+  columns: (ViewColumn & { expr: string })[];
+}
+
+export const SCOPE_SETTING = 'log_comment';
+
+export function scopeValue(orgId: string, mode: 'live' | 'test'): string {
+  return `scope:${orgId}:${mode}`;
+}
+
+const SCOPE_FILTER =
+  `org_id = splitByChar(':', getSetting('${SCOPE_SETTING}'))[2] AND livemode = (splitByChar(':', getSetting('${SCOPE_SETTING}'))[3] = 'live')` +
+  ` AND splitByChar(':', getSetting('${SCOPE_SETTING}'))[1] = 'scope'`;
+
+export const VIEWS: readonly ViewDef[] = [
+  {
+    name: 'fact_signal',
+    description: 'One row per ingested signal of the calling organization (live or test, as the API key).',
+    table: 'signals',
+    columns: [
+      { name: 'id', expr: 'signal_id', type: 'String', description: 'Signal id (sig_…), unique within the organization.' },
+      { name: 'created_at', expr: 'timestamp', type: "DateTime64(3, 'UTC')", description: 'When the usage happened: the signal\'s timestamp, or its reception time when it had none.' },
+      { name: 'received_at', expr: 'received_at', type: "DateTime64(3, 'UTC')", description: 'When the service accepted the batch.' },
+      { name: 'batch_id', expr: 'batch_id', type: 'String', description: 'Id of the accepted batch (bat_…) the signal came in.' },
+      { name: 'event_name', expr: 'event_name', type: 'LowCardinality(String)', description: 'The signal\'s event name.' },
+      { name: 'customer_id', expr: 'customer_id', type: 'String', description: 'The customer the signal names.' },
+      { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit the signal names, if any.' },
+      { name: 'idempotency_key', expr: 'idempotency_key', type: 'Nullable(String)', description: 'The signal\'s idempotency key, if any.' },
+      { name: 'data', expr: 'data', type: 'JSON', description: 'The signal\'s payload; query paths as data.<path>::<Type> (see GET /api/v2/analytics/signals/metadata).' },
+    ],
+  },
+  {
+    name: 'fact_cost',
+    description: 'One row per priced signal: what it cost under its plan (filled by the billing engine).',
+    table: 'costs',
+    columns: [
+      { name: 'signal_id', expr: 'signal_id', type: 'String', description: 'The priced signal (fact_signal.id).' },
+      { name: 'created_at', expr: 'created_at', type: "DateTime64(3, 'UTC')", description: 'When the usage happened (the signal\'s created_at).' },
+      { name: 'event_name', expr: 'event_name', type: 'LowCardinality(String)', description: 'The signal\'s event name.' },
+      { name: 'customer_id', expr: 'customer_id', type: 'String', description: 'The customer charged.' },
+      { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit, if the signal named one.' },
+      { name: 'plan_id', expr: 'plan_id', type: 'String', description: 'The plan whose price applied.' },
+      { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that priced the signal.' },
+      { name: 'quantity', expr: 'quantity', type: 'Decimal(38, 12)', description: 'Quantity the signal counted for.' },
+      { name: 'unit_price', expr: 'unit_price', type: 'Decimal(38, 12)', description: 'Price per unit in minor units (fractional cents allowed).' },
+      { name: 'cost_amount', expr: 'cost_amount', type: 'Decimal(38, 12)', description: 'quantity × unit_price in minor units (cents), an exact fractional-cent decimal.' },
+      { name: 'currency', expr: 'currency', type: 'LowCardinality(String)', description: 'ISO 4217 currency of unit_price and cost_amount.' },
+    ],
+  },
+];
+
+export const VIEW_NAMES: readonly string[] = VIEWS.map((v) => v.name);
+
+export function viewStatements(storeDb: string, analyticsDb: string): string[] {
+  return [
+    `CREATE DATABASE IF NOT EXISTS ${analyticsDb}`,
+    ...VIEWS.map(
+      (v) =>
+        `CREATE OR REPLACE VIEW ${analyticsDb}.${v.name} AS SELECT ${v.columns.map((c) => (c.expr === c.name ? c.name : `${c.expr} AS ${c.name}`)).join(', ')} ` +
+        `FROM ${storeDb}.${v.table} WHERE ${SCOPE_FILTER}`,
+    ),
+  ];
+}
+
+/** The body of GET /api/v2/analytics/schema. */
+export function schemaDocument(): { views: { name: string; description: string; columns: ViewColumn[] }[] } {
+  return {
+    views: VIEWS.map((v) => ({
+      name: v.name,
+      description: v.description,
+      columns: v.columns.map(({ name, type, description }) => ({ name, type, description })),
+    })),
+  };
+}
