@@ -16,7 +16,9 @@ export interface AstNode {
   children: AstNode[];
 }
 
-export class AstFormatError extends Error {}
+export class AstFormatError extends Error {
+  override name = 'AstFormatError';
+}
 
 const CHILDREN = / \(children (\d+)\)$/;
 const LINE = /^( *)([A-Za-z][A-Za-z0-9_]*(?:::[A-Za-z][A-Za-z0-9_]*)?)(?: (.*))?$/;

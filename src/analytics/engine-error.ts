@@ -37,7 +37,7 @@ export function cleanReason(reason: string, internalNames: readonly string[]): s
     if (i !== -1) r = r.slice(0, i);
   }
   for (const name of internalNames) r = r.split(`${name}.`).join('');
-  r = r.replace(/__table\d+\./g, '');
+  r = r.replace(/__table\d+\./g, '').replace(/(?:\/[\w.@%+-]+){2,}\/?/g, '<path>');
   if (r.length > 500) r = `${r.slice(0, 500)}…`;
   return r.replace(/[.\s]+$/, '');
 }
