@@ -57,6 +57,16 @@ const ingestResponses = {
   503: error('A dependency is unavailable or the service is starting; resend with the same idempotency keys.', ['QUEUE_UNAVAILABLE', 'RATE_LIMITER_UNAVAILABLE', 'SERVICE_STARTING']),
 };
 
+const analyticsCommon = {
+  401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
+  429: error(
+    'Too many analytics queries of this organization are running (no Retry-After: retry after one completes, with backoff); or, only when ANALYTICS_RATE_LIMITED=true, the token bucket is empty (then with Retry-After).',
+    ['CONCURRENCY_LIMIT_EXCEEDED', 'RATE_LIMIT_EXCEEDED'],
+  ),
+  500: error('The engine failed; details name the error class only.', ['INTERNAL']),
+  503: error('No engine in reach of this process, or a dependency is down.', ['ANALYTICS_UNAVAILABLE', 'RATE_LIMITER_UNAVAILABLE', 'SERVICE_STARTING']),
+};
+
 const operatorErrors = { 401: error('Missing or wrong operator token.', ['UNAUTHORIZED']), 404: error('No such organization.', ['NOT_FOUND']) };
 const orgId = { name: 'id', in: 'path', required: true, schema: { type: 'string', pattern: '^org_[0-9A-Za-z]{20}$' } };
 
@@ -97,6 +107,71 @@ export const OPENAPI = {
     },
   },
   paths: {
+    '/api/v2/analytics/query': {
+      post: {
+        summary: 'Experimental: run one read-only SELECT (or WITH … SELECT) over the analytics views, scoped to the caller',
+        description:
+          'Outside the v2 compatibility guarantee. Only the views of GET /api/v2/analytics/schema can be read; results are cut at 10,000 rows (meta.truncated); 64-bit and wider integers and decimals are JSON strings (exact); NaN and ±Inf are null; execution is limited to 30 s (408).',
+        security: [{ apiKey: [] }],
+        requestBody: {
+          required: true,
+          content: { 'application/json': { schema: { type: 'object', additionalProperties: false, required: ['query'], properties: { query: { type: 'string', minLength: 1, maxLength: 20_480 } } } } },
+        },
+        responses: {
+          200: json(
+            {
+              type: 'object',
+              required: ['columns', 'rows', 'meta'],
+              properties: {
+                columns: { type: 'array', items: { type: 'object', required: ['name', 'type'], properties: { name: { type: 'string' }, type: { type: 'string', description: 'ClickHouse type name' } } } },
+                rows: { type: 'array', maxItems: 10_000, items: { type: 'array' } },
+                meta: {
+                  type: 'object',
+                  required: ['truncated', 'rowCount'],
+                  properties: {
+                    truncated: { type: 'boolean', description: 'More than 10,000 rows existed; the first 10,000 are returned.' },
+                    rowCount: { type: 'integer' },
+                    elapsedMs: { type: 'number', description: "The engine's execution time." },
+                    rowsRead: { type: 'integer' },
+                    bytesRead: { type: 'integer' },
+                  },
+                },
+              },
+            },
+            'The result.',
+          ),
+          400: error('The body or the query is refused: not one statement, not a SELECT, a SETTINGS/FORMAT/INTO OUTFILE clause, a syntax error, or the engine refused it while running (details carry its reason).', [
+            'INVALID_JSON', 'INVALID_BODY', 'INVALID_QUERY', 'MULTIPLE_STATEMENTS', 'NOT_A_SELECT', 'CLAUSE_NOT_ALLOWED', 'QUERY_FAILED',
+          ]),
+          403: error('The query names something outside the analytics views: another table or database, system tables, a table function, a denied function.', ['FORBIDDEN']),
+          408: error('The query ran past the execution time limit (30 s) and was stopped.', ['QUERY_TIMEOUT']),
+          413: error('Body larger than 256 KiB.', ['PAYLOAD_TOO_LARGE']),
+          ...analyticsCommon,
+        },
+      },
+    },
+    '/api/v2/analytics/schema': {
+      get: {
+        summary: 'The analytics views and their columns, with types and descriptions',
+        security: [{ apiKey: [] }],
+        responses: {
+          200: json({ type: 'object', properties: { views: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, description: { type: 'string' }, columns: { type: 'array', items: { type: 'object', properties: { name: { type: 'string' }, type: { type: 'string' }, description: { type: 'string' } } } } } } } } }, 'The views.'),
+          401: analyticsCommon[401],
+          503: analyticsCommon[503],
+        },
+      },
+    },
+    '/api/v2/analytics/signals/metadata': {
+      get: {
+        summary: "The JSON paths seen in the caller's fact_signal.data, with their types and how often",
+        security: [{ apiKey: [] }],
+        responses: {
+          200: json({ type: 'object', properties: { paths: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, type: { type: 'string' }, signals: { type: 'integer', description: 'Signals carrying the path with this type.' }, lastSeenAt: { type: 'string', format: 'date-time' } } } } } }, 'The paths, ordered by path.'),
+          408: error('Listing ran past the execution time limit.', ['QUERY_TIMEOUT']),
+          ...analyticsCommon,
+        },
+      },
+    },
     '/api/v2/signals/bulk': {
       post: {
         summary: 'Ingest a batch of signals',
