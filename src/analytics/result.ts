@@ -36,16 +36,39 @@ export function shapeResult(text: string, maxRows = MAX_ROWS): { body: string; m
   if (open !== -1 && close !== -1) {
     const head = JSON.parse(`${text.slice(0, open).replace(/,\s*$/, '')}}`) as { meta: Column[] };
     const tail = JSON.parse(`{${text.slice(close + DATA_CLOSE.length)}`) as Tail;
-    const section = text.slice(open + DATA_OPEN.length, close);
-    const lines = section === '' || section === '\n' ? [] : section.split('\n');
-    if (lines.length === tail.rows && lines.every((l) => l.startsWith('\t\t[') && (l.endsWith(']') || l.endsWith('],')))) {
-      const kept = lines.slice(0, maxRows).map((l) => l.slice(2, l.endsWith(',') ? -1 : undefined));
-      return build(head.meta, `[${kept.join(',')}]`, kept.length, lines.length > maxRows, tail);
+    const cut = cutRows(text, open + DATA_OPEN.length, close, maxRows);
+    if (cut && cut.rows === tail.rows) {
+      // The rows keep the engine's layout (tabs and line breaks are JSON whitespace).
+      return build(head.meta, `[${text.slice(open + DATA_OPEN.length, cut.end)}]`, Math.min(cut.rows, maxRows), cut.rows > maxRows, tail);
     }
   }
   const all = JSON.parse(text) as { meta: Column[]; data: unknown[][] } & Tail;
   const kept = all.data.slice(0, maxRows);
   return build(all.meta, JSON.stringify(kept), kept.length, all.data.length > maxRows, all);
+}
+
+/**
+ * Walks the row lines between `from` and `to`: every line must be `\t\t[…]` with a comma
+ * after all but the last. Returns the number of rows and where the first `maxRows` end
+ * (before the comma), or null when the layout is not one row per line.
+ */
+function cutRows(text: string, from: number, to: number, maxRows: number): { rows: number; end: number } | null {
+  if (from >= to) return { rows: 0, end: from };
+  let rows = 0;
+  let pos = from;
+  let end = from;
+  for (;;) {
+    if (!text.startsWith('\t\t[', pos)) return null;
+    const nl = text.indexOf('\n', pos);
+    const lineEnd = nl === -1 || nl > to ? to : nl;
+    const last = lineEnd === to;
+    const closeAt = last ? lineEnd - 1 : lineEnd - 2;
+    if (text.charCodeAt(closeAt) !== 93 /* ] */ || (!last && text.charCodeAt(lineEnd - 1) !== 44) /* , */) return null;
+    rows++;
+    if (rows <= maxRows) end = closeAt + 1;
+    if (last) return { rows, end };
+    pos = lineEnd + 1;
+  }
 }
 
 function build(meta: Column[], rowsJson: string, rowCount: number, truncated: boolean, tail: Tail): { body: string; meta: ResultMeta; columns: Column[] } {
