@@ -17,7 +17,8 @@
  * - A builder refuses (`Error`) an outcome whose rule did not fire, and a cap period that
  *   is not a period of the cap, so an event can only be built for a real crossing.
  *
- * Ids (the parts that identify the crossing, in this order):
+ * Ids (the parts that identify the crossing, in this order; a credits currency id, a UUID,
+ * enters in lower case so that its spelling does not change the id):
  * - credits depleted: organization, event, customer, order line attribute, credits currency
  *   (or null), signal. A pool depletes at most once per signal; it can deplete again only
  *   after a top-up, on another signal, which gives another id.
@@ -113,7 +114,7 @@ export function creditsDepletedEvent(input: CreditsDepletedInput): BillingEvent<
     CREDITS_DEPLETED,
     input.customerId,
     input.orderLineAttributeId,
-    input.creditsCurrencyId,
+    input.creditsCurrencyId?.toLowerCase() ?? null,
     input.signalId,
   ]);
   return { id, event: CREDITS_DEPLETED, data: { credits } };
@@ -174,7 +175,7 @@ function overageEvent(
     eventType,
     input.customerId,
     input.orderLineAttributeId,
-    creditsCurrencyId,
+    creditsCurrencyId?.toLowerCase() ?? null,
     input.signalId,
   ]);
   return { id, event: OVERAGE_INCURRED, data: { overage } };

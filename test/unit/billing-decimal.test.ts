@@ -23,6 +23,7 @@ import {
   type Dec,
   type DecimalErrorCode,
 } from '../../src/billing/decimal.js';
+import { fromMillionths, millionths } from '../helpers/billing.js';
 
 const any = { allowNegative: true, maxDecimalPlaces: 2000, maxIntegerDigits: 2000 };
 const d = (s: string): Dec => parseDecimal(s, any);
@@ -176,22 +177,6 @@ const decString = fc
     const frac = text.slice(text.length - places);
     return (negative ? '-' : '') + intPart + (places > 0 ? '.' + frac : '');
   });
-
-/** Exact reference: scale to an integer number of millionths (all inputs have ≤ 6 places). */
-function millionths(s: string): bigint {
-  const negative = s.startsWith('-');
-  const [i = '0', f = ''] = s.replace('-', '').split('.');
-  const v = BigInt(i) * 1_000_000n + BigInt(f.padEnd(6, '0'));
-  return negative ? -v : v;
-}
-function fromMillionths(v: bigint, scaleDigits = 6): string {
-  const negative = v < 0n;
-  const text = (negative ? -v : v).toString().padStart(scaleDigits + 1, '0');
-  const frac = text.slice(text.length - scaleDigits).replace(/0+$/, '');
-  const int = text.slice(0, text.length - scaleDigits);
-  const body = frac === '' ? int : `${int}.${frac}`;
-  return negative && body !== '0' ? '-' + body : body;
-}
 
 t.test('property: parse ∘ canonical is the identity on values, and canonical strings are canonical', async (t) => {
   fc.assert(

@@ -99,6 +99,7 @@ t.test('credits depleted: id is the crossing (org, customer, attribute, currency
   ] as const) {
     t.not(creditsDepletedEvent({ ...base, [k]: v, consumption: c }).id, id, `${k} is part of the id`);
   }
+  t.equal(creditsDepletedEvent({ ...base, creditsCurrencyId: CURRENCY.toUpperCase(), consumption: c }).id, id, 'UUID case does not matter');
   t.throws(() => creditsDepletedEvent({ ...base, consumption: consume(openPool(dec('2')), dec('1')) }), /did not deplete/);
 });
 
