@@ -20,7 +20,7 @@
 import { loadConfig } from '../src/config.js';
 import { ChdbStore } from '../src/store/chdb/index.js';
 import { QueryGuard } from '../src/analytics/guard.js';
-import { SCOPE_SETTING, scopeValue } from '../src/analytics/views.js';
+import { scopedSettings } from '../src/analytics/service.js';
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
 import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, onInterrupt, startService } from './lib/service.js';
@@ -120,20 +120,7 @@ async function main(): Promise<void> {
   await store.init();
   try {
     const guard = new QueryGuard(store.analytics, []);
-    const settings = {
-      [SCOPE_SETTING]: scopeValue(orgId, 'live'),
-      max_execution_time: 30,
-      timeout_overflow_mode: 'throw',
-      max_memory_usage: cfg.analytics.maxMemoryBytes,
-      limit: 10_001,
-      max_result_rows: 10_001,
-      result_overflow_mode: 'break',
-      output_format_json_quote_64bit_integers: 1,
-      output_format_json_quote_64bit_floats: 0,
-      output_format_json_quote_decimals: 1,
-      output_format_json_quote_denormals: 0,
-      readonly: 1,
-    };
+    const settings = scopedSettings(orgId, 'live', { timeoutMs: 30_000, maxMemoryBytes: cfg.analytics.maxMemoryBytes });
     for (const [name, q] of Object.entries(QUERIES)) {
       const sql = await guard.check(q);
       const h = new LatencyHistogram();

@@ -132,8 +132,6 @@ export const OPENAPI = {
                     truncated: { type: 'boolean', description: 'More than 10,000 rows existed; the first 10,000 are returned.' },
                     rowCount: { type: 'integer' },
                     elapsedMs: { type: 'number', description: "The engine's execution time." },
-                    rowsRead: { type: 'integer' },
-                    bytesRead: { type: 'integer' },
                   },
                 },
               },

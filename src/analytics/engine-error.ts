@@ -32,13 +32,16 @@ export function toEngineError(err: unknown): EngineError {
 /** Cuts the parts of an engine message that could show internals: scopes, plans, hints, stacks. */
 export function cleanReason(reason: string, internalNames: readonly string[]): string {
   let r = reason;
-  for (const cut of [': while executing', ' in scope ', '. Maybe you meant', '. Stack trace', ': In scope', '\n']) {
-    const i = r.indexOf(cut);
-    if (i !== -1) r = r.slice(0, i);
+  for (const cut of [/:? while executing/i, /[.:]?\s*in scope\b/i, /\.?\s*Maybe you meant/i, /\.?\s*Stack trace/i, /\n/, /\sSETTINGS\s/]) {
+    const m = cut.exec(r);
+    if (m) r = r.slice(0, m.index);
   }
+  r = r.replace(/\s*\([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)/gi, '');
   for (const name of internalNames) r = r.split(`${name}.`).join('');
   r = r.replace(/__table\d+\./g, '').replace(/(?:\/[\w.@%+-]+){2,}\/?/g, '<path>');
   if (r.length > 500) r = `${r.slice(0, 500)}…`;
+  // Last line of defence: never echo the scope mechanism.
+  if (/log_comment|scope:|getSetting/i.test(r)) return 'the engine refused the query';
   return r.replace(/[.\s]+$/, '');
 }
 
@@ -53,8 +56,12 @@ const CLIENT_FAULT = new Set([
   'CANNOT_EXTRACT_TABLE_STRUCTURE', 'SET_SIZE_LIMIT_EXCEEDED', 'TOO_LARGE_ARRAY_SIZE', 'TOO_LARGE_STRING_SIZE',
   'NO_SUCH_COLUMN_IN_TABLE', 'THERE_IS_NO_COLUMN', 'LOGICAL_ERROR_IN_QUERY', 'UNEXPECTED_AST_STRUCTURE',
   'DUPLICATE_COLUMN', 'INVALID_SETTING_VALUE', 'UNFINISHED', 'UNION_ALL_RESULT_STRUCTURES_MISMATCH',
+  'ATTEMPT_TO_READ_AFTER_EOF', 'UNKNOWN_ELEMENT_OF_ENUM', 'INCORRECT_RESULT_OF_SCALAR_SUBQUERY', 'CANNOT_COMPILE_REGEXP',
+  'PARAMETER_OUT_OF_BOUND', 'TOO_FEW_ARGUMENTS_FOR_FUNCTION', 'BAD_DATA_FOR_TYPE', 'NO_ELEMENTS_IN_CONFIG',
+  'SIZE_OF_FIXED_STRING_DOESNT_MATCH', 'UNKNOWN_FORMAT', 'NOT_FOUND_COLUMN_IN_BLOCK', 'ZERO_ARRAY_OR_TUPLE_INDEX',
+  'CANNOT_COMPILE_CODE', 'UNKNOWN_SETTING', 'CANNOT_DECOMPRESS',
 ]);
-const CLIENT_FAULT_PREFIX = /^(CANNOT_PARSE|CANNOT_CONVERT|CANNOT_READ_ARRAY|CANNOT_INSERT|ILLEGAL_|AMBIGUOUS_|TOO_MANY_|TOO_BIG_|TOO_DEEP_|TOO_SLOW|NUMBER_OF_ARGUMENTS|UNKNOWN_IDENTIFIER|QUERY_IS_TOO_LARGE|UNSUPPORTED_)/;
+const CLIENT_FAULT_PREFIX = /^(CANNOT_PARSE|CANNOT_CONVERT|CANNOT_READ_ARRAY|CANNOT_INSERT|CANNOT_COMPILE|ILLEGAL_|AMBIGUOUS_|TOO_MANY_|TOO_FEW_|TOO_BIG_|TOO_DEEP_|TOO_SLOW|TOO_LARGE_|NUMBER_OF_ARGUMENTS|UNKNOWN_IDENTIFIER|UNKNOWN_ELEMENT|QUERY_IS_TOO_LARGE|UNSUPPORTED_|INCORRECT_|PARAMETER_|BAD_ARGUMENTS|ARGUMENT_)/;
 const OUTSIDE_VIEWS = new Set(['UNKNOWN_TABLE', 'UNKNOWN_DATABASE', 'UNKNOWN_DICTIONARY', 'READONLY', 'ACCESS_DENIED', 'UNKNOWN_STORAGE', 'UNKNOWN_TABLE_FUNCTION']);
 
 /** The API error for an engine error raised while running a guarded query. */

@@ -16,15 +16,13 @@ export interface ResultMeta {
   truncated: boolean;
   /** Rows in this response. */
   rowCount: number;
-  /** Engine's execution time, milliseconds. */
+  /** Engine's execution time, milliseconds. (Rows and bytes read are not reported: they count granules of the base table shared with other organizations.) */
   elapsedMs: number;
-  rowsRead: number;
-  bytesRead: number;
 }
 
 interface Tail {
   rows: number;
-  statistics?: { elapsed?: number; rows_read?: number; bytes_read?: number };
+  statistics?: { elapsed?: number };
 }
 
 const DATA_OPEN = '\n\t"data":\n\t[\n';
@@ -77,8 +75,6 @@ function build(meta: Column[], rowsJson: string, rowCount: number, truncated: bo
     truncated,
     rowCount,
     elapsedMs: Math.round((tail.statistics?.elapsed ?? 0) * 1e6) / 1e3,
-    rowsRead: tail.statistics?.rows_read ?? 0,
-    bytesRead: tail.statistics?.bytes_read ?? 0,
   };
   return { body: `{"columns":${JSON.stringify(columns)},"rows":${rowsJson},"meta":${JSON.stringify(m)}}`, meta: m, columns };
 }

@@ -22,7 +22,7 @@ import type { AnalyticsEngine, QuerySettings } from './engine.js';
 import { apiErrorFor, toEngineError } from './engine-error.js';
 import { MAX_QUERY_CHARS, QueryGuard } from './guard.js';
 import { MAX_ROWS, shapeResult } from './result.js';
-import { SCOPE_SETTING, VIEW_NAMES, schemaDocument, scopeValue } from './views.js';
+import { NO_PUSHDOWN_SETTINGS, SCOPE_SETTING, VIEW_NAMES, schemaDocument, scopeValue } from './views.js';
 
 export interface AnalyticsOptions {
   timeoutMs: number;
@@ -81,22 +81,7 @@ export class AnalyticsService {
   }
 
   private settings(p: Principal): QuerySettings {
-    return {
-      [SCOPE_SETTING]: scopeValue(p.org.id, p.mode),
-      max_execution_time: this.opts.timeoutMs / 1000,
-      timeout_overflow_mode: 'throw',
-      max_memory_usage: this.opts.maxMemoryBytes,
-      // The outer LIMIT (per branch of a UNION) and the result-row cap keep the engine from
-      // producing far more than 10,000 rows; the exact cut is made in result.ts.
-      limit: MAX_ROWS + 1,
-      max_result_rows: MAX_ROWS + 1,
-      result_overflow_mode: 'break',
-      output_format_json_quote_64bit_integers: 1,
-      output_format_json_quote_64bit_floats: 0,
-      output_format_json_quote_decimals: 1,
-      output_format_json_quote_denormals: 0,
-      readonly: 1,
-    };
+    return scopedSettings(p.org.id, p.mode, this.opts);
   }
 
   /** Runs a statement for the caller; engine errors become API errors; a stuck engine gets 408 from the watchdog. */
@@ -158,6 +143,27 @@ export class AnalyticsService {
       else void Promise.allSettled(engineCalls).then(() => slot.release());
     }
   }
+}
+
+/** The settings of every statement run for an organization: its scope, the limits, lossless JSON, read-only. */
+export function scopedSettings(orgId: string, mode: 'live' | 'test', opts: { timeoutMs: number; maxMemoryBytes: number }): QuerySettings {
+  return {
+    [SCOPE_SETTING]: scopeValue(orgId, mode),
+    ...NO_PUSHDOWN_SETTINGS,
+    max_execution_time: opts.timeoutMs / 1000,
+    timeout_overflow_mode: 'throw',
+    max_memory_usage: opts.maxMemoryBytes,
+    // The outer LIMIT (per branch of a UNION) and the result-row cap keep the engine from
+    // producing far more than 10,000 rows; the exact cut is made in result.ts.
+    limit: MAX_ROWS + 1,
+    max_result_rows: MAX_ROWS + 1,
+    result_overflow_mode: 'break',
+    output_format_json_quote_64bit_integers: 1,
+    output_format_json_quote_64bit_floats: 0,
+    output_format_json_quote_decimals: 1,
+    output_format_json_quote_denormals: 0,
+    readonly: 1,
+  };
 }
 
 /** The `query` of a request body `{"query": "..."}`: a string of 1 to 20,480 characters, no other fields. */

@@ -9,6 +9,15 @@
  * query's `log_comment` setting (`scope:<org>:<live|test>`), which only the service sets:
  * the guard refuses every SETTINGS clause, and a query without the setting sees no rows at
  * all (fail closed). There is no organization column to filter on or to leak.
+ *
+ * The LIMIT is a barrier, and it is load-bearing: without it the optimizer moves the
+ * caller's conditions (WHERE, HAVING, conditions of subqueries and CTEs) down into the
+ * read of the base table, where they run on every row of the granules read, other
+ * organizations' rows included, before the scope filter. A condition that throws
+ * (`throwIf(customer_id = '…')`, a failing cast) then reports another organization's
+ * values in its error, or answers yes/no about them. No condition can move below a LIMIT
+ * (that would change results), so the caller's expressions only ever see scoped rows. The
+ * service also switches the pushdown optimizations off per query (defence in depth).
  */
 export interface ViewColumn {
   name: string;
@@ -33,6 +42,17 @@ export function scopeValue(orgId: string, mode: 'live' | 'test'): string {
 const SCOPE_FILTER =
   `org_id = splitByChar(':', getSetting('${SCOPE_SETTING}'))[2] AND livemode = (splitByChar(':', getSetting('${SCOPE_SETTING}'))[3] = 'live')` +
   ` AND splitByChar(':', getSetting('${SCOPE_SETTING}'))[1] = 'scope'`;
+
+/** Larger than any table can be: a LIMIT that never cuts, only stops predicate pushdown. */
+export const SCOPE_BARRIER_LIMIT = '9223372036854775807';
+
+/** Per-query settings that keep the caller's conditions above the views (besides the barrier). */
+export const NO_PUSHDOWN_SETTINGS = {
+  query_plan_filter_push_down: 0,
+  enable_optimize_predicate_expression: 0,
+  query_plan_merge_filters: 0,
+  optimize_move_to_prewhere: 0,
+} as const;
 
 export const VIEWS: readonly ViewDef[] = [
   {
@@ -79,7 +99,7 @@ export function viewStatements(storeDb: string, analyticsDb: string): string[] {
     ...VIEWS.map(
       (v) =>
         `CREATE OR REPLACE VIEW ${analyticsDb}.${v.name} AS SELECT ${v.columns.map((c) => (c.expr === c.name ? c.name : `${c.expr} AS ${c.name}`)).join(', ')} ` +
-        `FROM ${storeDb}.${v.table} WHERE ${SCOPE_FILTER}`,
+        `FROM ${storeDb}.${v.table} WHERE ${SCOPE_FILTER} LIMIT ${SCOPE_BARRIER_LIMIT}`,
     ),
   ];
 }

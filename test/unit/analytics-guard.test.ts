@@ -8,6 +8,7 @@ import { openTestStore } from '../helpers/chdb.js';
 import { QueryGuard } from '../../src/analytics/guard.js';
 import { ALLOWED_TABLE_FUNCTIONS, isDeniedFunction } from '../../src/analytics/policy.js';
 import { ApiError } from '../../src/errors.js';
+import { scopedSettings } from '../../src/analytics/service.js';
 
 const tsv = (s: string): string[] => s.split('\n').filter((l) => l !== '');
 
@@ -117,5 +118,36 @@ t.test('every table function but the generators is refused', async (t) => {
     // view()/viewIfPermitted() take a subquery: with a string argument they do not even parse.
     if (ALLOWED_TABLE_FUNCTIONS.has(name.toLowerCase())) t.equal(code, 'ok', name);
     else t.ok(code === 'FORBIDDEN' || (code === 'INVALID_QUERY' && /^view/.test(name)), `${name}: ${code}`);
+  }
+});
+
+t.test('the caller’s conditions never run on other organizations’ rows (scope barrier)', async (t) => {
+  const { store } = await openTestStore(t);
+  const row = (org: string, live: boolean, id: string, cus: string, data: object): string =>
+    JSON.stringify({ org_id: org, livemode: live, signal_id: id, batch_id: 'bat_x', event_name: 'e', customer_id: cus, unit_id: null, idempotency_key: null, timestamp: '2026-01-01 00:00:00.000', received_at: '2026-01-01 00:00:00.000', data });
+  // One insert, one part, one granule: the rows of all three scopes are read together.
+  await store.insertSignals(Buffer.from([
+    row('org_attacker', true, 's1', 'cus_a', { n: 1 }),
+    row('org_attacker', true, 's2', 'cus_a', { n: 2 }),
+    row('org_attacker', false, 's3', 'own-test-cus', { n: 3 }),
+    row('org_victim', true, 's4', 'victim-cus', { secret: 'zzz' }),
+  ].join('\n')));
+  const settings = scopedSettings('org_attacker', 'live', { timeoutMs: 30_000, maxMemoryBytes: 2 ** 31 });
+  const guard = new QueryGuard(store.analytics, []);
+  const attacks = [
+    "SELECT count() FROM fact_signal WHERE toUInt64(if(startsWith(customer_id, 'victim') OR startsWith(customer_id, 'own-test'), customer_id, '1')) > 0",
+    "SELECT count() FROM fact_signal WHERE throwIf(customer_id = 'victim-cus') = 0",
+    "SELECT count() FROM (SELECT * FROM fact_signal) WHERE throwIf(customer_id = 'own-test-cus') = 0",
+    "WITH x AS (SELECT * FROM fact_signal) SELECT count() FROM x WHERE throwIf(customer_id = 'victim-cus') = 0",
+    "SELECT customer_id, count() FROM fact_signal GROUP BY customer_id HAVING throwIf(customer_id = 'victim-cus') = 0",
+    "SELECT count() FROM fact_signal WHERE created_at >= '2026-01-01' AND throwIf(customer_id = 'victim-cus') = 0",
+    'SELECT count() FROM fact_signal a JOIN fact_signal b ON a.id = b.id WHERE throwIf(a.customer_id = \'victim-cus\') = 0',
+    "SELECT count() FROM fact_signal WHERE throwIf(data.secret::String = 'zzz') = 0",
+    "SELECT count() FROM fact_signal WHERE id IN (SELECT id FROM fact_signal WHERE throwIf(customer_id = 'victim-cus') = 0)",
+    "SELECT count() FROM fact_signal ARRAY JOIN [1] AS z WHERE throwIf(customer_id = 'victim-cus') = 0",
+  ];
+  for (const q of attacks) {
+    const out = await store.analytics.select(await guard.check(q), settings).catch((err: Error) => `ERROR ${err.message}`);
+    t.notMatch(out, /ERROR|victim|zzz|own-test/, q);
   }
 });
