@@ -36,6 +36,7 @@ t.test('defaults', async (t) => {
     clickhouseUser: 'default',
     clickhousePassword: '',
     clickhouseDatabase: 'billing',
+    analytics: { database: 'analytics', timeoutMs: 30_000, maxMemoryBytes: 2 * 1024 ** 3, rateLimited: false, user: null, password: '' },
     dataDir: path.resolve(process.cwd(), '.data'),
     dedupeWindowDays: 7,
     defaultLimits: { burst: 10_000, refillPerSecond: 1_000, analyticsConcurrency: 4 },
@@ -138,6 +139,12 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ PIPELINE_WORKERS: '0' }, 'PIPELINE_WORKERS=0: must be between 1 and 256'],
     [{ PIPELINE_ACK_WAIT_MS: '999' }, 'PIPELINE_ACK_WAIT_MS=999: must be between 1000 and 3600000'],
     [{ LOG_LEVEL: 'trace' }, 'LOG_LEVEL="trace": must be one of debug, info, warn, error'],
+    [{ ANALYTICS_TIMEOUT_MS: '30001' }, 'ANALYTICS_TIMEOUT_MS=30001: must be between 100 and 30000'],
+    [{ ANALYTICS_RATE_LIMITED: 'yes' }, 'ANALYTICS_RATE_LIMITED="yes": must be one of true, false'],
+    [{ ANALYTICS_DATABASE: 'a-b' }, 'ANALYTICS_DATABASE="a-b": a plain identifier (letters, digits, "_")'],
+    [{ ANALYTICS_DATABASE: 'billing' }, 'ANALYTICS_DATABASE="billing": must differ from CLICKHOUSE_DATABASE (it holds only the analytics views)'],
+    [{ ANALYTICS_DATABASE: 'system' }, 'ANALYTICS_DATABASE="system": system, information_schema, default are reserved'],
+    [{ CLICKHOUSE_DATABASE: 'default' }, 'CLICKHOUSE_DATABASE="default": system, information_schema, default are reserved'],
   ];
   for (const [env, msg] of cases) {
     t.same(problems({ ...base, ...env }), [msg], JSON.stringify(env));
