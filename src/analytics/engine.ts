@@ -9,10 +9,10 @@ export type QuerySettings = Record<string, string | number>;
 export interface AnalyticsEngine extends QueryParser {
   /**
    * Runs a statement the guard accepted, in the analytics database, with these settings
-   * (which carry the organization scope). Returns the JSONCompact output; throws engine
-   * errors as EngineError or as the engine's own error (see engine-error.ts).
+   * (which carry the organization scope). Returns the JSONCompact output as bytes; throws
+   * engine errors as EngineError or as the engine's own error (see engine-error.ts).
    */
-  select(sql: string, settings: QuerySettings): Promise<string>;
+  select(sql: string, settings: QuerySettings): Promise<Buffer>;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

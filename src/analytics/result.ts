@@ -1,9 +1,10 @@
 /**
- * Turns the engine's JSONCompact output into the API's response body without parsing and
- * re-serializing every value: JSONCompact prints one row per line, so rows are cut as
- * lines (the exact 10,000-row cut happens here; the engine's own limits stop at block
- * size). The line layout is checked against the engine's row count; when it does not
- * match, the whole output is parsed instead.
+ * Turns the engine's JSONCompact output (bytes) into the API's response body (bytes)
+ * without decoding, parsing or re-encoding the rows: JSONCompact prints one row per line,
+ * so rows are cut as lines (the exact 10,000-row cut happens here; the engine's own limits
+ * stop at block size) and passed through as they are. Only the small head (column names
+ * and types) and tail (row count, timing) are parsed. The line layout is checked against
+ * the engine's row count; when it does not match, the whole output is parsed instead.
  */
 export const MAX_ROWS = 10_000;
 
@@ -27,22 +28,35 @@ interface Tail {
 
 const DATA_OPEN = '\n\t"data":\n\t[\n';
 const DATA_CLOSE = '\n\t],\n';
+const TAB = 0x09;
+const NL = 0x0a;
+const COMMA = 0x2c;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
 
-export function shapeResult(text: string, maxRows = MAX_ROWS): { body: string; meta: ResultMeta; columns: Column[] } {
-  const open = text.indexOf(DATA_OPEN);
-  const close = open === -1 ? -1 : text.indexOf(DATA_CLOSE, open + DATA_OPEN.length - 1);
+export interface Shaped {
+  body: Buffer;
+  meta: ResultMeta;
+  columns: Column[];
+}
+
+export function shapeResult(out: Buffer, maxRows = MAX_ROWS): Shaped {
+  const open = out.indexOf(DATA_OPEN);
+  const close = open === -1 ? -1 : out.indexOf(DATA_CLOSE, open + DATA_OPEN.length - 1);
   if (open !== -1 && close !== -1) {
-    const head = JSON.parse(`${text.slice(0, open).replace(/,\s*$/, '')}}`) as { meta: Column[] };
-    const tail = JSON.parse(`{${text.slice(close + DATA_CLOSE.length)}`) as Tail;
-    const cut = cutRows(text, open + DATA_OPEN.length, close, maxRows);
+    const head = JSON.parse(`${out.toString('utf8', 0, open).replace(/,\s*$/, '')}}`) as { meta: Column[] };
+    const tail = JSON.parse(`{${out.toString('utf8', close + DATA_CLOSE.length)}`) as Tail;
+    const from = open + DATA_OPEN.length;
+    const cut = cutRows(out, from, close, maxRows);
     if (cut && cut.rows === tail.rows) {
       // The rows keep the engine's layout (tabs and line breaks are JSON whitespace).
-      return build(head.meta, `[${text.slice(open + DATA_OPEN.length, cut.end)}]`, Math.min(cut.rows, maxRows), cut.rows > maxRows, tail);
+      return build(head.meta, out.subarray(from, cut.end), Math.min(cut.rows, maxRows), cut.rows > maxRows, tail);
     }
   }
-  const all = JSON.parse(text) as { meta: Column[]; data: unknown[][] } & Tail;
+  const all = JSON.parse(out.toString('utf8')) as { meta: Column[]; data: unknown[][] } & Tail;
   const kept = all.data.slice(0, maxRows);
-  return build(all.meta, JSON.stringify(kept), kept.length, all.data.length > maxRows, all);
+  const rows = JSON.stringify(kept);
+  return build(all.meta, Buffer.from(rows.slice(1, -1)), kept.length, all.data.length > maxRows, all);
 }
 
 /**
@@ -50,18 +64,18 @@ export function shapeResult(text: string, maxRows = MAX_ROWS): { body: string; m
  * after all but the last. Returns the number of rows and where the first `maxRows` end
  * (before the comma), or null when the layout is not one row per line.
  */
-function cutRows(text: string, from: number, to: number, maxRows: number): { rows: number; end: number } | null {
+function cutRows(b: Buffer, from: number, to: number, maxRows: number): { rows: number; end: number } | null {
   if (from >= to) return { rows: 0, end: from };
   let rows = 0;
   let pos = from;
   let end = from;
   for (;;) {
-    if (!text.startsWith('\t\t[', pos)) return null;
-    const nl = text.indexOf('\n', pos);
+    if (b[pos] !== TAB || b[pos + 1] !== TAB || b[pos + 2] !== OPEN_BRACKET) return null;
+    const nl = b.indexOf(NL, pos);
     const lineEnd = nl === -1 || nl > to ? to : nl;
     const last = lineEnd === to;
     const closeAt = last ? lineEnd - 1 : lineEnd - 2;
-    if (text.charCodeAt(closeAt) !== 93 /* ] */ || (!last && text.charCodeAt(lineEnd - 1) !== 44) /* , */) return null;
+    if (b[closeAt] !== CLOSE_BRACKET || (!last && b[lineEnd - 1] !== COMMA)) return null;
     rows++;
     if (rows <= maxRows) end = closeAt + 1;
     if (last) return { rows, end };
@@ -69,12 +83,9 @@ function cutRows(text: string, from: number, to: number, maxRows: number): { row
   }
 }
 
-function build(meta: Column[], rowsJson: string, rowCount: number, truncated: boolean, tail: Tail): { body: string; meta: ResultMeta; columns: Column[] } {
+function build(meta: Column[], rows: Buffer, rowCount: number, truncated: boolean, tail: Tail): Shaped {
   const columns = meta.map((c) => ({ name: c.name, type: c.type }));
-  const m: ResultMeta = {
-    truncated,
-    rowCount,
-    elapsedMs: Math.round((tail.statistics?.elapsed ?? 0) * 1e6) / 1e3,
-  };
-  return { body: `{"columns":${JSON.stringify(columns)},"rows":${rowsJson},"meta":${JSON.stringify(m)}}`, meta: m, columns };
+  const m: ResultMeta = { truncated, rowCount, elapsedMs: Math.round((tail.statistics?.elapsed ?? 0) * 1e6) / 1e3 };
+  const body = Buffer.concat([Buffer.from(`{"columns":${JSON.stringify(columns)},"rows":[`), rows, Buffer.from(`],"meta":${JSON.stringify(m)}}`)]);
+  return { body, meta: m, columns };
 }

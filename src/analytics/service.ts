@@ -74,7 +74,7 @@ export class AnalyticsService {
     await this.takeToken(p);
     return this.withSlot(p, async (track) => {
       const out = await this.execute(METADATA_SQL, p, track);
-      const parsed = JSON.parse(out) as { data: [string, string, string | number, string][] };
+      const parsed = JSON.parse(out.toString('utf8')) as { data: [string, string, string | number, string][] };
       const paths = parsed.data.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
       return { status: 200, body: { paths } };
     });
@@ -85,7 +85,7 @@ export class AnalyticsService {
   }
 
   /** Runs a statement for the caller; engine errors become API errors; a stuck engine gets 408 from the watchdog. */
-  private async execute(sql: string, p: Principal, track: (engine: Promise<unknown>) => void): Promise<string> {
+  private async execute(sql: string, p: Principal, track: (engine: Promise<unknown>) => void): Promise<Buffer> {
     const run = this.engine.select(sql, this.settings(p));
     track(run);
     let timer: NodeJS.Timeout | undefined;
@@ -137,9 +137,11 @@ export class AnalyticsService {
         engineCalls.push(e);
       });
     } finally {
-      // Normally the engine is done: give the slot back before answering, so the caller's
-      // next query finds it free. After a watchdog 408 the engine still runs: keep it.
-      if (outstanding === 0) await slot.release();
+      // Normally the engine is done: give the slot back now. The release is not awaited, but
+      // it is sent before the answer, and a caller's next query from this process goes to
+      // Redis after it on the same connection, so it finds the slot free. After a watchdog
+      // 408 the engine still runs: the slot is kept until it stops.
+      if (outstanding === 0) void slot.release();
       else void Promise.allSettled(engineCalls).then(() => slot.release());
     }
   }

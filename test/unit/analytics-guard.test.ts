@@ -97,7 +97,7 @@ t.test('every risky function the engine has is denied', async (t) => {
   );
   // Reviewed and harmless although their names match the patterns above.
   const reviewedHarmless = new Set(['_CAST', 'validateNestedArraySizes', 'nested', 'caseWithExpression', 'serverTimeZone', 'serverTimezone', 'rolesHierarchy'].map((n) => n.toLowerCase()));
-  const rows = (JSON.parse(out) as { data: [string, string][] }).data;
+  const rows = (JSON.parse(out.toString()) as { data: [string, string][] }).data;
   t.ok(rows.length > 100, `${rows.length} functions checked`);
   const missed = rows.filter(([name]) => !isDeniedFunction(name) && !reviewedHarmless.has(name.toLowerCase()));
   t.same(missed, [], 'not denied and not reviewed as harmless');
@@ -106,7 +106,7 @@ t.test('every risky function the engine has is denied', async (t) => {
 t.test('every table function but the generators is refused', async (t) => {
   const { store } = await openTestStore(t);
   const guard = new QueryGuard(store.analytics, []);
-  const names = tsv(await store.analytics.select('SELECT name FROM system.table_functions', {}).then((o) => (JSON.parse(o) as { data: [string][] }).data.map((r) => r[0]).join('\n')));
+  const names = tsv(await store.analytics.select('SELECT name FROM system.table_functions', {}).then((o) => (JSON.parse(o.toString()) as { data: [string][] }).data.map((r) => r[0]).join('\n')));
   t.ok(names.length > 50);
   for (const name of names) {
     let code = 'ok';
@@ -147,7 +147,7 @@ t.test('the caller’s conditions never run on other organizations’ rows (scop
     "SELECT count() FROM fact_signal ARRAY JOIN [1] AS z WHERE throwIf(customer_id = 'victim-cus') = 0",
   ];
   for (const q of attacks) {
-    const out = await store.analytics.select(await guard.check(q), settings).catch((err: Error) => `ERROR ${err.message}`);
+    const out = await store.analytics.select(await guard.check(q), settings).then((b) => b.toString(), (err: Error) => `ERROR ${err.message}`);
     t.notMatch(out, /ERROR|victim|zzz|own-test/, q);
   }
 });

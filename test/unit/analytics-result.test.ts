@@ -11,8 +11,8 @@ import { shapeResult } from '../../src/analytics/result.js';
 
 const SETTINGS = { output_format_json_quote_64bit_integers: 1, output_format_json_quote_decimals: 1, readonly: 1 };
 
-function slow(text: string, max: number): { columns: unknown; rows: unknown[]; truncated: boolean } {
-  const all = JSON.parse(text) as { meta: { name: string; type: string }[]; data: unknown[][] };
+function slow(out: Buffer, max: number): { columns: unknown; rows: unknown[]; truncated: boolean } {
+  const all = JSON.parse(out.toString('utf8')) as { meta: { name: string; type: string }[]; data: unknown[][] };
   return { columns: all.meta.map((c) => ({ name: c.name, type: c.type })), rows: all.data.slice(0, max), truncated: all.data.length > max };
 }
 
@@ -27,7 +27,7 @@ t.test('fast path = full parse, for any strings the engine prints', async (t) =>
         SETTINGS,
       );
       const shaped = shapeResult(out, max);
-      const body = JSON.parse(shaped.body) as { columns: unknown; rows: unknown[]; meta: { truncated: boolean; rowCount: number } };
+      const body = JSON.parse(shaped.body.toString('utf8')) as { columns: unknown; rows: unknown[]; meta: { truncated: boolean; rowCount: number } };
       const expected = slow(out, max);
       t.same(body.columns, expected.columns);
       t.same(body.rows, expected.rows);
@@ -41,16 +41,16 @@ t.test('fast path = full parse, for any strings the engine prints', async (t) =>
 t.test('exact cut and the fallback when the layout is not one row per line', async (t) => {
   const { store } = await openTestStore(t);
   const out = await store.analytics.select('SELECT number FROM numbers(25)', SETTINGS);
-  const a = JSON.parse(shapeResult(out, 10).body);
+  const a = JSON.parse(shapeResult(out, 10).body.toString());
   t.equal(a.rows.length, 10);
   t.equal(a.meta.truncated, true);
-  const b = JSON.parse(shapeResult(out, 25).body);
+  const b = JSON.parse(shapeResult(out, 25).body.toString());
   t.equal(b.rows.length, 25);
   t.equal(b.meta.truncated, false);
-  const empty = JSON.parse(shapeResult(await store.analytics.select('SELECT 1 WHERE 0', SETTINGS), 10).body);
+  const empty = JSON.parse(shapeResult(await store.analytics.select('SELECT 1 WHERE 0', SETTINGS), 10).body.toString());
   t.same(empty.rows, []);
   const pretty = JSON.stringify({ meta: [{ name: 'x', type: 'UInt8' }], data: [[1], [2], [3]], rows: 3, statistics: { elapsed: 0.001, rows_read: 3, bytes_read: 3 } }, null, 2);
-  const c = JSON.parse(shapeResult(pretty, 2).body);
+  const c = JSON.parse(shapeResult(Buffer.from(pretty), 2).body.toString());
   t.same(c.rows, [[1], [2]]);
   t.equal(c.meta.truncated, true);
 });
@@ -61,7 +61,7 @@ t.test('a failed statement’s partial output never reaches the next statement',
   // the store swallows it before anyone else's statement runs.
   await t.rejects(store.analytics.select('SELECT number, throwIf(number = 3) FROM numbers(10)', { ...SETTINGS, max_block_size: 1 }));
   const next = await store.analytics.select('SELECT 42 AS answer', SETTINGS);
-  t.same(JSON.parse(next).data, [[42]], 'one clean JSON document');
+  t.same(JSON.parse(next.toString()).data, [[42]], 'one clean JSON document');
   await t.rejects(store.analytics.select('SELECT count() FROM numbers(1000000000000)', { ...SETTINGS, max_execution_time: 0.3 }));
   t.same(await store.countSignals('org_x'), { live: 0, test: 0 }, 'the pipeline’s own reads are clean too');
 });

@@ -44,8 +44,10 @@ export class ChdbStore implements Store {
     this.analytics = {
       normalize: async (text) => (await this.run(() => this.session.queryBindAsync('SELECT formatQuerySingleLine({q:String})', { q: text }, { format: 'TSVRaw' }))).text(),
       explainAst: async (sql) => (await this.run(() => this.session.queryAsync(`EXPLAIN AST ${sql}`, { format: 'TSVRaw' }))).text(),
-      select: async (sql: string, settings: QuerySettings) =>
-        (await this.run(() => this.session.queryAsync(`${sql}${settingsClause(settings)}`, { format: 'JSONCompact' }))).text(),
+      select: async (sql: string, settings: QuerySettings) => {
+        const u8 = (await this.run(() => this.session.queryAsync(`${sql}${settingsClause(settings)}`, { format: 'JSONCompact' }))).bytes();
+        return Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);
+      },
     };
   }
 

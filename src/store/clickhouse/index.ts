@@ -62,7 +62,7 @@ export class ClickHouseStore implements Store {
       },
       select: async (sql, settings) => {
         try {
-          return await (await reader.query({ query: sql, format: 'JSONCompact', clickhouse_settings: settings as Record<string, string> })).text();
+          return Buffer.from(await (await reader.query({ query: sql, format: 'JSONCompact', clickhouse_settings: settings as Record<string, string> })).text());
         } catch (err) {
           throw engineError(err);
         }
