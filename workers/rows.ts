@@ -19,6 +19,18 @@ export interface RowsResult {
   ids: string[];
   /** Dedupe-store key per signal, or null for keyless signals (never deduplicated). */
   claimKeys: (string | null)[];
+  /** What the billing evaluator needs of each signal, one JSON object per signal (BillableLine). */
+  billable: string[];
+}
+
+/** A signal as the billable stream carries it (compact: it must fit NATS max_payload). */
+export interface BillableLine {
+  i: string;
+  e: string;
+  c: string;
+  u: string | null;
+  t: number;
+  d: Record<string, unknown>;
 }
 
 interface Signal {
@@ -70,6 +82,7 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
   const lines = new Array<string>(signals.length);
   const ids = new Array<string>(signals.length);
   const claimKeys = new Array<string | null>(signals.length);
+  const billable = new Array<string>(signals.length);
   for (let i = 0; i < signals.length; i++) {
     const s = signals[i]!;
     const id = prefix + i;
@@ -77,11 +90,16 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
     const key = s.idempotencyKey ?? null;
     ids[i] = id;
     claimKeys[i] = key === null ? null : dedupeKey(meta, key);
+    const event = JSON.stringify(s.eventName);
+    const customer = JSON.stringify(s.customerId);
+    const unit = s.unitId == null ? 'null' : JSON.stringify(s.unitId);
+    const data = s.data ? dataJson(s.data) : '{}';
     lines[i] =
       `{"org_id":${orgJson},"livemode":${live},"signal_id":"${id}","batch_id":${batchJson},` +
-      `"event_name":${JSON.stringify(s.eventName)},"customer_id":${JSON.stringify(s.customerId)},` +
-      `"unit_id":${s.unitId == null ? 'null' : JSON.stringify(s.unitId)},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
-      `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${s.data ? dataJson(s.data) : '{}'}}`;
+      `"event_name":${event},"customer_id":${customer},` +
+      `"unit_id":${unit},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
+      `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${data}}`;
+    billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}}`;
   }
-  return { lines, ids, claimKeys };
+  return { lines, ids, claimKeys, billable };
 }

@@ -89,6 +89,22 @@ export const VIEWS: readonly ViewDef[] = [
       { name: 'currency', expr: 'currency', type: 'LowCardinality(String)', description: 'ISO 4217 currency of unit_price and cost_amount.' },
     ],
   },
+  {
+    name: 'fact_credit_consumption',
+    description: 'One row per signal that consumed credits from a credit pool (filled by the billing engine).',
+    table: 'credit_consumption',
+    columns: [
+      { name: 'signal_id', expr: 'signal_id', type: 'String', description: 'The signal that consumed the credits (fact_signal.id).' },
+      { name: 'created_at', expr: 'created_at', type: "DateTime64(3, 'UTC')", description: 'When the usage happened (the signal\'s created_at).' },
+      { name: 'customer_id', expr: 'customer_id', type: 'String', description: 'The customer whose pool was drawn.' },
+      { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit, if the signal named one.' },
+      { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that priced the signal in credits.' },
+      { name: 'pool_id', expr: 'pool_id', type: 'String', description: 'The credit pool (cp_…) drawn from.' },
+      { name: 'credits_currency_id', expr: 'credits_currency_id', type: 'Nullable(String)', description: 'The credits currency (UUID) of the pool, if scoped to one.' },
+      { name: 'credits', expr: 'credits', type: 'Decimal(38, 12)', description: 'Credits this signal consumed (quantity × credits per unit), exact.' },
+      { name: 'balance_after', expr: 'balance_after', type: 'Decimal(38, 12)', description: 'The pool balance after this signal; negative once usage went past the pool.' },
+    ],
+  },
 ];
 
 export const VIEW_NAMES: readonly string[] = VIEWS.map((v) => v.name);

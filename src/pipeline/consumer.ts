@@ -16,9 +16,12 @@
  *     is right even if that earlier insert landed only in part.
  *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
- *  6. After the insert returned, the messages are acked. A crash anywhere before this
- *     point means redelivery, and steps 3–4 make the redelivery write exactly what is
- *     missing. A failed insert naks the messages for a later retry.
+ *  6. After the insert returned, each message's billable signals (those it owns by step 3,
+ *     whether or not an earlier delivery already stored them) are published to the billable
+ *     stream with Nats-Msg-Id = the batch id (stored once; src/billing/evaluator), then the
+ *     messages are acked. A crash anywhere before this point means redelivery, and steps
+ *     3–4 make the redelivery write exactly what is missing. A failed insert or publish naks
+ *     the messages for a later retry.
  *
  * Poison: when a flush fails, its messages are inserted one by one; one the engine refuses
  * for its content (a ClickHouse parse/data error, see isDataError) goes to the dead-letter
@@ -41,6 +44,7 @@ import { publishDurable } from '../nats/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
 import { log } from '../log.js';
+import { billingNames, type BillingNames } from '../billing/evaluator/streams.js';
 
 const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
 
@@ -61,12 +65,14 @@ export function isDataError(err: unknown): boolean {
 
 interface Buffered {
   msgs: JsMsg[];
+  /** Per message: its billable signals (BillableLine JSON), and its metadata. */
+  billable: { meta: BatchMeta; lines: string[] }[];
   lines: string[];
   /** Rows of each message: lines[offsets[i] .. offsets[i+1]) belong to msgs[i]. */
   offsets: number[];
 }
 
-const emptyBuffer = (): Buffered => ({ msgs: [], lines: [], offsets: [] });
+const emptyBuffer = (): Buffered => ({ msgs: [], billable: [], lines: [], offsets: [] });
 
 export function batchMeta(m: JsMsg): BatchMeta {
   const h = m.headers;
@@ -107,7 +113,10 @@ export class Pipeline {
       maxQueue: this.maxInflight * 2,
     });
     this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.names.dedupeBucket, cfg.publishTimeoutMs);
+    this.billing = billingNames(cfg.natsPrefix);
   }
+
+  private readonly billing: BillingNames;
 
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.nats.names.signalStream, this.nats.names.pipelineConsumer);
@@ -135,6 +144,7 @@ export class Pipeline {
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
       const keep = await this.claims.claim(r.claimKeys, r.ids);
+      const billable = r.billable.filter((_, i) => keep[i]);
       if (m.redelivered) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
@@ -142,6 +152,7 @@ export class Pipeline {
       this.buffer.offsets.push(this.buffer.lines.length);
       for (let i = 0; i < r.lines.length; i++) if (keep[i]) this.buffer.lines.push(r.lines[i]!);
       this.buffer.msgs.push(m);
+      this.buffer.billable.push({ meta, lines: billable });
     } catch (err) {
       this.held.delete(m.seq);
       log.error('batch could not be processed; will be redelivered', { err, seq: m.seq, deliveries: m.info.deliveryCount });
@@ -184,6 +195,7 @@ export class Pipeline {
   private async insertAndAck(batch: Buffered): Promise<void> {
     try {
       await this.insert(batch.lines);
+      await Promise.all(batch.billable.map((b) => this.publishBillable(b.meta, b.lines)));
       for (const m of batch.msgs) m.ack();
     } catch (err) {
       if (batch.msgs.length > 1 && isDataError(err)) await this.isolate(batch);
@@ -191,6 +203,15 @@ export class Pipeline {
     } finally {
       for (const m of batch.msgs) this.held.delete(m.seq);
     }
+  }
+
+  private async publishBillable(meta: BatchMeta, lines: string[]): Promise<void> {
+    if (lines.length === 0) return;
+    const h = natsHeaders();
+    h.set(H_ORG, meta.orgId);
+    h.set(H_MODE, meta.mode);
+    h.set(H_BATCH, meta.batchId);
+    await publishDurable(this.nats.nc, `${this.billing.billableSubjectPrefix}.${meta.orgId}`, Buffer.from(lines.join('\n')), h, meta.batchId, this.cfg.publishTimeoutMs);
   }
 
   private async insert(lines: string[]): Promise<void> {
@@ -206,6 +227,7 @@ export class Pipeline {
       const lines = batch.lines.slice(batch.offsets[i], batch.offsets[i + 1] ?? batch.lines.length);
       try {
         await this.insert(lines);
+        await this.publishBillable(batch.billable[i]!.meta, batch.billable[i]!.lines);
         m.ack();
       } catch (err) {
         await this.settleFailed([m], err);

@@ -20,6 +20,12 @@ export interface Store {
   /** Which of these signal ids of an organization are already stored. */
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>>;
   countSignals(orgId: string): Promise<SignalCounts>;
+  /** Billing rows (JSONEachRow): one per priced signal, one per credit consumption. */
+  insertCosts(rows: Buffer): Promise<void>;
+  insertConsumption(rows: Buffer): Promise<void>;
+  /** Which of these signal ids of an organization already have a cost / consumption row. */
+  existingCostIds(orgId: string, ids: string[]): Promise<Set<string>>;
+  existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>>;
   /** The engine as the analytics operations use it (read-only, in the analytics database). */
   readonly analytics: AnalyticsEngine;
   ping(): Promise<void>;

@@ -52,8 +52,27 @@ export function schemaStatements(db: string): string[] {
     ) ENGINE = MergeTree
     PARTITION BY toYYYYMM(created_at)
     ORDER BY (org_id, livemode, created_at, signal_id)`,
+    // One row per signal that consumed credits from a pool (billing engine).
+    `CREATE TABLE IF NOT EXISTS ${db}.credit_consumption (
+      org_id LowCardinality(String),
+      livemode Bool,
+      signal_id String,
+      created_at DateTime64(3, 'UTC'),
+      customer_id String,
+      unit_id Nullable(String),
+      order_line_attribute_id String,
+      pool_id String,
+      credits_currency_id Nullable(String),
+      credits Decimal(38, 12),
+      balance_after Decimal(38, 12)
+    ) ENGINE = MergeTree
+    PARTITION BY toYYYYMM(created_at)
+    ORDER BY (org_id, livemode, created_at, signal_id)`,
   ];
 }
+
+export const EXISTING_IN_SQL = (db: string, table: 'costs' | 'credit_consumption'): string =>
+  `SELECT signal_id FROM ${db}.${table} WHERE org_id = {org:String} AND signal_id IN {ids:Array(String)}`;
 
 export const INSERT_SETTINGS = { max_partitions_per_insert_block: '0' };
 

@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
-import { COUNT_SQL, EXISTING_IDS_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { COUNT_SQL, EXISTING_IDS_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { EngineError } from '../../analytics/engine-error.js';
 import type { AnalyticsEngine } from '../../analytics/engine.js';
@@ -74,9 +74,35 @@ export class ClickHouseStore implements Store {
     for (const sql of [...schemaStatements(this.db), ...viewStatements(this.db, this.analyticsDb)]) await this.client.command({ query: sql });
   }
 
-  async insertSignals(rows: Buffer): Promise<void> {
+  insertSignals(rows: Buffer): Promise<void> {
+    return this.insertInto('signals', rows);
+  }
+
+  insertCosts(rows: Buffer): Promise<void> {
+    return this.insertInto('costs', rows);
+  }
+
+  insertConsumption(rows: Buffer): Promise<void> {
+    return this.insertInto('credit_consumption', rows);
+  }
+
+  async existingCostIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.existingIn('costs', orgId, ids);
+  }
+
+  async existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.existingIn('credit_consumption', orgId, ids);
+  }
+
+  private async existingIn(table: 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
+    if (ids.length === 0) return new Set();
+    const rs = await this.client.query({ query: EXISTING_IN_SQL(this.db, table), query_params: { org: orgId, ids }, format: 'JSONEachRow' });
+    return new Set((await rs.json<{ signal_id: string }>()).map((x) => x.signal_id));
+  }
+
+  private async insertInto(table: string, rows: Buffer): Promise<void> {
     const r = await this.client.exec({
-      query: `INSERT INTO ${this.db}.signals FORMAT JSONEachRow`,
+      query: `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`,
       values: Readable.from([rows]),
       clickhouse_settings: INSERT_SETTINGS,
     });

@@ -1,0 +1,84 @@
+/**
+ * The JetStream pieces of billing evaluation:
+ *   <P>_BILLABLE  work queue, subject <P>.billable.<org>: per accepted batch, the signals
+ *                 it contributes (idempotency duplicates excluded), published by the
+ *                 pipeline after the rows are stored, with Nats-Msg-Id = the batch id.
+ *   consumer `billing` with max_ack_pending 1: billable messages are evaluated one at a
+ *                 time in stream order, whichever pipeline process takes them, so balances
+ *                 and period totals are updated by exactly one writer at a time.
+ *   <P>_EVENTS    the bus of billing events, subject <P>.events.<org>.<mode>.<event>,
+ *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
+ *                 days; the webhook dispatcher (issue 6) reads it.
+ *   <P>_billing_state  KV: the evaluator's running state per organization and mode.
+ */
+import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
+import type { Nats } from '../../nats/connection.js';
+import { isNotFound } from '../../nats/connection.js';
+
+const NS_PER_MS = 1_000_000;
+const DAY_MS = 86_400_000;
+
+export interface BillingNames {
+  billableStream: string;
+  billableSubjectPrefix: string;
+  billingConsumer: string;
+  eventStream: string;
+  eventSubjectPrefix: string;
+  stateBucket: string;
+}
+
+export function billingNames(prefix: string): BillingNames {
+  return {
+    billableStream: `${prefix}_BILLABLE`,
+    billableSubjectPrefix: `${prefix}.billable`,
+    billingConsumer: 'billing',
+    eventStream: `${prefix}_EVENTS`,
+    eventSubjectPrefix: `${prefix}.events`,
+    stateBucket: `${prefix}_billing_state`,
+  };
+}
+
+export async function ensureBillingStreams(nats: Nats, n: BillingNames, ackWaitMs: number): Promise<void> {
+  const add = async (name: string, config: Record<string, unknown>): Promise<void> => {
+    try {
+      await nats.jsm.streams.info(name);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await nats.jsm.streams.add({ name, ...config });
+    }
+  };
+  await add(n.billableStream, {
+    subjects: [`${n.billableSubjectPrefix}.>`],
+    retention: RetentionPolicy.Workqueue,
+    storage: StorageType.File,
+    max_msg_size: nats.maxPayload,
+    // A batch re-published after a pipeline crash (same Nats-Msg-Id) is stored once.
+    duplicate_window: DAY_MS * NS_PER_MS,
+  });
+  await add(n.eventStream, {
+    subjects: [`${n.eventSubjectPrefix}.>`],
+    retention: RetentionPolicy.Limits,
+    storage: StorageType.File,
+    max_age: 30 * DAY_MS * NS_PER_MS,
+    // An event re-published by a replay (same deterministic id) is stored once.
+    duplicate_window: DAY_MS * NS_PER_MS,
+  });
+  const consumer = {
+    durable_name: n.billingConsumer,
+    ack_policy: AckPolicy.Explicit,
+    ack_wait: ackWaitMs * NS_PER_MS,
+    max_ack_pending: 1,
+    max_deliver: -1,
+  };
+  try {
+    await nats.jsm.consumers.info(n.billableStream, n.billingConsumer);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    await nats.jsm.consumers.add(n.billableStream, consumer);
+  }
+}
+
+export function stateBucket(nats: Nats, n: BillingNames): Promise<KV> {
+  return new Kvm(nats.js).create(n.stateBucket, { history: 1, storage: StorageType.File });
+}

@@ -1,0 +1,186 @@
+/**
+ * The evaluator's pure core (src/billing/evaluator/evaluate.ts): pricing, credit pools,
+ * overage and caps over a configuration and a running state, batch by batch.
+ */
+import t from 'tap';
+import fc from 'fast-check';
+import { evaluate, emptyState, type BillableSignal, type BillingState, type EvaluationOutput } from '../../src/billing/evaluator/evaluate.js';
+import { capKey, emptyConfig, type BillingConfig } from '../../src/billing/model.js';
+
+const CUR = '6f1c2b1e-0000-4000-8000-000000000001';
+const T0 = Date.parse('2026-01-31T10:00:00Z');
+
+function config(opts: { granted?: string; included?: string | null; creditsPerUnit?: string; path?: string; caps?: { unit: string; amount: string; frequency: 'DAILY' | 'MONTHLY' | 'YEARLY' | 'WEEKLY' | 'QUARTERLY'; from: string }[]; topUps?: string[] } = {}): BillingConfig {
+  const c = emptyConfig();
+  const now = '2026-01-01T00:00:00Z';
+  c.customers.cus_1 = {
+    id: 'cus_1',
+    externalId: 'acme',
+    name: 'Acme',
+    createdAt: now,
+    updatedAt: now,
+    units: {
+      root: { externalId: 'root', externalType: 'company', name: null, parentExternalId: null, createdAt: now, updatedAt: now },
+      team: { externalId: 'team', externalType: 'team', name: null, parentExternalId: 'root', createdAt: now, updatedAt: now },
+      dev: { externalId: 'dev', externalType: 'user', name: null, parentExternalId: 'team', createdAt: now, updatedAt: now },
+    },
+  };
+  c.plans.plan_1 = { id: 'plan_1', name: 'Pro', createdAt: now };
+  c.attributes.ola_1 = {
+    id: 'ola_1',
+    customerId: 'cus_1',
+    planId: 'plan_1',
+    eventName: 'api_call',
+    quantity: opts.path ? { kind: 'path', path: opts.path } : { kind: 'count' },
+    unitPrice: '0.0125',
+    currency: 'USD',
+    includedQuantity: opts.included ?? null,
+    creditsCurrencyId: CUR,
+    creditsPerUnit: opts.creditsPerUnit ?? '1',
+    createdAt: now,
+  };
+  if (opts.granted !== undefined) {
+    c.pools.cp_1 = { id: 'cp_1', customerId: 'cus_1', orderLineAttributeId: 'ola_1', creditsCurrencyId: CUR, granted: opts.granted, topUps: (opts.topUps ?? []).map((credits, i) => ({ id: `tu_${i}`, credits, at: now })), createdAt: now };
+  }
+  for (const cap of opts.caps ?? []) {
+    c.caps[capKey('cus_1', cap.unit, CUR)] = { customerId: 'cus_1', unitExternalId: cap.unit, creditsCurrencyId: CUR, amount: cap.amount, frequency: cap.frequency, effectiveFrom: cap.from, updatedAt: now };
+  }
+  return c;
+}
+
+let n = 0;
+const sig = (extra: Partial<BillableSignal> = {}): BillableSignal => ({ id: `sig_${n++}`, eventName: 'api_call', customerId: 'cus_1', unitId: null, ts: T0, data: {}, ...extra });
+
+function run(cfg: BillingConfig, batches: BillableSignal[][], state: BillingState = emptyState()): { outs: EvaluationOutput[]; state: BillingState } {
+  const outs: EvaluationOutput[] = [];
+  for (const signals of batches) {
+    const out = evaluate({ orgId: 'org_x', mode: 'live', config: cfg, state, signals, evaluatedAt: T0 });
+    outs.push(out);
+    state = out.state;
+  }
+  return { outs, state };
+}
+const events = (outs: EvaluationOutput[], name?: string) => outs.flatMap((o) => o.events).filter((e) => !name || e.event === name);
+
+t.test('pricing: one cost row per priced signal, exact fractional cents', async (t) => {
+  const { outs } = run(config({ path: 'tokens' }), [[sig({ data: { tokens: 3 } }), sig({ data: { tokens: '0.5' } }), sig({ data: {} }), sig({ customerId: 'acme', data: { tokens: 2 } }), sig({ customerId: 'nobody' }), sig({ eventName: 'other' })]]);
+  const costs = outs[0]!.costs;
+  t.same(costs.map((c) => [c.quantity, c.cost_amount, c.customer_id]), [['3', '0.0375', 'cus_1'], ['0.5', '0.00625', 'cus_1'], ['2', '0.025', 'cus_1']], 'by service id and by external id');
+  t.equal(outs[0]!.unpriced, 1, 'a signal without the quantity path is not priced');
+});
+
+t.test('exact depletion: remainingCredits 0, usedCredits that signal alone', async (t) => {
+  const { outs, state } = run(config({ granted: '3' }), [[sig(), sig()], [sig()], [sig()]]);
+  const dep = events(outs, 'billing-credits-depleted');
+  t.equal(dep.length, 1);
+  const credits = (dep[0]!.data as { credits: Record<string, unknown> }).credits;
+  t.equal(credits.remainingCreditsDecimal, '0');
+  t.equal(credits.usedCreditsDecimal, '1');
+  t.equal(credits.totalCreditsDecimal, '3');
+  t.equal(credits.remainingCredits, 0);
+  const over = events(outs, 'billing-overage-incurred');
+  t.equal(over.length, 1, 'the next signal past an exactly empty pool is an OverageCredit');
+  t.equal((over[0]!.data as { overage: { eventType: string } }).overage.eventType, 'OverageCredit');
+  t.equal(state.consumed.cp_1, '4');
+  t.same(outs.flatMap((o) => o.consumption).map((c) => c.balance_after), ['2', '1', '0', '-1']);
+});
+
+t.test('overshoot: negative, fractional remainder; depletion and OverageCredit on the same signal', async (t) => {
+  const { outs } = run(config({ granted: '1.000001', creditsPerUnit: '0.75' }), [[sig(), sig(), sig()]]);
+  const dep = events(outs, 'billing-credits-depleted');
+  t.equal(dep.length, 1);
+  const c = (dep[0]!.data as { credits: Record<string, unknown> }).credits;
+  t.equal(c.remainingCreditsDecimal, '-0.499999');
+  t.equal(c.usedCreditsDecimal, '0.75');
+  t.equal(c.remainingCredits, -0.499999);
+  t.equal(events(outs, 'billing-overage-incurred').length, 1);
+});
+
+t.test('fractional credits at six places; a top-up re-arms depletion', async (t) => {
+  const cfg = config({ granted: '0.000003', creditsPerUnit: '0.000001' });
+  const first = run(cfg, [[sig(), sig(), sig()]]);
+  t.equal(events(first.outs, 'billing-credits-depleted').length, 1);
+  const toppedUp = config({ granted: '0.000003', creditsPerUnit: '0.000001', topUps: ['0.000002'] });
+  const second = run(toppedUp, [[sig(), sig()]], first.state);
+  t.equal(events(second.outs, 'billing-credits-depleted').length, 1, 'depleted again after the top-up ran out');
+  t.equal(second.state.consumed.cp_1, '0.000005');
+});
+
+t.test('OverageUsage fires once, on the signal that goes strictly above the included quantity', async (t) => {
+  const { outs } = run(config({ included: '3' }), [[sig(), sig(), sig()], [sig(), sig()], [sig()]]);
+  const over = events(outs, 'billing-overage-incurred').filter((e) => (e.data as { overage: { eventType: string } }).overage.eventType === 'OverageUsage');
+  t.equal(over.length, 1);
+  t.same((over[0]!.data as { overage: Record<string, unknown> }).overage, {
+    customerId: 'cus_1', customerName: 'Acme', planId: 'plan_1', planName: 'Pro', orderLineAttributeId: 'ola_1', eventType: 'OverageUsage', threshold: 3, currentUsage: 4, occurredAt: '2026-01-31T10:00:00Z',
+  });
+});
+
+t.test('caps: subtree spend counts for ancestors; once per cap and period; again next period', async (t) => {
+  const cfg = config({ granted: '1000', caps: [{ unit: 'root', amount: '3', frequency: 'MONTHLY', from: '2025-12-31T00:00:00Z' }, { unit: 'dev', amount: '10', frequency: 'DAILY', from: '2026-01-01T00:00:00Z' }] });
+  const jan = Date.parse('2026-01-31T12:00:00Z');
+  const feb = Date.parse('2026-02-28T23:00:00Z');
+  const mar = Date.parse('2026-03-01T00:00:00Z');
+  const { outs, state } = run(cfg, [
+    [sig({ unitId: 'dev', ts: jan }), sig({ unitId: 'team', ts: jan })],
+    [sig({ unitId: 'dev', ts: jan }), sig({ unitId: 'dev', ts: jan })],
+    [sig({ unitId: 'team', ts: feb }), sig({ unitId: 'dev', ts: feb }), sig({ unitId: 'root', ts: feb }), sig({ unitId: 'root', ts: feb })],
+    [sig({ unitId: 'root', ts: mar })],
+  ]);
+  const caps = events(outs, 'billing-credit-cap-reached').map((e) => e.data as { breachedUnit: { externalId: string }; period: { start: string; end: string }; usedDecimal: string });
+  t.same(caps.map((c) => [c.breachedUnit.externalId, c.period.start, c.period.end, c.usedDecimal]), [
+    ['root', '2026-01-31T00:00:00Z', '2026-02-28T00:00:00Z', '3'],
+    ['root', '2026-02-28T00:00:00Z', '2026-03-31T00:00:00Z', '3'],
+  ], 'month-end anchor: Jan 31 → Feb 28 → Mar 31; fires on the 3rd credit in each period');
+  t.ok(state.caps[capKey('cus_1', 'root', CUR)], 'period totals are in the state');
+});
+
+t.test('deterministic: the same input gives the same output, event ids included', async (t) => {
+  const cfg = config({ granted: '2', included: '1', caps: [{ unit: 'root', amount: '1', frequency: 'DAILY', from: '2026-01-01T00:00:00Z' }] });
+  const batch = [sig({ unitId: 'dev' }), sig({ unitId: 'team' }), sig({ unitId: 'root' })];
+  const a = evaluate({ orgId: 'o', mode: 'live', config: cfg, state: emptyState(), signals: batch, evaluatedAt: T0 });
+  const b = evaluate({ orgId: 'o', mode: 'live', config: cfg, state: emptyState(), signals: batch, evaluatedAt: T0 });
+  t.same(a, b);
+  t.equal(new Set(a.events.map((e) => e.id)).size, a.events.length, 'distinct events have distinct ids');
+  const test = evaluate({ orgId: 'o', mode: 'test', config: cfg, state: emptyState(), signals: batch, evaluatedAt: T0 });
+  t.not(test.events[0]!.id, a.events[0]!.id, 'live and test events have different ids');
+});
+
+t.test('property: consumption reconciles with the pool, and depletion fires once per crossing', async (t) => {
+  await fc.assert(
+    fc.property(
+      fc.integer({ min: 0, max: 2_000_000 }),
+      fc.array(fc.array(fc.integer({ min: 0, max: 500_000 }), { maxLength: 8 }), { maxLength: 8 }),
+      (grantedMicros, batches) => {
+        const granted = (grantedMicros / 1e6).toFixed(6);
+        const cfg = config({ granted, path: 'q', creditsPerUnit: '1' });
+        const signalBatches = batches.map((b) => b.map((q) => sig({ data: { q: q / 1e6 } })));
+        const { outs, state } = run(cfg, signalBatches);
+        const toMicros = (s: string): bigint => {
+          const [i, f = ''] = s.replace('-', '').split('.');
+          const v = BigInt(i!) * 1_000_000n + BigInt((f + '000000').slice(0, 6));
+          return s.startsWith('-') ? -v : v;
+        };
+        const sent = batches.flat().reduce((a, q) => a + BigInt(q), 0n);
+        const consumed = outs.flatMap((o) => o.consumption).reduce((a, c) => a + toMicros(c.credits), 0n);
+        if (consumed !== sent) return false;
+        if (toMicros(state.consumed.cp_1 ?? '0') !== sent) return false;
+        // Depletion fires exactly when the running balance first goes from > 0 to ≤ 0.
+        let bal = BigInt(grantedMicros);
+        let expected = 0;
+        for (const q of batches.flat()) {
+          const before = bal;
+          bal -= BigInt(q);
+          if (before > 0n && bal <= 0n) expected++;
+        }
+        const dep = events(outs, 'billing-credits-depleted');
+        if (dep.length !== expected) return false;
+        for (const e of dep) {
+          const c = (e.data as { credits: { remainingCreditsDecimal: string; totalCreditsDecimal: string } }).credits;
+          if (toMicros(c.totalCreditsDecimal) !== BigInt(grantedMicros)) return false;
+        }
+        return true;
+      },
+    ),
+    { numRuns: 200 },
+  );
+});
