@@ -15,12 +15,15 @@ export const ERRORS = {
   INVALID_SIGNAL: { status: 400, error: 'Bad Request' },
   INVALID_LIMITS: { status: 400, error: 'Bad Request' },
   INVALID_QUERY: { status: 400, error: 'Bad Request' },
+  INVALID_BILLING_CONFIG: { status: 400, error: 'Bad Request' },
   MULTIPLE_STATEMENTS: { status: 400, error: 'Bad Request' },
   NOT_A_SELECT: { status: 400, error: 'Bad Request' },
   CLAUSE_NOT_ALLOWED: { status: 400, error: 'Bad Request' },
   QUERY_FAILED: { status: 400, error: 'Bad Request' },
   FORBIDDEN: { status: 403, error: 'Forbidden' },
   QUERY_TIMEOUT: { status: 408, error: 'Request Timeout' },
+  CONFLICT: { status: 409, error: 'Conflict' },
+  BILLING_CONFIG_TOO_LARGE: { status: 409, error: 'Conflict' },
   PAYLOAD_TOO_LARGE: { status: 413, error: 'Payload Too Large' },
   RATE_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
   CONCURRENCY_LIMIT_EXCEEDED: { status: 429, error: 'Too Many Requests' },
@@ -29,6 +32,7 @@ export const ERRORS = {
   RATE_LIMITER_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   STORE_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   ANALYTICS_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
+  BILLING_UNAVAILABLE: { status: 503, error: 'Service Unavailable' },
   SERVICE_STARTING: { status: 503, error: 'Service Unavailable' },
 } as const;
 

@@ -20,6 +20,8 @@ import { uWS } from './ingress/http.js';
 import { isMain } from './is-main.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
+import { BillingConfigStore } from './billing/config/store.js';
+import { BillingConfigApi } from './billing/config/api.js';
 
 export interface Running {
   port: number;
@@ -73,6 +75,7 @@ export async function start(cfg: Config): Promise<Running> {
       const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
       await registry.start();
       server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
+      server.addBilling(new BillingConfigApi(new BillingConfigStore(await nats.billingBucket(), nats.maxPayload)));
     }
 
     if (hasPipeline(cfg.role)) {

@@ -6,6 +6,8 @@
 import { ERRORS } from './errors.js';
 import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingress/validate.js';
 import { LIMIT_BOUNDS } from './admin/routes.js';
+import { FREQUENCIES } from './billing/periods.js';
+import { CREDIT_PLACES, MAX_PATH_SEGMENTS, PRICE_PLACES } from './billing/config/validate.js';
 
 const json = (schema: unknown, description: string) => ({ description, content: { 'application/json': { schema } } });
 const error = (description: string, codes: string[]) =>
@@ -20,8 +22,8 @@ const signal = {
   required: ['eventName', 'customerId'],
   properties: {
     eventName: { ...str, description: 'What happened, e.g. "api_call".' },
-    customerId: { ...str, description: "The caller's id of the customer." },
-    unitId: { ...nullableStr, description: "The caller's id of the customer unit (credit caps)." },
+    customerId: { ...str, description: "The customer: its service id (cus_…) or its externalId (billing configuration); the service id is tried first, then the externalId." },
+    unitId: { ...nullableStr, description: "The customer unit by its externalId within the customer (credit caps)." },
     timestamp: {
       type: ['string', 'null'],
       format: 'date-time',
@@ -70,6 +72,234 @@ const analyticsCommon = {
 const operatorErrors = { 401: error('Missing or wrong operator token.', ['UNAUTHORIZED']), 404: error('No such organization.', ['NOT_FOUND']) };
 const orgId = { name: 'id', in: 'path', required: true, schema: { type: 'string', pattern: '^org_[0-9A-Za-z]{20}$' } };
 
+
+// --- Billing configuration (src/billing/config) ---
+
+const ref = (name: string) => ({ $ref: `#/components/schemas/${name}` });
+const dateTime = { type: 'string', format: 'date-time' };
+const decimal = (places: number, description: string, positive = false) => ({
+  type: 'string',
+  pattern: `^(0|[1-9][0-9]{0,29})(\\.[0-9]{1,${places}})?$`,
+  description: `${description} A decimal string (never a JSON number): ${positive ? '> 0' : '≥ 0'}, at most ${places} decimal places, no exponent, no sign; answered in canonical form ("1.50" → "1.5").`,
+});
+const uuidSchema = { type: 'string', format: 'uuid', description: 'A UUID; answered in lower case.' };
+const externalIdSchema = { type: 'string', minLength: 1, maxLength: MAX_STRING };
+const billingParams = {
+  customerId: { name: 'customerId', in: 'path', required: true, description: 'The service id of the customer (cus_…).', schema: { type: 'string', pattern: '^cus_[0-9A-Za-z]{20}$' } },
+  unitExternalId: { name: 'unitExternalId', in: 'path', required: true, description: "The caller's id of the unit, percent-encoded (1 to 255 characters once decoded; any characters, a slash as %2F).", schema: externalIdSchema },
+  creditsCurrencyId: { name: 'creditsCurrencyId', in: 'path', required: true, schema: uuidSchema },
+  poolId: { name: 'poolId', in: 'path', required: true, schema: { type: 'string', pattern: '^cp_[0-9A-Za-z]{20}$' } },
+};
+const billingNotFound = error('Something named does not exist in this organization and mode (details name the field).', ['NOT_FOUND']);
+/** Errors of the operations that create a top-level object (nothing to look up). */
+const billingCreateErrors = {
+  400: error('A bad field (details start with its name); nothing changed.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_BILLING_CONFIG']),
+  401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
+  409: error('A duplicate (details name the field), the document would exceed one NATS message, or concurrent changes kept winning; nothing changed.', ['CONFLICT', 'BILLING_CONFIG_TOO_LARGE']),
+  413: error('Body larger than 64 KiB.', ['PAYLOAD_TOO_LARGE']),
+  503: error('The configuration store (JetStream) is unreachable, or the service is starting; nothing changed.', ['BILLING_UNAVAILABLE', 'SERVICE_STARTING']),
+};
+const billingErrors = { ...billingCreateErrors, 404: billingNotFound };
+const billingRead = { 401: billingErrors[401], 404: billingErrors[404], 503: billingErrors[503] };
+const billingBody = (schema: unknown) => ({ required: true, content: { 'application/json': { schema } } });
+const list = (key: string, item: string) => json({ type: 'object', required: [key], properties: { [key]: { type: 'array', items: ref(item) } } }, 'In creation order.');
+
+const billingSchemas = {
+  Customer: {
+    type: 'object',
+    properties: {
+      id: { type: 'string', pattern: '^cus_[0-9A-Za-z]{20}$' },
+      externalId: { type: ['string', 'null'], description: "The caller's own id, unique within the organization and mode." },
+      name: { type: ['string', 'null'] },
+      createdAt: dateTime,
+      updatedAt: dateTime,
+    },
+  },
+  Unit: {
+    type: 'object',
+    properties: {
+      customerId: { type: 'string' },
+      externalId: { type: 'string' },
+      externalType: { type: ['string', 'null'] },
+      name: { type: ['string', 'null'] },
+      parentExternalId: { type: ['string', 'null'], description: 'null for a root unit; the tree never has cycles.' },
+      createdAt: dateTime,
+      updatedAt: dateTime,
+    },
+  },
+  Plan: { type: 'object', properties: { id: { type: 'string', pattern: '^plan_[0-9A-Za-z]{20}$' }, name: { type: 'string' }, createdAt: dateTime } },
+  QuantityRule: {
+    oneOf: [
+      { type: 'object', additionalProperties: false, required: ['kind'], properties: { kind: { const: 'count' } }, description: 'Each signal counts 1.' },
+      {
+        type: 'object',
+        additionalProperties: false,
+        required: ['kind', 'path'],
+        properties: { kind: { const: 'path' }, path: { type: 'string', minLength: 1, maxLength: MAX_STRING, description: `Dot-separated keys into the signal's data (at most ${MAX_PATH_SEGMENTS}), e.g. "usage.tokens"; the value there is the quantity.` } },
+      },
+    ],
+  },
+  OrderLineAttribute: {
+    type: 'object',
+    properties: {
+      id: { type: 'string', pattern: '^ola_[0-9A-Za-z]{20}$' },
+      customerId: { type: 'string' },
+      planId: { type: 'string' },
+      eventName: { type: 'string' },
+      quantity: ref('QuantityRule'),
+      unitPrice: decimal(PRICE_PLACES, 'Minor units (e.g. cents) per unit of quantity; fractions allowed.'),
+      currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+      includedQuantity: { oneOf: [decimal(PRICE_PLACES, 'Overage threshold on cumulative quantity.'), { type: 'null' }] },
+      creditsCurrencyId: { oneOf: [uuidSchema, { type: 'null' }] },
+      creditsPerUnit: { oneOf: [decimal(CREDIT_PLACES, 'Credits consumed per unit of quantity.', true), { type: 'null' }] },
+      createdAt: dateTime,
+    },
+  },
+  CreditPool: {
+    type: 'object',
+    properties: {
+      id: { type: 'string', pattern: '^cp_[0-9A-Za-z]{20}$' },
+      customerId: { type: 'string' },
+      orderLineAttributeId: { type: 'string' },
+      creditsCurrencyId: { type: ['string', 'null'], description: "The attribute's credits currency." },
+      granted: decimal(CREDIT_PLACES, 'Credits granted at creation.'),
+      topUps: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, credits: decimal(CREDIT_PLACES, 'Credits added.', true), at: dateTime } } },
+      totalCredits: decimal(CREDIT_PLACES, 'granted plus every top-up.'),
+      createdAt: dateTime,
+    },
+  },
+  CreditCap: {
+    type: 'object',
+    properties: {
+      customerId: { type: 'string' },
+      unitExternalId: { type: 'string' },
+      creditsCurrencyId: uuidSchema,
+      amount: decimal(CREDIT_PLACES, 'Credits per period.'),
+      frequency: { enum: [...FREQUENCIES] },
+      effectiveFrom: { ...dateTime, description: 'RFC 3339 UTC, the anchor of the periods (answered in canonical form).' },
+      updatedAt: dateTime,
+    },
+  },
+};
+
+const billingPaths = {
+  '/api/v2/customers': {
+    post: {
+      summary: 'Create a customer',
+      description: 'Signals name their customer by the service id (cus_…) or by the externalId: the service id is tried first, then the externalId. An externalId of the form of a service id is refused.',
+      security: [{ apiKey: [] }],
+      requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { externalId: externalIdSchema, name: externalIdSchema } } } } },
+      responses: { 201: json(ref('Customer'), 'Created.'), ...billingCreateErrors },
+    },
+    get: { summary: 'The customers', security: [{ apiKey: [] }], responses: { 200: list('customers', 'Customer'), 401: billingErrors[401], 503: billingErrors[503] } },
+  },
+  '/api/v2/customers/{customerId}': {
+    get: { summary: 'A customer', security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: json(ref('Customer'), 'The customer.'), ...billingRead } },
+  },
+  '/api/v2/customers/{customerId}/units': {
+    get: { summary: "The customer's units (the tree as parentExternalId links)", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('units', 'Unit'), ...billingRead } },
+  },
+  '/api/v2/customers/{customerId}/units/{unitExternalId}': {
+    put: {
+      summary: 'Create or replace a unit',
+      description: 'PUT replaces the unit: an absent field becomes null (an absent parentExternalId makes it a root). The parent must exist under the same customer (404); a parent that is the unit itself or lies beneath it is a cycle (400). Signals name a unit by its externalId (unitId).',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId, billingParams.unitExternalId],
+      requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { externalType: externalIdSchema, name: externalIdSchema, parentExternalId: externalIdSchema } } } } },
+      responses: { 200: json(ref('Unit'), 'Replaced (or unchanged).'), 201: json(ref('Unit'), 'Created.'), ...billingErrors },
+    },
+    get: { summary: 'A unit', security: [{ apiKey: [] }], parameters: [billingParams.customerId, billingParams.unitExternalId], responses: { 200: json(ref('Unit'), 'The unit.'), ...billingRead } },
+  },
+  '/api/v2/plans': {
+    post: {
+      summary: 'Create a plan',
+      security: [{ apiKey: [] }],
+      requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['name'], properties: { name: externalIdSchema } }),
+      responses: { 201: json(ref('Plan'), 'Created.'), ...billingCreateErrors },
+    },
+    get: { summary: 'The plans', security: [{ apiKey: [] }], responses: { 200: list('plans', 'Plan'), 401: billingErrors[401], 503: billingErrors[503] } },
+  },
+  '/api/v2/customers/{customerId}/order-line-attributes': {
+    post: {
+      summary: "Price one event name for the customer under a plan",
+      description: 'At most one attribute per customer and eventName (409). creditsCurrencyId and creditsPerUnit come together: with them the attribute is credit-priced.',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId],
+      requestBody: billingBody({
+        type: 'object',
+        additionalProperties: false,
+        required: ['planId', 'eventName', 'unitPrice', 'currency'],
+        properties: {
+          planId: { type: 'string' },
+          eventName: externalIdSchema,
+          quantity: { ...ref('QuantityRule'), description: 'Default {"kind":"count"}.' },
+          unitPrice: decimal(PRICE_PLACES, 'Minor units per unit of quantity.'),
+          currency: { type: 'string', pattern: '^[A-Z]{3}$' },
+          includedQuantity: { oneOf: [decimal(PRICE_PLACES, 'Overage threshold.'), { type: 'null' }] },
+          creditsCurrencyId: { oneOf: [uuidSchema, { type: 'null' }] },
+          creditsPerUnit: { oneOf: [decimal(CREDIT_PLACES, 'Credits per unit of quantity.', true), { type: 'null' }] },
+        },
+      }),
+      responses: { 201: json(ref('OrderLineAttribute'), 'Created.'), ...billingErrors },
+    },
+    get: { summary: "The customer's order line attributes", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('orderLineAttributes', 'OrderLineAttribute'), ...billingRead } },
+  },
+  '/api/v2/customers/{customerId}/credit-pools': {
+    post: {
+      summary: 'Grant credits for a credit-priced order line attribute of the customer',
+      description: 'One pool per customer and attribute (409); the attribute must be credit-priced (400); the pool takes its credits currency.',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId],
+      requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['orderLineAttributeId', 'credits'], properties: { orderLineAttributeId: { type: 'string' }, credits: decimal(CREDIT_PLACES, 'Credits granted.') } }),
+      responses: { 201: json(ref('CreditPool'), 'Created.'), ...billingErrors },
+    },
+    get: { summary: "The customer's credit pools", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('creditPools', 'CreditPool'), ...billingRead } },
+  },
+  '/api/v2/customers/{customerId}/credit-pools/{poolId}/top-ups': {
+    post: {
+      summary: 'Add credits to a pool',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId, billingParams.poolId],
+      requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['credits'], properties: { credits: decimal(CREDIT_PLACES, 'Credits added.', true) } }),
+      responses: { 201: json(ref('CreditPool'), 'The pool with the top-up.'), ...billingErrors },
+    },
+  },
+  '/api/v2/customers/{customerId}/units/{unitExternalId}/credit-caps/{creditsCurrencyId}': {
+    put: {
+      summary: 'Set the credit cap of a unit for a credits currency',
+      description: 'A cap has no id: it is addressed by unit and credits currency. Advisory: spend is never blocked; billing-credit-cap-reached fires once per cap and period when the spend of the unit and everything beneath it reaches amount.',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId, billingParams.unitExternalId, billingParams.creditsCurrencyId],
+      requestBody: billingBody({
+        type: 'object',
+        additionalProperties: false,
+        required: ['amount', 'frequency', 'effectiveFrom'],
+        properties: {
+          amount: decimal(CREDIT_PLACES, 'Credits per period.'),
+          frequency: { enum: [...FREQUENCIES] },
+          effectiveFrom: { ...dateTime, description: 'RFC 3339 in UTC (Z or +00:00), at most millisecond precision.' },
+        },
+      }),
+      responses: { 200: json(ref('CreditCap'), 'Replaced (or unchanged).'), 201: json(ref('CreditCap'), 'Created.'), ...billingErrors },
+    },
+    get: {
+      summary: 'The credit cap of a unit for a credits currency',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId, billingParams.unitExternalId, billingParams.creditsCurrencyId],
+      responses: { 200: json(ref('CreditCap'), 'The cap.'), 400: error('Bad credits currency id.', ['INVALID_BILLING_CONFIG']), ...billingRead },
+    },
+    delete: {
+      summary: 'Remove the credit cap of a unit for a credits currency',
+      security: [{ apiKey: [] }],
+      parameters: [billingParams.customerId, billingParams.unitExternalId, billingParams.creditsCurrencyId],
+      responses: { 204: { description: 'Removed.' }, 400: error('Bad credits currency id.', ['INVALID_BILLING_CONFIG']), ...billingRead, 409: billingErrors[409] },
+    },
+  },
+  '/api/v2/customers/{customerId}/credit-caps': {
+    get: { summary: "The customer's credit caps", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('creditCaps', 'CreditCap'), ...billingRead } },
+  },
+};
+
 export const OPENAPI = {
   openapi: '3.1.0',
   info: { title: 'usage-billing', version: '2.0.0', description: 'Usage signals, rate limits and the operator API. See README.md.' },
@@ -94,6 +324,7 @@ export const OPENAPI = {
         },
       },
       Limits: limits,
+      ...billingSchemas,
       Organization: {
         type: 'object',
         properties: {
@@ -107,6 +338,7 @@ export const OPENAPI = {
     },
   },
   paths: {
+    ...billingPaths,
     '/api/v2/analytics/query': {
       post: {
         summary: 'Experimental: run one read-only SELECT (or WITH … SELECT) over the analytics views, scoped to the caller',

@@ -4,6 +4,7 @@
  *   ingress, all    /api/v2/signals/bulk, /api/v1/usage, /admin/v1/organizations...
  *   pipeline, all   GET /admin/v1/organizations/:id/stats (needs the store)
  *   ingress, all    /api/v2/analytics/* (answer 503 without an engine in reach)
+ *   ingress, all    /api/v2/customers..., /api/v2/plans (billing configuration)
  */
 import { ApiError } from '../errors.js';
 import { log } from '../log.js';
@@ -14,6 +15,7 @@ import type { AdminApi } from '../admin/routes.js';
 import { operatorGuard } from '../admin/routes.js';
 import type { Store } from '../store/index.js';
 import type { AnalyticsService } from '../analytics/service.js';
+import type { BillingConfigApi } from '../billing/config/api.js';
 import { countParams, uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
 export interface Readiness {
@@ -52,7 +54,7 @@ async function readiness(r: Readiness): Promise<Reply> {
   return { status: down.length === 0 ? 200 : 503, body };
 }
 
-type Method = 'get' | 'post' | 'patch';
+type Method = 'get' | 'post' | 'patch' | 'put' | 'delete';
 
 /**
  * The HTTP server. It listens before the dependencies are connected, so /healthz and
@@ -79,7 +81,7 @@ export class Server {
   }
 
   private add(method: Method, pattern: string, handler: Handler, opts?: RouteOptions): void {
-    this.app[method](pattern, wrap(handler, opts, countParams(pattern)));
+    this.app[method === 'delete' ? 'del' : method](pattern, wrap(handler, opts, countParams(pattern)));
     let allowed = this.methods.get(pattern);
     if (!allowed) {
       const set = new Set<string>();
@@ -134,6 +136,17 @@ export class Server {
     this.add('post', '/api/v2/analytics/query', (req) => (analytics ? analytics.query(req, req.principal!) : unavailable()), opts);
     this.add('get', '/api/v2/analytics/schema', () => (analytics ? analytics.schema() : unavailable()), { before });
     this.add('get', '/api/v2/analytics/signals/metadata', (req) => (analytics ? analytics.signalsMetadata(req, req.principal!) : unavailable()), { before });
+  }
+
+  /**
+   * The billing configuration API (after addIngress: it authenticates with the organization
+   * API key; every operation is scoped to the key's organization and mode).
+   */
+  addBilling(billing: BillingConfigApi): void {
+    const before = this.authenticate!;
+    for (const r of billing.routes()) {
+      this.add(r.method, r.pattern, r.handler, r.body ? { body: true, maxBodyBytes: 64 * 1024, before } : { before });
+    }
   }
 
   addStore(store: Store): void {

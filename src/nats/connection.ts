@@ -28,6 +28,7 @@ export interface Names {
   pipelineConsumer: string;
   orgBucket: string;
   dedupeBucket: string;
+  billingBucket: string;
 }
 
 export function names(prefix: string): Names {
@@ -39,6 +40,7 @@ export function names(prefix: string): Names {
     pipelineConsumer: 'pipeline',
     orgBucket: `${prefix}_orgs`,
     dedupeBucket: `${prefix}_dedupe`,
+    billingBucket: `${prefix}_billing`,
   };
 }
 
@@ -146,6 +148,14 @@ export class Nats {
 
   orgBucket(): Promise<KV> {
     return new Kvm(this.js).create(this.names.orgBucket, { history: 5, storage: StorageType.File });
+  }
+
+  /**
+   * Billing configuration documents, one per organization and mode (src/billing/config/store.ts):
+   * on disk, only the latest revision kept (changes are compare-and-set on it).
+   */
+  billingBucket(): Promise<KV> {
+    return new Kvm(this.js).create(this.names.billingBucket, { history: 1, storage: StorageType.File });
   }
 
   dedupeBucket(cfg: Config): Promise<KV> {

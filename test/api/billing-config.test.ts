@@ -1,0 +1,540 @@
+/**
+ * The billing configuration API (src/billing/config), through the real HTTP API: every
+ * route's happy path, every validation error (status, code, the field named first in
+ * details, and the configuration unchanged afterwards), live/test separation, organization
+ * isolation, concurrent changes (within one process and across two ingress processes on
+ * the same bucket), cycles in the unit tree and percent-encoded unit ids. The last test
+ * drives BillingConfigStore directly with several instances to exercise compare-and-set.
+ */
+import t, { type Test } from 'tap';
+import { connect } from '@nats-io/transport-node';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { NATS_URL, ServiceProcess, createOrg, http, useService, type HttpResult, type TestOrg } from '../helpers/service.js';
+import { ApiError } from '../../src/errors.js';
+import { BillingConfigStore } from '../../src/billing/config/store.js';
+
+const { iso, svc } = useService(t, 'billingcfg');
+
+const CUR = '3f0c8a52-8d3e-4b7a-9f6e-2b1d4c5a6e70';
+const CUR2 = '9a1b2c3d-4e5f-4a6b-8c7d-0e1f2a3b4c5d';
+
+function client(token: string, base?: string) {
+  const call = (method: string, p: string, body?: unknown): Promise<HttpResult> => http(base ?? svc.url, method, p, body === undefined ? { token } : { token, body });
+  return {
+    get: (p: string) => call('GET', p),
+    post: (p: string, body?: unknown) => call('POST', p, body),
+    put: (p: string, body?: unknown) => call('PUT', p, body),
+    del: (p: string) => call('DELETE', p),
+    raw: (method: string, p: string, raw: string) => http(base ?? svc.url, method, p, { token, raw }),
+  };
+}
+type Client = ReturnType<typeof client>;
+
+const C = '/api/v2/customers';
+const enc = encodeURIComponent;
+
+/** Everything the API shows of a configuration (for "nothing changed" checks). */
+async function snapshot(c: Client): Promise<unknown> {
+  const customers = (await c.get(C)).body.customers as { id: string }[];
+  const plans = (await c.get('/api/v2/plans')).body.plans;
+  const per: Record<string, unknown> = {};
+  for (const { id } of customers) {
+    per[id] = {
+      units: (await c.get(`${C}/${id}/units`)).body,
+      attributes: (await c.get(`${C}/${id}/order-line-attributes`)).body,
+      pools: (await c.get(`${C}/${id}/credit-pools`)).body,
+      caps: (await c.get(`${C}/${id}/credit-caps`)).body,
+    };
+  }
+  return { customers, plans, per };
+}
+
+/** Asserts an error answer: status, code, details starting with `field:`; and nothing changed. */
+async function refused(t: Test, c: Client, request: () => Promise<HttpResult>, status: number, code: string, field: string): Promise<HttpResult> {
+  const before = await snapshot(c);
+  const r = await request();
+  t.equal(r.status, status, `${code} ${field}: status (${JSON.stringify(r.body)})`);
+  t.equal(r.body?.code, code, `${field}: code`);
+  t.ok(typeof r.body?.details === 'string' && r.body.details.startsWith(`${field}:`), `details name ${field}: ${r.body?.details}`);
+  t.same(await snapshot(c), before, `${field}: configuration unchanged`);
+  return r;
+}
+
+async function setup(c: Client): Promise<{ cus: string; plan: string; credit: string; plain: string }> {
+  const cus = (await c.post(C, { externalId: `acme-${Math.random()}`, name: 'Acme' })).body.id as string;
+  const plan = (await c.post('/api/v2/plans', { name: 'Pro' })).body.id as string;
+  const credit = (await c.post(`${C}/${cus}/order-line-attributes`, { planId: plan, eventName: 'tokens', unitPrice: '0.0125', currency: 'USD', creditsCurrencyId: CUR, creditsPerUnit: '1' })).body.id as string;
+  const plain = (await c.post(`${C}/${cus}/order-line-attributes`, { planId: plan, eventName: 'api_call', unitPrice: '1', currency: 'USD' })).body.id as string;
+  return { cus, plan, credit, plain };
+}
+
+let org: TestOrg;
+t.before(async () => {
+  org = await createOrg(svc.url);
+});
+
+t.test('the routes need an API key', async (t) => {
+  for (const [m, p] of [['GET', C], ['POST', C], ['GET', '/api/v2/plans'], ['PUT', `${C}/cus_AAAAAAAAAAAAAAAAAAAA/units/u1`], ['DELETE', `${C}/cus_AAAAAAAAAAAAAAAAAAAA/units/u1/credit-caps/${CUR}`]] as const) {
+    const r = await http(svc.url, m, p, m === 'GET' || m === 'DELETE' ? {} : { body: {} });
+    t.equal(r.status, 401, `${m} ${p}`);
+    t.equal(r.body.code, 'UNAUTHORIZED');
+  }
+});
+
+t.test('customers', async (t) => {
+  const c = client(org.live);
+  const a = await c.post(C, { externalId: 'acme', name: 'Acme Inc.' });
+  t.equal(a.status, 201);
+  t.match(a.body, { id: /^cus_[0-9A-Za-z]{20}$/, externalId: 'acme', name: 'Acme Inc.', createdAt: String, updatedAt: String });
+  t.equal(a.body.units, undefined, 'units are listed by their own route');
+  const b = await c.raw('POST', C, '');
+  t.equal(b.status, 201, 'an empty body is {}');
+  t.match(b.body, { externalId: null, name: null });
+  const list = await c.get(C);
+  t.equal(list.status, 200);
+  t.same(list.body.customers.slice(-2).map((x: { id: string }) => x.id), [a.body.id, b.body.id], 'in creation order');
+  const one = await c.get(`${C}/${a.body.id}`);
+  t.equal(one.status, 200);
+  t.same(one.body, a.body);
+
+  await refused(t, c, () => c.get(`${C}/cus_AAAAAAAAAAAAAAAAAAAA`), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.get(`${C}/acme`), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.post(C, { externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.post(C, { externalId: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { externalId: '' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { externalId: 'x'.repeat(256) }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { externalId: 42 }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { name: '\ud800' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post(C, { name: 'x', plan: 'pro' }), 400, 'INVALID_BODY', 'plan');
+  await refused(t, c, () => c.post(C, [1]), 400, 'INVALID_BODY', 'body');
+  await refused(t, c, () => c.raw('POST', C, '{"name":'), 400, 'INVALID_JSON', 'request body is not valid JSON');
+  const max = await c.post(C, { externalId: 'y'.repeat(255) });
+  t.equal(max.status, 201, '255 characters are fine');
+});
+
+t.test('units: create, replace, tree, cycles', async (t) => {
+  const c = client(org.live);
+  const cus = (await c.post(C, { name: 'Tree' })).body.id as string;
+  const U = `${C}/${cus}/units`;
+  const root = await c.put(`${U}/org`, { externalType: 'organization', name: 'Org' });
+  t.equal(root.status, 201);
+  t.match(root.body, { customerId: cus, externalId: 'org', externalType: 'organization', name: 'Org', parentExternalId: null, createdAt: String, updatedAt: String });
+  t.equal((await c.put(`${U}/team-a`, { externalType: 'team', parentExternalId: 'org' })).status, 201);
+  t.equal((await c.put(`${U}/user-1`, { externalType: 'user', parentExternalId: 'team-a' })).status, 201);
+  const same = await c.put(`${U}/org`, { externalType: 'organization', name: 'Org' });
+  t.equal(same.status, 200, 'replacing with the same content');
+  t.same(same.body, root.body, 'unchanged, same updatedAt');
+  const renamed = await c.put(`${U}/org`, { externalType: 'organization', name: 'Org 2' });
+  t.equal(renamed.status, 200);
+  t.equal(renamed.body.createdAt, root.body.createdAt);
+  t.equal(renamed.body.name, 'Org 2');
+  const list = await c.get(U);
+  t.equal(list.status, 200);
+  t.same(list.body.units.map((u: { externalId: string; parentExternalId: string | null }) => [u.externalId, u.parentExternalId]), [['org', null], ['team-a', 'org'], ['user-1', 'team-a']]);
+  t.same((await c.get(`${U}/team-a`)).body.parentExternalId, 'org');
+
+  await refused(t, c, () => c.get(`${U}/nobody`), 404, 'NOT_FOUND', 'unitExternalId');
+  await refused(t, c, () => c.put(`${C}/cus_AAAAAAAAAAAAAAAAAAAA/units/x`, {}), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.get(`${C}/cus_AAAAAAAAAAAAAAAAAAAA/units`), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.put(`${U}/team-b`, { parentExternalId: 'nobody' }), 404, 'NOT_FOUND', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/team-b`, { parentExternalId: 'constructor' }), 404, 'NOT_FOUND', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/team-b`, { parentExternalId: '__proto__' }), 404, 'NOT_FOUND', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/org`, { parentExternalId: 'org' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/new`, { parentExternalId: 'new' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/org`, { parentExternalId: 'user-1' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/team-a`, { parentExternalId: 'user-1' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  await refused(t, c, () => c.put(`${U}/x`, { externalType: 7 }), 400, 'INVALID_BILLING_CONFIG', 'externalType');
+  await refused(t, c, () => c.put(`${U}/x`, { parent: 'org' }), 400, 'INVALID_BODY', 'parent');
+  await refused(t, c, () => c.put(`${U}/${'u'.repeat(256)}`, {}), 400, 'INVALID_BILLING_CONFIG', 'unitExternalId');
+
+  // Moving a subtree elsewhere is fine; PUT without a parent makes a root.
+  t.equal((await c.put(`${U}/team-b`, { parentExternalId: 'org' })).status, 201);
+  t.equal((await c.put(`${U}/team-a`, { externalType: 'team', parentExternalId: 'team-b' })).status, 200);
+  const moved = await c.put(`${U}/team-a`, {});
+  t.equal(moved.status, 200);
+  t.same([moved.body.parentExternalId, moved.body.externalType], [null, null], 'PUT replaces: absent fields become null');
+
+  // Ids that are also Object.prototype names are plain ids.
+  t.equal((await c.put(`${U}/__proto__`, { parentExternalId: 'org' })).status, 201);
+  t.equal((await c.put(`${U}/constructor`, { parentExternalId: '__proto__' })).status, 201);
+  t.same((await c.get(`${U}/constructor`)).body.parentExternalId, '__proto__');
+  await refused(t, c, () => c.put(`${U}/__proto__`, { parentExternalId: 'constructor' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  t.ok((await c.get(U)).body.units.some((u: { externalId: string }) => u.externalId === '__proto__'), '__proto__ is listed');
+});
+
+t.test('units: a deep chain, and a cycle through all of it', async (t) => {
+  const c = client(org.live);
+  const cus = (await c.post(C, {})).body.id as string;
+  const U = `${C}/${cus}/units`;
+  const depth = 300;
+  for (let i = 0; i < depth; i++) {
+    const r = await c.put(`${U}/n${i}`, i === 0 ? {} : { parentExternalId: `n${i - 1}` });
+    if (r.status !== 201) t.fail(`n${i}: ${r.status} ${JSON.stringify(r.body)}`);
+  }
+  const r = await refused(t, c, () => c.put(`${U}/n0`, { parentExternalId: `n${depth - 1}` }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  t.match(r.body.details, /cycle/);
+  await refused(t, c, () => c.put(`${U}/n100`, { parentExternalId: 'n250' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
+  t.equal((await c.put(`${U}/n250`, { parentExternalId: 'n100' })).status, 200, 'moving a node up its own chain is fine');
+  t.equal((await c.get(U)).body.units.length, depth);
+});
+
+t.test('units: percent-encoded ids', async (t) => {
+  const c = client(org.live);
+  const cus = (await c.post(C, {})).body.id as string;
+  const U = `${C}/${cus}/units`;
+  const ids = ['team/α β', '100% sure', 'a?b#c', 'x.y.z', ' lead', 'emoji 🚀', '%2F'];
+  for (const id of ids) {
+    const r = await c.put(`${U}/${enc(id)}`, { name: id });
+    t.equal(r.status, 201, id);
+    t.equal(r.body.externalId, id, `${id}: decoded`);
+    t.equal((await c.get(`${U}/${enc(id)}`)).body.name, id, `${id}: read back`);
+  }
+  t.same((await c.get(U)).body.units.map((u: { externalId: string }) => u.externalId), ids);
+  const child = await c.put(`${U}/child`, { parentExternalId: 'team/α β' });
+  t.equal(child.status, 201, 'a parent named in the body is the decoded id');
+  await refused(t, c, () => c.put(`${U}/bad%E0%A4%A`, {}), 400, 'INVALID_BILLING_CONFIG', 'unitExternalId');
+  await refused(t, c, () => c.put(`${U}/%FF`, {}), 400, 'INVALID_BILLING_CONFIG', 'unitExternalId');
+  const capPath = `${U}/${enc('team/α β')}/credit-caps/${CUR}`;
+  const cap = await c.put(capPath, { amount: '10', frequency: 'DAILY', effectiveFrom: '2024-01-01T00:00:00Z' });
+  t.equal(cap.status, 201);
+  t.equal(cap.body.unitExternalId, 'team/α β');
+});
+
+t.test('plans', async (t) => {
+  const c = client(org.live);
+  const p = await c.post('/api/v2/plans', { name: 'Enterprise' });
+  t.equal(p.status, 201);
+  t.match(p.body, { id: /^plan_[0-9A-Za-z]{20}$/, name: 'Enterprise', createdAt: String });
+  const list = await c.get('/api/v2/plans');
+  t.equal(list.status, 200);
+  t.same(list.body.plans.at(-1), p.body);
+  await refused(t, c, () => c.post('/api/v2/plans', {}), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post('/api/v2/plans', { name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post('/api/v2/plans', { name: 'x', price: 1 }), 400, 'INVALID_BODY', 'price');
+  const empty = await c.raw('POST', '/api/v2/plans', '');
+  t.same([empty.status, empty.body.code], [400, 'INVALID_JSON'], 'a body is required');
+});
+
+t.test('order line attributes', async (t) => {
+  const c = client(org.live);
+  const cus = (await c.post(C, {})).body.id as string;
+  const other = (await c.post(C, {})).body.id as string;
+  const plan = (await c.post('/api/v2/plans', { name: 'Usage' })).body.id as string;
+  const A = `${C}/${cus}/order-line-attributes`;
+  const count = await c.post(A, { planId: plan, eventName: 'api_call', unitPrice: '0.012500', currency: 'USD', includedQuantity: '1000.0' });
+  t.equal(count.status, 201);
+  t.match(count.body, {
+    id: /^ola_[0-9A-Za-z]{20}$/, customerId: cus, planId: plan, eventName: 'api_call', quantity: { kind: 'count' },
+    unitPrice: '0.0125', currency: 'USD', includedQuantity: '1000', creditsCurrencyId: null, creditsPerUnit: null, createdAt: String,
+  });
+  const path = await c.post(A, {
+    planId: plan, eventName: 'tokens', quantity: { kind: 'path', path: 'usage.tokens' }, unitPrice: '0.000000000001', currency: 'EUR',
+    includedQuantity: null, creditsCurrencyId: CUR.toUpperCase(), creditsPerUnit: '0.000001',
+  });
+  t.equal(path.status, 201);
+  t.match(path.body, { quantity: { kind: 'path', path: 'usage.tokens' }, unitPrice: '0.000000000001', includedQuantity: null, creditsCurrencyId: CUR, creditsPerUnit: '0.000001' });
+  const explicit = await c.post(A, { planId: plan, eventName: 'free', quantity: { kind: 'count' }, unitPrice: '0', currency: 'JPY' });
+  t.equal(explicit.status, 201);
+  t.equal(explicit.body.unitPrice, '0');
+  const list = await c.get(A);
+  t.same(list.body.orderLineAttributes.map((a: { id: string }) => a.id), [count.body.id, path.body.id, explicit.body.id]);
+  t.same((await c.get(`${C}/${other}/order-line-attributes`)).body, { orderLineAttributes: [] }, 'per customer');
+  t.equal((await c.post(`${C}/${other}/order-line-attributes`, { planId: plan, eventName: 'api_call', unitPrice: '1', currency: 'USD' })).status, 201, 'the same event name for another customer');
+
+  const ok = { planId: plan, eventName: 'new_event', unitPrice: '1', currency: 'USD' };
+  const cases: [Record<string, unknown>, number, string, string][] = [
+    [{ planId: 'plan_AAAAAAAAAAAAAAAAAAAA' }, 404, 'NOT_FOUND', 'planId'],
+    [{ planId: 'nope' }, 404, 'NOT_FOUND', 'planId'],
+    [{ eventName: 'api_call' }, 409, 'CONFLICT', 'eventName'],
+    [{ planId: undefined }, 400, 'INVALID_BILLING_CONFIG', 'planId'],
+    [{ eventName: undefined }, 400, 'INVALID_BILLING_CONFIG', 'eventName'],
+    [{ eventName: '' }, 400, 'INVALID_BILLING_CONFIG', 'eventName'],
+    [{ unitPrice: undefined }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: 0.0125 }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: '-1' }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: '1e-3' }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: '0.0000000000001' }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: '.5' }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: 'NaN' }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ unitPrice: ' 1' }, 400, 'INVALID_BILLING_CONFIG', 'unitPrice'],
+    [{ currency: 'usd' }, 400, 'INVALID_BILLING_CONFIG', 'currency'],
+    [{ currency: 'USDT' }, 400, 'INVALID_BILLING_CONFIG', 'currency'],
+    [{ currency: undefined }, 400, 'INVALID_BILLING_CONFIG', 'currency'],
+    [{ includedQuantity: '-5' }, 400, 'INVALID_BILLING_CONFIG', 'includedQuantity'],
+    [{ includedQuantity: 100 }, 400, 'INVALID_BILLING_CONFIG', 'includedQuantity'],
+    [{ creditsCurrencyId: 'not-a-uuid', creditsPerUnit: '1' }, 400, 'INVALID_BILLING_CONFIG', 'creditsCurrencyId'],
+    [{ creditsCurrencyId: `${CUR}0`, creditsPerUnit: '1' }, 400, 'INVALID_BILLING_CONFIG', 'creditsCurrencyId'],
+    [{ creditsCurrencyId: CUR }, 400, 'INVALID_BILLING_CONFIG', 'creditsPerUnit'],
+    [{ creditsPerUnit: '1' }, 400, 'INVALID_BILLING_CONFIG', 'creditsCurrencyId'],
+    [{ creditsCurrencyId: CUR, creditsPerUnit: '0' }, 400, 'INVALID_BILLING_CONFIG', 'creditsPerUnit'],
+    [{ creditsCurrencyId: CUR, creditsPerUnit: '0.0000001' }, 400, 'INVALID_BILLING_CONFIG', 'creditsPerUnit'],
+    [{ creditsCurrencyId: CUR, creditsPerUnit: '-1' }, 400, 'INVALID_BILLING_CONFIG', 'creditsPerUnit'],
+    [{ quantity: { kind: 'sum' } }, 400, 'INVALID_BILLING_CONFIG', 'quantity.kind'],
+    [{ quantity: 'count' }, 400, 'INVALID_BILLING_CONFIG', 'quantity'],
+    [{ quantity: { kind: 'path' } }, 400, 'INVALID_BILLING_CONFIG', 'quantity.path'],
+    [{ quantity: { kind: 'path', path: 'a..b' } }, 400, 'INVALID_BILLING_CONFIG', 'quantity.path'],
+    [{ quantity: { kind: 'path', path: 'a.b.c.d.e.f.g.h.i.j.k' } }, 400, 'INVALID_BILLING_CONFIG', 'quantity.path'],
+    [{ quantity: { kind: 'count', path: 'a' } }, 400, 'INVALID_BODY', 'quantity.path'],
+    [{ price: '1' }, 400, 'INVALID_BODY', 'price'],
+  ];
+  for (const [patch, status, code, field] of cases) {
+    await refused(t, c, () => c.post(A, { ...ok, ...patch }), status, code, field);
+  }
+  await refused(t, c, () => c.post(`${C}/cus_AAAAAAAAAAAAAAAAAAAA/order-line-attributes`, ok), 404, 'NOT_FOUND', 'customerId');
+  const r = await c.post(A, { ...ok, unitPrice: '0.0000000000001' });
+  t.match(r.body.details, /13 decimal places; at most 12/);
+});
+
+t.test('credit pools and top-ups', async (t) => {
+  const c = client(org.live);
+  const { cus, credit, plain } = await setup(c);
+  const other = await setup(c);
+  const P = `${C}/${cus}/credit-pools`;
+  const pool = await c.post(P, { orderLineAttributeId: credit, credits: '100.500000' });
+  t.equal(pool.status, 201);
+  t.match(pool.body, { id: /^cp_[0-9A-Za-z]{20}$/, customerId: cus, orderLineAttributeId: credit, creditsCurrencyId: CUR, granted: '100.5', topUps: [], totalCredits: '100.5', createdAt: String });
+  const top = await c.post(`${P}/${pool.body.id}/top-ups`, { credits: '0.000001' });
+  t.equal(top.status, 201);
+  t.match(top.body, { id: pool.body.id, totalCredits: '100.500001', topUps: [{ id: /^tu_/, credits: '0.000001', at: String }] });
+  await c.post(`${P}/${pool.body.id}/top-ups`, { credits: '899.499999' });
+  const list = await c.get(P);
+  t.equal(list.status, 200);
+  t.equal(list.body.creditPools.length, 1);
+  t.equal(list.body.creditPools[0].totalCredits, '1000');
+  const zero = await c.post(`${C}/${other.cus}/credit-pools`, { orderLineAttributeId: other.credit, credits: '0' });
+  t.equal(zero.status, 201, 'a pool may start empty');
+  t.equal(zero.body.totalCredits, '0');
+
+  const cases: [Record<string, unknown>, number, string, string][] = [
+    [{ orderLineAttributeId: credit }, 409, 'CONFLICT', 'orderLineAttributeId'],
+    [{ orderLineAttributeId: plain }, 400, 'INVALID_BILLING_CONFIG', 'orderLineAttributeId'],
+    [{ orderLineAttributeId: other.credit }, 404, 'NOT_FOUND', 'orderLineAttributeId'],
+    [{ orderLineAttributeId: 'ola_AAAAAAAAAAAAAAAAAAAA' }, 404, 'NOT_FOUND', 'orderLineAttributeId'],
+    [{ orderLineAttributeId: undefined }, 400, 'INVALID_BILLING_CONFIG', 'orderLineAttributeId'],
+    [{ credits: '-1' }, 400, 'INVALID_BILLING_CONFIG', 'credits'],
+    [{ credits: '1.0000001' }, 400, 'INVALID_BILLING_CONFIG', 'credits'],
+    [{ credits: '1e6' }, 400, 'INVALID_BILLING_CONFIG', 'credits'],
+    [{ credits: 5 }, 400, 'INVALID_BILLING_CONFIG', 'credits'],
+    [{ credits: undefined }, 400, 'INVALID_BILLING_CONFIG', 'credits'],
+    [{ creditsCurrencyId: CUR }, 400, 'INVALID_BODY', 'creditsCurrencyId'],
+  ];
+  // A second credit-priced attribute of the customer gives the valid base for these cases.
+  const second = (await c.post(`${C}/${cus}/order-line-attributes`, { planId: other.plan, eventName: 'images', unitPrice: '2', currency: 'USD', creditsCurrencyId: CUR2, creditsPerUnit: '3' })).body.id;
+  for (const [patch, status, code, field] of cases) {
+    await refused(t, c, () => c.post(P, { orderLineAttributeId: second, credits: '10', ...patch }), status, code, field);
+  }
+  await refused(t, c, () => c.post(`${C}/cus_AAAAAAAAAAAAAAAAAAAA/credit-pools`, { orderLineAttributeId: second, credits: '1' }), 404, 'NOT_FOUND', 'customerId');
+
+  const T = `${P}/${pool.body.id}/top-ups`;
+  await refused(t, c, () => c.post(T, { credits: '0' }), 400, 'INVALID_BILLING_CONFIG', 'credits');
+  await refused(t, c, () => c.post(T, { credits: '-0.5' }), 400, 'INVALID_BILLING_CONFIG', 'credits');
+  await refused(t, c, () => c.post(T, { credits: '0.0000001' }), 400, 'INVALID_BILLING_CONFIG', 'credits');
+  await refused(t, c, () => c.post(T, {}), 400, 'INVALID_BILLING_CONFIG', 'credits');
+  await refused(t, c, () => c.post(T, { credits: '1', note: 'x' }), 400, 'INVALID_BODY', 'note');
+  await refused(t, c, () => c.post(`${P}/cp_AAAAAAAAAAAAAAAAAAAA/top-ups`, { credits: '1' }), 404, 'NOT_FOUND', 'poolId');
+  await refused(t, c, () => c.post(`${C}/${other.cus}/credit-pools/${pool.body.id}/top-ups`, { credits: '1' }), 404, 'NOT_FOUND', 'poolId');
+});
+
+t.test('credit caps', async (t) => {
+  const c = client(org.live);
+  const cus = (await c.post(C, {})).body.id as string;
+  await c.put(`${C}/${cus}/units/root`, {});
+  await c.put(`${C}/${cus}/units/leaf`, { parentExternalId: 'root' });
+  const capPath = (unit: string, cur = CUR) => `${C}/${cus}/units/${enc(unit)}/credit-caps/${cur}`;
+  const body = { amount: '500.250', frequency: 'MONTHLY', effectiveFrom: '2024-01-31T00:00:00+00:00' };
+  const cap = await c.put(capPath('root', CUR.toUpperCase()), body);
+  t.equal(cap.status, 201);
+  t.same(Object.keys(cap.body).sort(), ['amount', 'creditsCurrencyId', 'customerId', 'effectiveFrom', 'frequency', 'unitExternalId', 'updatedAt']);
+  t.match(cap.body, { customerId: cus, unitExternalId: 'root', creditsCurrencyId: CUR, amount: '500.25', frequency: 'MONTHLY', effectiveFrom: '2024-01-31T00:00:00Z' });
+  const again = await c.put(capPath('root'), { ...body, effectiveFrom: '2024-01-31T00:00:00.000Z' });
+  t.equal(again.status, 200, 'the same cap (same instant, other spelling) is unchanged');
+  t.same(again.body, cap.body);
+  const changed = await c.put(capPath('root'), { amount: '10', frequency: 'YEARLY', effectiveFrom: '2024-02-29T12:30:00.5Z' });
+  t.equal(changed.status, 200);
+  t.match(changed.body, { amount: '10', frequency: 'YEARLY', effectiveFrom: '2024-02-29T12:30:00.500Z' });
+  for (const f of ['DAILY', 'WEEKLY', 'QUARTERLY']) t.equal((await c.put(capPath('leaf', CUR2), { ...body, frequency: f })).status, f === 'DAILY' ? 201 : 200, f);
+  t.equal((await c.get(capPath('root'))).body.amount, '10');
+  const list = await c.get(`${C}/${cus}/credit-caps`);
+  t.same(list.body.creditCaps.map((x: { unitExternalId: string; creditsCurrencyId: string; frequency: string }) => [x.unitExternalId, x.creditsCurrencyId, x.frequency]), [['root', CUR, 'YEARLY'], ['leaf', CUR2, 'QUARTERLY']]);
+
+  const cases: [Record<string, unknown>, string][] = [
+    [{ amount: '-1' }, 'amount'],
+    [{ amount: '1.1234567' }, 'amount'],
+    [{ amount: '1E3' }, 'amount'],
+    [{ amount: 100 }, 'amount'],
+    [{ amount: undefined }, 'amount'],
+    [{ frequency: 'HOURLY' }, 'frequency'],
+    [{ frequency: 'monthly' }, 'frequency'],
+    [{ frequency: undefined }, 'frequency'],
+    [{ effectiveFrom: '2024-01-01T00:00:00+02:00' }, 'effectiveFrom'],
+    [{ effectiveFrom: '2023-02-29T00:00:00Z' }, 'effectiveFrom'],
+    [{ effectiveFrom: '2024-01-01' }, 'effectiveFrom'],
+    [{ effectiveFrom: '2024-01-01T00:00:00.0001Z' }, 'effectiveFrom'],
+    [{ effectiveFrom: 1704067200000 }, 'effectiveFrom'],
+    [{ effectiveFrom: undefined }, 'effectiveFrom'],
+  ];
+  for (const [patch, field] of cases) {
+    await refused(t, c, () => c.put(capPath('root'), { ...body, ...patch }), 400, 'INVALID_BILLING_CONFIG', field);
+  }
+  await refused(t, c, () => c.put(capPath('root'), { ...body, period: 'x' }), 400, 'INVALID_BODY', 'period');
+  await refused(t, c, () => c.put(capPath('root', 'not-a-uuid'), body), 400, 'INVALID_BILLING_CONFIG', 'creditsCurrencyId');
+  await refused(t, c, () => c.put(capPath('nobody'), body), 404, 'NOT_FOUND', 'unitExternalId');
+  await refused(t, c, () => c.put(`${C}/cus_AAAAAAAAAAAAAAAAAAAA/units/root/credit-caps/${CUR}`, body), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.get(capPath('leaf', CUR)), 404, 'NOT_FOUND', 'creditsCurrencyId');
+  await refused(t, c, () => c.get(capPath('root', 'zzz')), 400, 'INVALID_BILLING_CONFIG', 'creditsCurrencyId');
+  await refused(t, c, () => c.del(capPath('nobody')), 404, 'NOT_FOUND', 'unitExternalId');
+
+  const del = await c.del(capPath('root', CUR.toUpperCase()));
+  t.equal(del.status, 204);
+  t.equal(del.body, '');
+  await refused(t, c, () => c.del(capPath('root')), 404, 'NOT_FOUND', 'creditsCurrencyId');
+  t.same((await c.get(`${C}/${cus}/credit-caps`)).body.creditCaps.map((x: { unitExternalId: string }) => x.unitExternalId), ['leaf']);
+});
+
+t.test('live and test are separate configurations; other organizations see nothing', async (t) => {
+  const live = client(org.live);
+  const test = client(org.test);
+  const { cus, credit } = await setup(live);
+  await live.put(`${C}/${cus}/units/u`, {});
+  const pool = (await live.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '5' })).body.id as string;
+  const liveCount = (await live.get(C)).body.customers.length;
+
+  const before = await snapshot(live);
+  t.notOk((await test.get(C)).body.customers.some((x: { id: string }) => x.id === cus), 'test mode does not list the live customer');
+  t.equal((await test.get(`${C}/${cus}`)).status, 404);
+  t.equal((await test.put(`${C}/${cus}/units/v`, {})).status, 404);
+  const tc = await test.post(C, { externalId: (await live.get(`${C}/${cus}`)).body.externalId });
+  t.equal(tc.status, 201, 'the same externalId in the other mode');
+
+  const stranger = await createOrg(svc.url);
+  for (const key of [stranger.live, stranger.test]) {
+    const s = client(key);
+    t.same((await s.get(C)).body, { customers: [] });
+    t.same((await s.get('/api/v2/plans')).body, { plans: [] });
+    for (const [m, p, b] of [
+      ['GET', `${C}/${cus}`, undefined],
+      ['GET', `${C}/${cus}/units`, undefined],
+      ['GET', `${C}/${cus}/units/u`, undefined],
+      ['PUT', `${C}/${cus}/units/u`, { name: 'mine' }],
+      ['GET', `${C}/${cus}/order-line-attributes`, undefined],
+      ['GET', `${C}/${cus}/credit-pools`, undefined],
+      ['POST', `${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '1' }],
+      ['POST', `${C}/${cus}/credit-pools/${pool}/top-ups`, { credits: '1000' }],
+      ['PUT', `${C}/${cus}/units/u/credit-caps/${CUR}`, { amount: '1', frequency: 'DAILY', effectiveFrom: '2024-01-01T00:00:00Z' }],
+      ['DELETE', `${C}/${cus}/units/u/credit-caps/${CUR}`, undefined],
+      ['GET', `${C}/${cus}/credit-caps`, undefined],
+    ] as const) {
+      const r = await http(svc.url, m, p, b === undefined ? { token: key } : { token: key, body: b });
+      t.equal(r.status, 404, `${m} ${p} from another organization`);
+      t.match(r.body.details, /^customerId:/);
+    }
+  }
+  t.same(await snapshot(live), before, 'the live configuration is untouched');
+  t.equal((await live.get(C)).body.customers.length, liveCount);
+});
+
+t.test('concurrent changes in one process are all applied', async (t) => {
+  const c = client(org.live);
+  const { cus, credit } = await setup(c);
+  const pool = (await c.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '0' })).body.id as string;
+  const n = 20;
+  const results = await Promise.all([
+    ...Array.from({ length: n }, (_, i) => c.put(`${C}/${cus}/units/p${i}`, { name: `unit ${i}` })),
+    ...Array.from({ length: n }, (_, i) => c.post(`${C}/${cus}/credit-pools/${pool}/top-ups`, { credits: `${i + 1}.000001` })),
+    ...Array.from({ length: n }, (_, i) => c.post(C, { externalId: `parallel-${i}` })),
+    // The same externalId 5 times at once: exactly one wins.
+    ...Array.from({ length: 5 }, () => c.post(C, { externalId: 'race' })),
+  ]);
+  t.same(results.slice(0, 3 * n).map((r) => r.status), Array(3 * n).fill(201));
+  t.same(results.slice(3 * n).map((r) => r.status).sort(), [201, 409, 409, 409, 409], 'one duplicate wins');
+  const units = (await c.get(`${C}/${cus}/units`)).body.units as { externalId: string }[];
+  t.same(units.map((u) => u.externalId).sort(), Array.from({ length: n }, (_, i) => `p${i}`).sort());
+  const p = (await c.get(`${C}/${cus}/credit-pools`)).body.creditPools[0];
+  t.equal(p.topUps.length, n);
+  t.equal(p.totalCredits, `${(n * (n + 1)) / 2}.00002`, 'sum of 1.000001 … 20.000001, exact');
+  const customers = (await c.get(C)).body.customers as { externalId: string | null }[];
+  t.equal(customers.filter((x) => x.externalId?.startsWith('parallel-')).length, n);
+  t.equal(customers.filter((x) => x.externalId === 'race').length, 1);
+});
+
+t.test('concurrent changes from two ingress processes on one bucket are all applied', async (t) => {
+  const second = new ServiceProcess(iso, { ROLE: 'ingress' });
+  await second.start();
+  t.teardown(() => second.stop());
+  const a = client(org.live);
+  const b = client(org.live, second.url);
+  const { cus, credit } = await setup(a);
+  const pool = (await a.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '0.5' })).body.id as string;
+  const n = 30;
+  const results = await Promise.all(
+    Array.from({ length: n }, (_, i) => {
+      const c = i % 2 ? a : b;
+      return i % 3 === 0 ? c.post(`${C}/${cus}/credit-pools/${pool}/top-ups`, { credits: '0.25' }) : c.put(`${C}/${cus}/units/q${i}`, { parentExternalId: null });
+    }),
+  );
+  t.same(results.map((r) => r.status), Array(n).fill(201), JSON.stringify(results.filter((r) => r.status !== 201).map((r) => r.body)));
+  const tops = Array.from({ length: n }, (_, i) => i).filter((i) => i % 3 === 0).length;
+  const p = (await a.get(`${C}/${cus}/credit-pools`)).body.creditPools[0];
+  t.equal(p.topUps.length, tops);
+  t.equal(p.totalCredits, String(0.5 + tops * 0.25));
+  t.equal((await a.get(`${C}/${cus}/units`)).body.units.length, n - tops);
+});
+
+t.test('BillingConfigStore: compare-and-set across instances, refusals change nothing', async (t) => {
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing`);
+  // The bucket is the service's; use an organization id of our own.
+  const orgId = 'org_StoreTestStoreTest0';
+  const stores = Array.from({ length: 4 }, () => new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024));
+  const empty = await stores[0]!.get(orgId, 'live');
+  t.same(empty, { config: { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} }, revision: 0 });
+
+  let conflicts = 0;
+  const update = kv.update.bind(kv);
+  kv.update = async (...args: Parameters<typeof kv.update>) => {
+    try {
+      return await update(...args);
+    } catch (err) {
+      conflicts++;
+      throw err;
+    }
+  };
+  const per = 15;
+  await Promise.all(
+    stores.flatMap((s, j) =>
+      Array.from({ length: per }, (_, i) =>
+        s.change(orgId, 'live', (cfg) => {
+          cfg.plans[`plan_${j}_${i}`] = { id: `plan_${j}_${i}`, name: `${j}/${i}`, createdAt: '2024-01-01T00:00:00Z' };
+        }),
+      ),
+    ),
+  );
+  const after = await stores[1]!.get(orgId, 'live');
+  t.equal(Object.keys(after.config.plans).length, stores.length * per, 'every change applied');
+  t.ok(after.revision > 0);
+  t.ok(conflicts > 0, `compare-and-set conflicts happened and were retried (${conflicts})`);
+  kv.update = update;
+
+  await t.rejects(
+    stores[2]!.change(orgId, 'live', (cfg) => {
+      cfg.plans = {};
+      throw new ApiError('CONFLICT', 'x: refused');
+    }),
+    { code: 'CONFLICT' },
+  );
+  t.same(await stores[3]!.get(orgId, 'live'), after, 'a refused change writes nothing');
+  const noop = await stores[0]!.change(orgId, 'live', () => 'same');
+  t.same([noop.result, noop.written, noop.revision], ['same', false, after.revision], 'an unchanged document is not written');
+  t.same((await stores[0]!.get(orgId, 'test')).revision, 0, 'the test mode has its own document');
+
+  const big = new BillingConfigStore(kv, 8 * 1024);
+  await t.rejects(
+    big.change(orgId, 'live', (cfg) => {
+      cfg.plans.huge = { id: 'huge', name: 'x'.repeat(10_000), createdAt: '2024-01-01T00:00:00Z' };
+    }),
+    { code: 'BILLING_CONFIG_TOO_LARGE' },
+  );
+  t.same(await big.get(orgId, 'live'), after, 'a document too large for one message is refused, nothing changes');
+});
