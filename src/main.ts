@@ -20,6 +20,10 @@ import { uWS } from './ingress/http.js';
 import { isMain } from './is-main.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
+import { Piscina } from 'piscina';
+import { BillingEvaluator } from './billing/evaluator/consumer.js';
+import type { BillingState } from './billing/evaluator/evaluate.js';
+import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
 
@@ -34,6 +38,7 @@ export async function start(cfg: Config): Promise<Running> {
   let nats: Nats | null = null;
   let store: Store | null = null;
   let pipeline: Pipeline | null = null;
+  let evaluator: BillingEvaluator | null = null;
   let analyticsDeps: { slots: ConcurrencySlots; buckets: TokenBuckets } | null = null;
 
   // Readiness of every dependency of this role, answering from the first moment.
@@ -75,7 +80,13 @@ export async function start(cfg: Config): Promise<Running> {
       const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
       await registry.start();
       server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
-      server.addBilling(new BillingConfigApi(new BillingConfigStore(await nats.billingBucket(), nats.maxPayload)));
+      const billingState = await stateBucket(nats, billingNames(cfg.natsPrefix));
+      server.addBilling(
+        new BillingConfigApi(new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), async (orgId, mode) => {
+          const e = await billingState.get(`st.${orgId}.${mode}`);
+          return e && e.length > 0 ? (e.json() as BillingState).consumed : {};
+        }),
+      );
     }
 
     if (hasPipeline(cfg.role)) {
@@ -86,8 +97,14 @@ export async function start(cfg: Config): Promise<Running> {
       server.addStore(store);
       await nats.ensureDeadLetterStream();
       await nats.ensurePipelineConsumer(cfg);
+      const billing = billingNames(cfg.natsPrefix);
+      await ensureBillingStreams(nats, billing, cfg.pipeline.ackWaitMs);
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
+      const billingPool = new Piscina({ filename: new URL('../workers/billing.js', import.meta.url).href, minThreads: 1, maxThreads: Math.max(1, Math.min(2, cfg.pipeline.workers)) });
+      closers.push(() => billingPool.destroy());
+      evaluator = new BillingEvaluator(nats, billing, store, new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), await stateBucket(nats, billing), billingPool, cfg.publishTimeoutMs);
+      await evaluator.start();
     }
 
     if (analyticsDeps) {
@@ -124,6 +141,7 @@ export async function start(cfg: Config): Promise<Running> {
       (stopping ??= (async () => {
         uWS.us_listen_socket_close(socket);
         if (pipeline) await pipeline.stop();
+        if (evaluator) await evaluator.stop();
         if (store) await store.close();
         for (const c of closers.reverse()) await c();
         server.app.close();

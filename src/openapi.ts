@@ -165,6 +165,8 @@ const billingSchemas = {
       granted: decimal(CREDIT_PLACES, 'Credits granted at creation.'),
       topUps: { type: 'array', items: { type: 'object', properties: { id: { type: 'string' }, credits: decimal(CREDIT_PLACES, 'Credits added.', true), at: dateTime } } },
       totalCredits: decimal(CREDIT_PLACES, 'granted plus every top-up.'),
+      consumedCredits: { type: 'string', description: 'Listing only: credits drawn so far by evaluated signals (exact decimal, may have more than six places).' },
+      balance: { type: 'string', description: 'Listing only: totalCredits − consumedCredits; negative once usage went past the pool.' },
       createdAt: dateTime,
     },
   },

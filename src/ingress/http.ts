@@ -47,7 +47,7 @@ export interface RouteOptions {
 const STATUS_TEXT: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content',
   400: '400 Bad Request', 401: '401 Unauthorized', 403: '403 Forbidden', 404: '404 Not Found',
-  405: '405 Method Not Allowed', 408: '408 Request Timeout', 413: '413 Payload Too Large',
+  405: '405 Method Not Allowed', 408: '408 Request Timeout', 409: '409 Conflict', 413: '413 Payload Too Large',
   429: '429 Too Many Requests', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
 };
 

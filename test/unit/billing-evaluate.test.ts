@@ -184,3 +184,10 @@ t.test('property: consumption reconciles with the pool, and depletion fires once
     { numRuns: 200 },
   );
 });
+
+t.test('caller ids that name Object.prototype members resolve to nothing', async (t) => {
+  const cfg = config({ granted: '10' });
+  const { outs } = run(cfg, [[sig({ customerId: '__proto__' }), sig({ customerId: 'constructor' }), sig({ unitId: 'constructor' }), sig({ unitId: '__proto__' })]]);
+  t.equal(outs[0]!.costs.length, 2, 'only the two signals of the real customer are priced');
+  t.same(outs[0]!.costs.map((c) => c.unit_id), ['constructor', '__proto__'], 'unknown units are kept as sent, without caps');
+});

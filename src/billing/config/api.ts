@@ -33,7 +33,7 @@ import { ApiError } from '../../errors.js';
 import type { Reply, Request } from '../../ingress/http.js';
 import { randomToken } from '../../orgs/keys.js';
 import type { Principal } from '../../orgs/registry.js';
-import { parseDecimal, sum, toCanonicalString } from '../decimal.js';
+import { parseDecimal, sub, sum, toCanonicalString } from '../decimal.js';
 import { capKey, type BillingConfig, type CreditCap, type CreditPool, type Customer, type OrderLineAttribute, type Plan, type Unit } from '../model.js';
 import type { BillingConfigStore } from './store.js';
 import {
@@ -118,8 +118,14 @@ function checkNoCycle(c: Customer, unit: string, parent: string): void {
   }
 }
 
+/** Credits consumed per pool id so far, as the billing evaluator recorded them (decimal strings). */
+export type ConsumedSource = (orgId: string, mode: Principal['mode']) => Promise<Record<string, string>>;
+
 export class BillingConfigApi {
-  constructor(private readonly store: BillingConfigStore) {}
+  constructor(
+    private readonly store: BillingConfigStore,
+    private readonly consumed: ConsumedSource = async () => ({}),
+  ) {}
 
   /** The routes, for Server.addBilling (which authenticates them with the API key). */
   routes(): BillingRoute[] {
@@ -157,7 +163,16 @@ export class BillingConfigApi {
       r('get', `${customer}/credit-pools`, async (_req, p, who) => {
         const cfg = await this.read(who);
         const c = customerIn(cfg, p('customerId'));
-        return { status: 200, body: { creditPools: Object.values(cfg.pools).filter((x) => x.customerId === c.id).map(poolView) } };
+        const used = await this.consumed(who.org.id, who.mode);
+        const pools = Object.values(cfg.pools)
+          .filter((x) => x.customerId === c.id)
+          .map((x) => {
+            const view = poolView(x);
+            const consumed = Object.hasOwn(used, x.id) ? used[x.id]! : '0';
+            const balance = sub(parseDecimal(view.totalCredits), parseDecimal(consumed, { maxDecimalPlaces: 1000, maxIntegerDigits: 1000 }));
+            return { ...view, consumedCredits: consumed, balance: toCanonicalString(balance) };
+          });
+        return { status: 200, body: { creditPools: pools } };
       }),
       r('post', topUps, (req, p, who) => this.topUp(req, p, who)),
       r('put', cap, (req, p, who) => this.putCap(req, p, who)),

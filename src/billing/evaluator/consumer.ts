@@ -4,6 +4,7 @@
  * pipeline process) and applies each batch to its organization's running state.
  *
  * Commit order for one message, and why a crash anywhere repeats nothing and loses nothing:
+ *  0. Read the configuration; with no order line attribute nothing is priced: ack.
  *  1. Read the state (KV, with its revision). When the state already records this message
  *     (`lastSeq` ≥ its stream sequence), it was applied before a crash that lost the ack:
  *     ack and stop.
@@ -87,6 +88,13 @@ export class BillingEvaluator {
     const batchId = m.headers?.get(H_BATCH) ?? '';
     if (!orgId || (mode !== 'live' && mode !== 'test') || !batchId) throw new Error(`billable message ${m.seq} lacks its headers`);
 
+    const { config } = await this.configs.get(orgId, mode);
+    if (Object.keys(config.attributes).length === 0) {
+      // Nothing is priced for this organization and mode: nothing to apply.
+      m.ack();
+      this.stats.messages++;
+      return;
+    }
     const stateKey = `st.${orgId}.${mode}`;
     const entry = await this.state.get(stateKey);
     const state: BillingState = entry && entry.length > 0 ? (entry.json() as BillingState) : emptyState();
@@ -95,7 +103,6 @@ export class BillingEvaluator {
       m.ack();
       return;
     }
-    const { config } = await this.configs.get(orgId, mode);
     const signals = parseBillable(m.data);
     const input: EvaluationInput = { orgId, mode, config, state, signals, evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) };
     const out = (await this.pool.run(input, { filename: WORKER_FILE })) as EvaluationOutput;

@@ -131,7 +131,7 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
   }
 
   for (const s of input.signals) {
-    const customer = config.customers[s.customerId] ?? byExternalId.get(s.customerId);
+    const customer = own(config.customers, s.customerId) ?? byExternalId.get(s.customerId);
     if (!customer) continue;
     const attr = attributeOf.get(`${customer.id}\u0000${s.eventName}`);
     if (!attr) continue;
@@ -140,8 +140,8 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
       out.unpriced++;
       continue;
     }
-    const unit = s.unitId !== null ? customer.units[s.unitId] ?? null : null;
-    const plan = config.plans[attr.planId];
+    const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+    const plan = own(config.plans, attr.planId);
     const unitPrice = parseDecimal(attr.unitPrice, { maxDecimalPlaces: 12 });
     out.costs.push({
       org_id: orgId,
@@ -219,10 +219,10 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     if (!unit || compare(credits, ZERO) <= 0) continue;
     const currency = attr.creditsCurrencyId;
     const seen = new Set<string>();
-    for (let u: typeof unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? customer.units[u.parentExternalId] ?? null : null) {
+    for (let u: typeof unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
       seen.add(u.externalId);
       const key = capKey(customer.id, u.externalId, currency);
-      const cap = config.caps[key];
+      const cap = own(config.caps, key);
       if (!cap) continue;
       const period = periodContaining(cap.effectiveFrom, cap.frequency, s.ts);
       if (!period) continue;
@@ -249,6 +249,11 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     }
   }
   return out;
+}
+
+/** A record's own entry: ids are the caller's (a unit may be called "constructor" or "__proto__"). */
+function own<T>(record: Record<string, T>, key: string): T | undefined {
+  return Object.hasOwn(record, key) ? record[key] : undefined;
 }
 
 /** A stored running total: exact, any number of places. */

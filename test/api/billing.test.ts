@@ -1,0 +1,156 @@
+/**
+ * The billing engine end to end: configuration through the HTTP API, signals through the
+ * ingress, evaluation in the pipeline processes, events read from the JetStream bus and
+ * rows read back through the analytics API.
+ */
+import t from 'tap';
+import { connect } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { createOrg, drained, http, NATS_URL, sendBatch, sleep, useService, type Isolation, type TestOrg } from '../helpers/service.js';
+
+const { iso, svc } = useService(t, 'billing');
+const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
+
+interface BusEvent {
+  id: string;
+  event: string;
+  organizationId: string;
+  livemode: boolean;
+  data: any;
+}
+
+/** Every event on the bus for this isolation (an ordered consumer from the start). */
+async function busEvents(i: Isolation): Promise<BusEvent[]> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const js = jetstream(nc);
+    const jsm = await jetstreamManager(nc);
+    const info = await jsm.streams.info(`${i.natsPrefix}_EVENTS`);
+    const out: BusEvent[] = [];
+    if (info.state.messages === 0) return out;
+    const c = await js.consumers.get(`${i.natsPrefix}_EVENTS`);
+    const it = await c.fetch({ max_messages: info.state.messages, expires: 5_000 });
+    for await (const m of it) {
+      out.push(m.json<BusEvent>());
+      if (out.length === info.state.messages) break;
+    }
+    return out;
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Waits until the pipeline and the billing evaluator have nothing pending. */
+async function billed(i: Isolation): Promise<void> {
+  await drained(i);
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const end = Date.now() + 60_000;
+    for (;;) {
+      const ci = await jsm.consumers.info(`${i.natsPrefix}_BILLABLE`, 'billing');
+      if (ci.num_pending === 0 && ci.num_ack_pending === 0) return;
+      if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending} pending, ${ci.num_ack_pending} unacked`);
+      await sleep(100);
+    }
+  } finally {
+    await nc.close();
+  }
+}
+
+async function ok(r: Promise<{ status: number; body: any }>, expected = [200, 201]): Promise<any> {
+  const res = await r;
+  if (!expected.includes(res.status)) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+interface Setup {
+  org: TestOrg;
+  customerId: string;
+  olaId: string;
+}
+
+/** A customer `acme` with units root > team > dev, one credit-priced attribute for api_call, a pool and a cap on root. */
+async function setup(opts: { granted: string; included?: string; capAmount?: string; capFrequency?: string; capFrom?: string; unitPrice?: string }): Promise<Setup> {
+  const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const call = (method: string, path: string, body?: unknown) => http(svc.url, method, path, { token: org.live, body });
+  const customer = await ok(call('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme Inc' }));
+  await ok(call('PUT', `/api/v2/customers/${customer.id}/units/root`, { externalType: 'company' }));
+  await ok(call('PUT', `/api/v2/customers/${customer.id}/units/team`, { externalType: 'team', parentExternalId: 'root' }));
+  await ok(call('PUT', `/api/v2/customers/${customer.id}/units/dev`, { externalType: 'user', parentExternalId: 'team' }));
+  const plan = await ok(call('POST', '/api/v2/plans', { name: 'Pro' }));
+  const ola = await ok(
+    call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, {
+      planId: plan.id,
+      eventName: 'api_call',
+      unitPrice: opts.unitPrice ?? '0.5',
+      currency: 'USD',
+      includedQuantity: opts.included ?? null,
+      creditsCurrencyId: CUR,
+      creditsPerUnit: '1',
+    }),
+  );
+  await ok(call('POST', `/api/v2/customers/${customer.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: opts.granted }));
+  if (opts.capAmount) {
+    await ok(call('PUT', `/api/v2/customers/${customer.id}/units/root/credit-caps/${CUR}`, { amount: opts.capAmount, frequency: opts.capFrequency ?? 'MONTHLY', effectiveFrom: opts.capFrom ?? '2026-01-01T00:00:00Z' }));
+  }
+  return { org, customerId: customer.id, olaId: ola.id };
+}
+
+const query = async (key: string, q: string): Promise<unknown[][]> => (await ok(http(svc.url, 'POST', '/api/v2/analytics/query', { token: key, body: { query: q } }))).rows;
+
+t.test('pricing, depletion, overage and a cap from one stream of signals', async (t) => {
+  const s = await setup({ granted: '10', included: '5', capAmount: '8' });
+  // 12 signals by the external id, on the deepest unit, in January 2026; 4 batches sent at once.
+  const batches = Array.from({ length: 4 }, (_, b) => ({
+    signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-01-1${b}T00:00:0${i}Z`, idempotencyKey: `k-${b}-${i}` })),
+  }));
+  const sent = await Promise.all(batches.map((b) => sendBatch(svc.url, s.org.live, b)));
+  t.ok(sent.every((r) => r.status === 202));
+  await sendBatch(svc.url, s.org.live, batches[0]); // a retried batch: duplicates are not billed again
+  await billed(iso);
+
+  const events = (await busEvents(iso)).filter((e) => e.organizationId === s.org.id);
+  const named = (n: string) => events.filter((e) => e.event === n);
+  t.equal(named('billing-credits-depleted').length, 1, 'one depletion');
+  const credits = named('billing-credits-depleted')[0]!.data.credits;
+  t.match(credits, { customerId: s.customerId, customerName: 'Acme Inc', orderLineAttributeId: s.olaId, creditsCurrencyId: CUR, totalCredits: 10, totalCreditsDecimal: '10', remainingCredits: 0, remainingCreditsDecimal: '0', usedCredits: 1, usedCreditsDecimal: '1', eventName: 'api_call' });
+  t.match(credits.signalId, /^sig_/);
+  const overage = named('billing-overage-incurred').map((e) => e.data.overage);
+  t.same(overage.map((o) => o.eventType).sort(), ['OverageCredit', 'OverageUsage'], 'usage past the included 5, and credits past the pool: once each');
+  t.match(overage.find((o) => o.eventType === 'OverageUsage'), { threshold: 5, currentUsage: 6, planName: 'Pro', customerId: s.customerId });
+  const caps = named('billing-credit-cap-reached').map((e) => e.data);
+  t.equal(caps.length, 1, 'the cap on root, reached by spend of its grandchild');
+  t.match(caps[0], { customer: { id: s.customerId, externalId: 'acme' }, cap: { creditsCurrencyId: CUR, amount: 8, amountDecimal: '8', frequency: 'MONTHLY', effectiveFrom: '2026-01-01T00:00:00Z' }, breachedUnit: { externalId: 'root', externalType: 'company' }, used: 8, usedDecimal: '8', period: { start: '2026-01-01T00:00:00Z', end: '2026-02-01T00:00:00Z' } });
+  t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');
+
+  t.same(await query(s.org.live, 'SELECT count(), toString(sum(cost_amount)), any(currency) FROM fact_cost'), [['12', '6', 'USD']]);
+  t.same(await query(s.org.live, 'SELECT count(), toString(sum(credits)), toString(min(balance_after)) FROM fact_credit_consumption'), [['12', '12', '-2']]);
+  t.same(await query(s.org.test, 'SELECT count() FROM fact_cost'), [['0']], 'test mode has its own (empty) billing');
+  const pools = await ok(http(svc.url, 'GET', `/api/v2/customers/${s.customerId}/credit-pools`, { token: s.org.live }));
+  t.match(pools.creditPools, [{ totalCredits: '10', consumedCredits: '12', balance: '-2' }], 'the pool shows what the evaluator recorded');
+});
+
+t.test('many concurrent signals draining one pool: one depletion, exact balance', async (t) => {
+  const s = await setup({ granted: '100.5' });
+  const batches = Array.from({ length: 30 }, (_, b) => ({ signals: Array.from({ length: 5 }, (_, i) => ({ eventName: 'api_call', customerId: s.customerId, idempotencyKey: `c-${b}-${i}` })) }));
+  const sent = await Promise.all(batches.map((b) => sendBatch(svc.url, s.org.live, b)));
+  t.ok(sent.every((r) => r.status === 202));
+  await billed(iso);
+  const events = (await busEvents(iso)).filter((e) => e.organizationId === s.org.id);
+  const dep = events.filter((e) => e.event === 'billing-credits-depleted');
+  t.equal(dep.length, 1);
+  t.equal(dep[0]!.data.credits.remainingCreditsDecimal, '-0.5', 'the 101st credit overshoots by half a credit');
+  t.equal(events.filter((e) => e.event === 'billing-overage-incurred').length, 1);
+  t.same(await query(s.org.live, 'SELECT count(), toString(min(balance_after)) FROM fact_credit_consumption'), [['150', '-49.5']]);
+});
+
+t.test('a cap fires once in each period across a boundary', async (t) => {
+  const s = await setup({ granted: '1000', capAmount: '2', capFrequency: 'DAILY', capFrom: '2026-03-01T06:00:00Z' });
+  const at = (iso: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'team', timestamp: iso });
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at('2026-03-01T07:00:00Z'), at('2026-03-01T08:00:00Z'), at('2026-03-01T09:00:00Z'), at('2026-03-02T05:59:59Z')] }), [202]);
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at('2026-03-02T06:00:00Z'), at('2026-03-02T06:00:01Z'), at('2026-03-01T05:00:00Z')] }), [202]);
+  await billed(iso);
+  const caps = (await busEvents(iso)).filter((e) => e.organizationId === s.org.id && e.event === 'billing-credit-cap-reached').map((e) => e.data);
+  t.same(caps.map((c) => [c.period.start, c.usedDecimal]), [['2026-03-01T06:00:00Z', '2'], ['2026-03-02T06:00:00Z', '2']], 'a spend before effectiveFrom counts in no period');
+});
