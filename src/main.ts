@@ -101,9 +101,8 @@ export async function start(cfg: Config): Promise<Running> {
       await ensureBillingStreams(nats, billing, cfg.pipeline.ackWaitMs);
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
-      const billingPool = new Piscina({ filename: new URL('../workers/billing.js', import.meta.url).href, minThreads: 1, maxThreads: Math.max(1, Math.min(2, cfg.pipeline.workers)) });
-      closers.push(() => billingPool.destroy());
-      evaluator = new BillingEvaluator(nats, billing, store, new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), await stateBucket(nats, billing), billingPool, cfg.publishTimeoutMs);
+      // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
+      evaluator = new BillingEvaluator(nats, billing, store, new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), await stateBucket(nats, billing), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
       await evaluator.start();
     }
 
@@ -140,8 +139,8 @@ export async function start(cfg: Config): Promise<Running> {
     stop: () =>
       (stopping ??= (async () => {
         uWS.us_listen_socket_close(socket);
-        if (pipeline) await pipeline.stop();
         if (evaluator) await evaluator.stop();
+        if (pipeline) await pipeline.stop();
         if (store) await store.close();
         for (const c of closers.reverse()) await c();
         server.app.close();

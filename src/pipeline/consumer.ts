@@ -87,7 +87,8 @@ export function batchMeta(m: JsMsg): BatchMeta {
 }
 
 export class Pipeline {
-  private readonly pool: Piscina<RowsTask, RowsResult>;
+  /** The worker pool; the billing evaluator runs its evaluations on it too (workers/billing.ts). */
+  readonly pool: Piscina<RowsTask, RowsResult>;
   private readonly claims: IdempotencyClaims;
   private readonly held = new Set<number>();
   private buffer: Buffered = emptyBuffer();
