@@ -17,7 +17,9 @@
  *  5. Write the new state with compare-and-set on the revision read in 1. This is the
  *     commit point. (A failed compare-and-set means another process applied something in
  *     between, which the single-consumer design rules out short of an ack-wait expiry: the
- *     message is nakked and re-evaluated from the newer state.)
+ *     evaluation is retried from the newer state, which then records the message.)
+ * Order: messages are applied in stream order. A failure is retried in place (see loop);
+ * after a crash, JetStream redelivers the held message before any later one.
  *  6. Ack.
  * Balances and period totals live in JetStream KV on disk, never only in Redis.
  *
@@ -71,16 +73,29 @@ export class BillingEvaluator {
     this.loopDone = this.loop(this.messages);
   }
 
+  /**
+   * A failed evaluation is retried in place, holding the message (never nakked): a nak would
+   * let the next message of the stream overtake it, and the state would then record a later
+   * sequence than a batch not yet applied. Billing waits rather than goes out of order.
+   */
   private async loop(messages: ConsumerMessages): Promise<void> {
     for await (const m of messages) {
-      try {
-        await this.handle(m);
-      } catch (err) {
-        log.error('billing evaluation failed; will be redelivered', { err, seq: m.seq, deliveries: m.info.deliveryCount });
-        m.nak(Math.min(30_000, 500 * 2 ** Math.min(6, m.info.deliveryCount)));
+      for (let attempt = 1; ; attempt++) {
+        try {
+          await this.handle(m);
+          break;
+        } catch (err) {
+          if (this.stopping) return;
+          log.error('billing evaluation failed; retrying in place', { err, seq: m.seq, attempt });
+          m.working();
+          await new Promise((r) => setTimeout(r, Math.min(10_000, 200 * 2 ** Math.min(6, attempt))));
+          m.working();
+        }
       }
     }
   }
+
+  private stopping = false;
 
   private async handle(m: JsMsg): Promise<void> {
     const orgId = m.headers?.get(H_ORG) ?? '';
@@ -137,6 +152,7 @@ export class BillingEvaluator {
   }
 
   async stop(): Promise<void> {
+    this.stopping = true;
     this.messages?.stop();
     await this.loopDone;
   }
