@@ -1,12 +1,14 @@
 /**
  * Billing under failure and concurrency: kill -9 of the process evaluating billing, twice,
- * mid-stream; and two pipeline processes evaluating one organization's stream at once.
+ * mid-stream; two pipeline processes evaluating one organization's stream at once; and the
+ * NATS connection cut while evaluations run.
  * Afterwards the balances, rows and events are exactly those of one orderly run.
  */
 import t, { type Test } from 'tap';
 import { connect } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
+import { TcpProxy } from '../helpers/proxy.js';
 import { NATS_URL, ServiceProcess, cleanup, createOrg, drained, http, isolation, sendBatch, sleep, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
@@ -148,6 +150,35 @@ t.test('two pipeline processes evaluating at once', async (t) => {
   const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
   t.ok(sent.every((r) => r.status === 202));
   await billed(iso);
+  checkEvents(t, await busEvents(iso, org.id));
+  t.equal(await consumedInState(iso, org.id), '1200');
+});
+
+t.test('NATS cut while billing evaluates: retried in place, nothing lost or doubled', async (t) => {
+  const target = new URL(NATS_URL);
+  const proxy = new TcpProxy(target.hostname, Number(target.port || 4222));
+  await proxy.start();
+  const iso = isolation('billcut');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  const pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', NATS_URL: `nats://127.0.0.1:${proxy.port}`, PIPELINE_FLUSH_MS: '20' });
+  t.teardown(async () => {
+    await ingress.stop();
+    await proxy.start(proxy.port).catch(() => undefined);
+    await pipeline.stop();
+    await proxy.cut();
+    await cleanup(iso);
+  });
+  await Promise.all([ingress.start(), pipeline.start()]);
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  await configure(ingress.url, org, GRANTED);
+  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
+  t.ok(sent.every((r) => r.status === 202));
+  await sleep(200);
+  await proxy.cut();
+  await sleep(1_500);
+  await proxy.start(proxy.port);
+  await billed(iso);
+  t.match(pipeline.output, /nats disconnected[\s\S]*nats reconnected/, 'the pipeline process lost NATS and got it back');
   checkEvents(t, await busEvents(iso, org.id));
   t.equal(await consumedInState(iso, org.id), '1200');
 });
