@@ -16,4 +16,13 @@ if [ -z "${OPERATOR_TOKEN:-}" ]; then
   export OPERATOR_TOKEN
   echo "run: OPERATOR_TOKEN not set; using the one in $DATA_DIR/operator-token"
 fi
+if [ -z "${WEBHOOK_ENCRYPTION_KEY:-}" ]; then
+  # A generated key that seals webhook signing secrets at rest, kept so they stay readable.
+  if [ ! -s "$DATA_DIR/webhook-encryption-key" ]; then
+    (umask 077; node -e 'console.log(require("crypto").randomBytes(32).toString("hex"))' > "$DATA_DIR/webhook-encryption-key")
+  fi
+  WEBHOOK_ENCRYPTION_KEY="$(cat "$DATA_DIR/webhook-encryption-key")"
+  export WEBHOOK_ENCRYPTION_KEY
+  echo "run: WEBHOOK_ENCRYPTION_KEY not set; using the one in $DATA_DIR/webhook-encryption-key"
+fi
 exec node dist/src/main.js "$@"

@@ -8,9 +8,12 @@
  */
 import os from 'node:os';
 import path from 'node:path';
+import { parseEncryptionKey } from './webhooks/secret-box.js';
+import { compileAllowedNetworks } from './webhooks/ssrf.js';
+import { DEFAULT_RETRY_SCHEDULE_MS } from './webhooks/retry.js';
 
-export type Role = 'all' | 'ingress' | 'pipeline';
-export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline'];
+export type Role = 'all' | 'ingress' | 'pipeline' | 'dispatcher';
+export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline', 'dispatcher'];
 
 export interface Config {
   role: Role;
@@ -50,6 +53,14 @@ export interface Config {
     flushMs: number;
     maxAckPending: number;
     ackWaitMs: number;
+  };
+  webhooks: {
+    /** WEBHOOK_ENCRYPTION_KEY: seals signing secrets at rest; null disables webhooks. */
+    encryptionKey: Buffer | null;
+    allowHttp: boolean;
+    allowedNetworks: string[];
+    timeoutMs: number;
+    retryScheduleMs: number[];
   };
   logLevel: 'debug' | 'info' | 'warn' | 'error';
 }
@@ -192,8 +203,32 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       maxAckPending: r.int('PIPELINE_MAX_ACK_PENDING', 256, 1, 100_000),
       ackWaitMs: r.int('PIPELINE_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
     },
+    webhooks: {
+      encryptionKey: null,
+      allowHttp: r.oneOf('WEBHOOK_ALLOW_HTTP', 'false', ['true', 'false'] as const) === 'true',
+      allowedNetworks: r.str('WEBHOOK_ALLOWED_NETWORKS', '').split(',').map((x) => x.trim()).filter((x) => x !== ''),
+      timeoutMs: r.int('WEBHOOK_TIMEOUT_MS', 10_000, 100, 60_000),
+      retryScheduleMs: [...DEFAULT_RETRY_SCHEDULE_MS],
+    },
     logLevel: r.oneOf('LOG_LEVEL', 'info', ['debug', 'info', 'warn', 'error'] as const),
   };
+  const rawKey = r.optional('WEBHOOK_ENCRYPTION_KEY');
+  if (rawKey !== null) {
+    cfg.webhooks.encryptionKey = parseEncryptionKey(rawKey);
+    if (!cfg.webhooks.encryptionKey) r.problems.push('WEBHOOK_ENCRYPTION_KEY: must be 32 bytes, as 64 hex characters or base64');
+  }
+  try {
+    compileAllowedNetworks(cfg.webhooks.allowedNetworks);
+  } catch (err) {
+    r.problems.push(`WEBHOOK_ALLOWED_NETWORKS=${JSON.stringify(cfg.webhooks.allowedNetworks.join(','))}: ${(err as Error).message}`);
+  }
+  const schedule = r.optional('WEBHOOK_RETRY_SCHEDULE_MS');
+  if (schedule !== null) {
+    const parts = schedule.split(',').map((x) => Number(x.trim()));
+    if (parts.length === 0 || parts.length > 50 || parts.some((x) => !Number.isInteger(x) || x < 10 || x > 7 * 86_400_000)) {
+      r.problems.push(`WEBHOOK_RETRY_SCHEDULE_MS=${JSON.stringify(schedule)}: a comma-separated list of 1 to 50 delays in milliseconds, each from 10 to 604800000`);
+    } else cfg.webhooks.retryScheduleMs = parts;
+  }
   const reserved = ['system', 'information_schema', 'default'];
   if (cfg.analytics.database.toLowerCase() === cfg.clickhouseDatabase.toLowerCase()) {
     r.problems.push(`ANALYTICS_DATABASE=${JSON.stringify(cfg.analytics.database)}: must differ from CLICKHOUSE_DATABASE (it holds only the analytics views)`);
@@ -207,3 +242,4 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
 
 export const hasIngress = (role: Role): boolean => role === 'all' || role === 'ingress';
 export const hasPipeline = (role: Role): boolean => role === 'all' || role === 'pipeline';
+export const hasDispatcher = (role: Role): boolean => role === 'all' || role === 'dispatcher';

@@ -6,7 +6,7 @@
  * Every role serves GET /healthz and GET /readyz on PORT.
  */
 import { Redis } from 'ioredis';
-import { ConfigError, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
+import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { log, setLogLevel } from './log.js';
 import { Nats } from './nats/connection.js';
 import { OrgRegistry } from './orgs/registry.js';
@@ -23,6 +23,10 @@ import { AnalyticsService } from './analytics/service.js';
 import { Piscina } from 'piscina';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import type { BillingState } from './billing/evaluator/evaluate.js';
+import { WebhookStore } from './webhooks/store.js';
+import { DeliveryLog } from './webhooks/delivery-log.js';
+import { WebhookApi } from './webhooks/api.js';
+import { Dispatcher } from './webhooks/dispatcher.js';
 import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
@@ -39,6 +43,7 @@ export async function start(cfg: Config): Promise<Running> {
   let store: Store | null = null;
   let pipeline: Pipeline | null = null;
   let evaluator: BillingEvaluator | null = null;
+  let dispatcher: Dispatcher | null = null;
   let analyticsDeps: { slots: ConcurrencySlots; buckets: TokenBuckets } | null = null;
 
   // Readiness of every dependency of this role, answering from the first moment.
@@ -80,6 +85,20 @@ export async function start(cfg: Config): Promise<Running> {
       const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
       await registry.start();
       server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
+      const names = billingNames(cfg.natsPrefix);
+      await ensureBillingStreams(nats, names, cfg.pipeline.ackWaitMs);
+      const deliveryLog = new DeliveryLog(nats, cfg.natsPrefix);
+      await deliveryLog.ensure();
+      server.addWebhooks(
+        new WebhookApi(new WebhookStore(await nats.webhookBucket()), deliveryLog, nats, {
+          key: cfg.webhooks.encryptionKey,
+          policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
+          timeoutMs: cfg.webhooks.timeoutMs,
+          eventStream: names.eventStream,
+          eventSubjectPrefix: names.eventSubjectPrefix,
+          publishTimeoutMs: cfg.publishTimeoutMs,
+        }),
+      );
       const billingState = await stateBucket(nats, billingNames(cfg.natsPrefix));
       server.addBilling(
         new BillingConfigApi(new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), async (orgId, mode) => {
@@ -126,6 +145,24 @@ export async function start(cfg: Config): Promise<Running> {
           : null,
       );
     }
+    if (hasDispatcher(cfg.role)) {
+      if (!cfg.webhooks.encryptionKey) {
+        log.warn('webhook deliveries are off: WEBHOOK_ENCRYPTION_KEY is not set');
+      } else {
+        const names = billingNames(cfg.natsPrefix);
+        await ensureBillingStreams(nats, names, cfg.pipeline.ackWaitMs);
+        const deliveryLog = new DeliveryLog(nats, cfg.natsPrefix);
+        await deliveryLog.ensure();
+        dispatcher = new Dispatcher(nats, new WebhookStore(await nats.webhookBucket()), deliveryLog, {
+          key: cfg.webhooks.encryptionKey,
+          policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
+          timeoutMs: cfg.webhooks.timeoutMs,
+          retryScheduleMs: cfg.webhooks.retryScheduleMs,
+          eventStream: names.eventStream,
+        });
+        await dispatcher.start();
+      }
+    }
   } catch (err) {
     uWS.us_listen_socket_close(socket);
     throw err;
@@ -139,6 +176,7 @@ export async function start(cfg: Config): Promise<Running> {
     stop: () =>
       (stopping ??= (async () => {
         uWS.us_listen_socket_close(socket);
+        if (dispatcher) await dispatcher.stop();
         if (evaluator) await evaluator.stop();
         if (pipeline) await pipeline.stop();
         if (store) await store.close();

@@ -4,6 +4,7 @@
  * the error catalogue (src/errors.ts).
  */
 import { ERRORS } from './errors.js';
+import { WEBHOOK_EVENTS } from './webhooks/event-names.js';
 import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingress/validate.js';
 import { LIMIT_BOUNDS } from './admin/routes.js';
 import { FREQUENCIES } from './billing/periods.js';
@@ -302,6 +303,61 @@ const billingPaths = {
   },
 };
 
+
+const webhookEventParam = { name: 'event', in: 'path', required: true, schema: { type: 'string', enum: [...WEBHOOK_EVENTS] } };
+const webhookView = { type: 'object', properties: { event: { type: 'string', enum: [...WEBHOOK_EVENTS] }, url: { type: ['string', 'null'] }, enabled: { type: 'boolean' }, updatedAt: { type: ['string', 'null'], format: 'date-time' } } };
+const webhookCommon = {
+  401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
+  503: error('WEBHOOK_ENCRYPTION_KEY is not set on this service, or the service is starting.', ['WEBHOOKS_UNAVAILABLE', 'SERVICE_STARTING']),
+};
+const deliveryRecord = {
+  type: 'object',
+  properties: {
+    deliveryId: { type: 'string' }, attempt: { type: 'integer' }, event: { type: 'string' }, eventId: { type: 'string' }, eventSeq: { type: ['integer', 'null'] },
+    isTest: { type: 'boolean' }, at: { type: 'string', format: 'date-time' }, url: { type: ['string', 'null'] }, statusCode: { type: ['integer', 'null'] },
+    latencyMs: { type: ['number', 'null'] }, outcome: { type: 'string', enum: ['delivered', 'failed', 'not-delivered'] }, error: { type: ['string', 'null'] },
+    nextAttemptAt: { type: ['string', 'null'], format: 'date-time' },
+  },
+};
+const WEBHOOK_PATHS = {
+  '/api/v2/webhooks': {
+    get: { summary: 'The ten webhook events with their URL, switch and last change; whether a signing secret exists', security: [{ apiKey: [] }], responses: { 200: json({ type: 'object', properties: { webhooks: { type: 'array', items: webhookView }, signingSecret: { type: 'object', properties: { exists: { type: 'boolean' }, createdAt: { type: ['string', 'null'] } } } } }, 'The webhooks.'), ...webhookCommon } },
+  },
+  '/api/v2/webhooks/rotate-secret': {
+    post: { summary: 'A new signing secret, returned this once (also how an organization gets its first one); the old one stops being used on the next delivery', security: [{ apiKey: [] }], responses: { 201: json({ type: 'object', properties: { signingSecret: { type: 'string', pattern: '^whsec_[A-Za-z0-9_-]{43}$' }, createdAt: { type: 'string' } } }, 'The secret: store it now.'), ...webhookCommon } },
+  },
+  '/api/v2/webhooks/{event}': {
+    patch: {
+      summary: 'Configure the webhook of one event',
+      security: [{ apiKey: [] }],
+      parameters: [webhookEventParam],
+      requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { url: { type: ['string', 'null'], description: 'Absolute HTTPS URL resolving only to public addresses (unless the operator allowed plain HTTP or networks).' }, enabled: { type: 'boolean' } } } } } },
+      responses: { 200: json(webhookView, 'The updated webhook.'), 400: error('Bad body, URL or enabled.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_WEBHOOK']), 404: error('Unknown event name.', ['NOT_FOUND']), ...webhookCommon },
+    },
+  },
+  '/api/v2/webhooks/{event}/test': {
+    post: {
+      summary: 'Send a synthetic event (isTest: true) to the configured URL now; answers the outcome of the attempt',
+      security: [{ apiKey: [] }],
+      parameters: [webhookEventParam],
+      requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', maxProperties: 0 } } } },
+      responses: {
+        200: json({ type: 'object', properties: { deliveryId: { type: 'string' }, event: { type: 'string' }, delivered: { type: 'boolean' }, statusCode: { type: ['integer', 'null'] }, latencyMs: { type: 'number' }, error: { type: ['string', 'null'] } } }, 'The attempt.'),
+        400: error('The body is not {}.', ['INVALID_JSON', 'INVALID_BODY']),
+        404: error('Unknown event name.', ['NOT_FOUND']),
+        409: error('No URL, disabled, or no signing secret yet.', ['WEBHOOK_NOT_READY']),
+        ...webhookCommon,
+      },
+    },
+  },
+  '/api/v2/webhook-deliveries': {
+    get: { summary: 'The delivery log (attempts, and events not delivered), newest first', security: [{ apiKey: [] }], parameters: [{ name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 1000, default: 100 } }], responses: { 200: json({ type: 'object', properties: { deliveries: { type: 'array', items: deliveryRecord } } }, 'The log.'), 400: error('Bad limit.', ['INVALID_WEBHOOK']), ...webhookCommon } },
+  },
+  '/api/v2/webhook-deliveries/{deliveryId}/resend': {
+    post: { summary: 'Deliver the event of a logged delivery again (a new delivery, signed with the current secret)', security: [{ apiKey: [] }], parameters: [{ name: 'deliveryId', in: 'path', required: true, schema: { type: 'string' } }], responses: { 202: json({ type: 'object', properties: { resent: { type: 'string' }, event: { type: 'string' } } }, 'Queued for delivery.'), 400: error('A test delivery cannot be resent.', ['INVALID_WEBHOOK']), 404: error('No such delivery, or its event is no longer kept.', ['NOT_FOUND']), ...webhookCommon } },
+  },
+};
+
 export const OPENAPI = {
   openapi: '3.1.0',
   info: { title: 'usage-billing', version: '2.0.0', description: 'Usage signals, rate limits and the operator API. See README.md.' },
@@ -340,6 +396,7 @@ export const OPENAPI = {
     },
   },
   paths: {
+    ...WEBHOOK_PATHS,
     ...billingPaths,
     '/api/v2/analytics/query': {
       post: {

@@ -15,6 +15,7 @@ import type { AdminApi } from '../admin/routes.js';
 import { operatorGuard } from '../admin/routes.js';
 import type { Store } from '../store/index.js';
 import type { AnalyticsService } from '../analytics/service.js';
+import type { WebhookApi } from '../webhooks/api.js';
 import type { BillingConfigApi } from '../billing/config/api.js';
 import { countParams, uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
@@ -145,6 +146,14 @@ export class Server {
   addBilling(billing: BillingConfigApi): void {
     const before = this.authenticate!;
     for (const r of billing.routes()) {
+      this.add(r.method, r.pattern, r.handler, r.body ? { body: true, maxBodyBytes: 64 * 1024, before } : { before });
+    }
+  }
+
+  /** Webhook management (after addIngress: authenticated with the API key). */
+  addWebhooks(webhooks: WebhookApi): void {
+    const before = this.authenticate!;
+    for (const r of webhooks.routes()) {
       this.add(r.method, r.pattern, r.handler, r.body ? { body: true, maxBodyBytes: 64 * 1024, before } : { before });
     }
   }

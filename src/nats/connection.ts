@@ -158,6 +158,11 @@ export class Nats {
     return new Kvm(this.js).create(this.names.billingBucket, { history: 1, storage: StorageType.File });
   }
 
+  /** Webhook settings and sealed signing secrets, one document per organization and mode (src/webhooks/store.ts). */
+  webhookBucket(): Promise<KV> {
+    return new Kvm(this.js).create(`${this.names.billingBucket.replace(/_billing$/, '')}_webhooks`, { history: 1, storage: StorageType.File });
+  }
+
   dedupeBucket(cfg: Config): Promise<KV> {
     return new Kvm(this.js).create(this.names.dedupeBucket, {
       history: 1,

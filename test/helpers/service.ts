@@ -19,6 +19,7 @@ const MAIN = path.join(ROOT, 'dist/src/main.js');
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 export const OPERATOR_TOKEN = 'test-operator-token-0123456789';
+export const TEST_WEBHOOK_KEY = '00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff';
 
 export interface Isolation {
   natsPrefix: string;
@@ -63,6 +64,10 @@ export class ServiceProcess {
         DATA_DIR: this.iso.dataDir,
         PIPELINE_FLUSH_MS: '50',
         LOG_LEVEL: 'info',
+        // Webhooks: a fixed test key; receivers in tests listen on 127.0.0.1 over plain HTTP.
+        WEBHOOK_ENCRYPTION_KEY: TEST_WEBHOOK_KEY,
+        WEBHOOK_ALLOW_HTTP: 'true',
+        WEBHOOK_ALLOWED_NETWORKS: '127.0.0.0/8',
         ...this.env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],

@@ -5,7 +5,7 @@
 import t from 'tap';
 import os from 'node:os';
 import path from 'node:path';
-import { ConfigError, loadConfig, hasIngress, hasPipeline } from '../../src/config.js';
+import { ConfigError, loadConfig, hasDispatcher, hasIngress, hasPipeline } from '../../src/config.js';
 
 const TOKEN = 'operator-token-0123456789';
 const base = { OPERATOR_TOKEN: TOKEN };
@@ -37,6 +37,7 @@ t.test('defaults', async (t) => {
     clickhousePassword: '',
     clickhouseDatabase: 'billing',
     analytics: { database: 'analytics', timeoutMs: 30_000, maxMemoryBytes: 2 * 1024 ** 3, rateLimited: false, user: null, password: '' },
+    webhooks: { encryptionKey: null, allowHttp: false, allowedNetworks: [], timeoutMs: 10_000, retryScheduleMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000] },
     dataDir: path.resolve(process.cwd(), '.data'),
     dedupeWindowDays: 7,
     defaultLimits: { burst: 10_000, refillPerSecond: 1_000, analyticsConcurrency: 4 },
@@ -101,14 +102,18 @@ t.test('--role on the command line overrides ROLE', async (t) => {
   t.equal(loadConfig({ ...base, ROLE: 'pipeline' }, []).role, 'pipeline');
   t.equal(loadConfig({ ...base, ROLE: 'pipeline' }, ['--port=1']).role, 'pipeline', 'other flags are ignored');
   t.equal(loadConfig(base, ['--role=ingress', '--role=pipeline']).role, 'ingress', 'the first --role wins');
-  t.same(problems(base, ['--role=bogus']), ['ROLE="bogus": must be one of all, ingress, pipeline'], 'a bad --role is named as ROLE');
-  t.same(problems({ ...base, ROLE: 'pipeline' }, ['--role', 'bad']), ['ROLE="bad": must be one of all, ingress, pipeline']);
+  t.same(problems(base, ['--role=bogus']), ['ROLE="bogus": must be one of all, ingress, pipeline, dispatcher'], 'a bad --role is named as ROLE');
+  t.same(problems({ ...base, ROLE: 'pipeline' }, ['--role', 'bad']), ['ROLE="bad": must be one of all, ingress, pipeline, dispatcher']);
 });
 
 t.test('each bad value gives one message naming the variable', async (t) => {
   const cases: [Record<string, string>, string][] = [
-    [{ ROLE: 'dispatcher' }, 'ROLE="dispatcher": must be one of all, ingress, pipeline'],
-    [{ ROLE: 'ALL' }, 'ROLE="ALL": must be one of all, ingress, pipeline'],
+    [{ ROLE: 'webhooks' }, 'ROLE="webhooks": must be one of all, ingress, pipeline, dispatcher'],
+    [{ WEBHOOK_ENCRYPTION_KEY: 'short' }, 'WEBHOOK_ENCRYPTION_KEY: must be 32 bytes, as 64 hex characters or base64'],
+    [{ WEBHOOK_TIMEOUT_MS: '50' }, 'WEBHOOK_TIMEOUT_MS=50: must be between 100 and 60000'],
+    [{ WEBHOOK_ALLOW_HTTP: 'yes' }, 'WEBHOOK_ALLOW_HTTP="yes": must be one of true, false'],
+    [{ WEBHOOK_RETRY_SCHEDULE_MS: '5,abc' }, 'WEBHOOK_RETRY_SCHEDULE_MS="5,abc": a comma-separated list of 1 to 50 delays in milliseconds, each from 10 to 604800000'],
+    [{ ROLE: 'ALL' }, 'ROLE="ALL": must be one of all, ingress, pipeline, dispatcher'],
     [{ PORT: 'abc' }, 'PORT="abc": must be a whole number between 0 and 65535'],
     [{ PORT: '-1' }, 'PORT="-1": must be a whole number between 0 and 65535'],
     [{ PORT: '80.5' }, 'PORT="80.5": must be a whole number between 0 and 65535'],
@@ -185,12 +190,13 @@ t.test('several bad values are reported together', async (t) => {
 t.test('role helpers', async (t) => {
   t.same([hasIngress('all'), hasIngress('ingress'), hasIngress('pipeline')], [true, true, false]);
   t.same([hasPipeline('all'), hasPipeline('ingress'), hasPipeline('pipeline')], [true, false, true]);
+  t.same([hasDispatcher('all'), hasDispatcher('ingress'), hasDispatcher('pipeline'), hasDispatcher('dispatcher')], [true, false, false, true]);
 });
 
 t.test('an empty --role= is a configuration problem, not a silent default', async (t) => {
   // `--role=` yields '' which must not silently become the default 'all' (a pipeline host
   // would start the ingress too); it is refused like any other bad role.
-  const msg = 'ROLE="": must be one of all, ingress, pipeline';
+  const msg = 'ROLE="": must be one of all, ingress, pipeline, dispatcher';
   t.same(problems({ ...base, ROLE: 'pipeline' }, ['--role=']), [msg], 'ROLE=pipeline with --role=');
   t.same(problems(base, ['--role=']), [msg], 'no ROLE with --role=');
   t.same(problems({ ROLE: 'pipeline' }, ['--role=']), [msg, 'OPERATOR_TOKEN: required for roles all and ingress, at least 16 characters (protects /admin/v1)'],

@@ -1,0 +1,188 @@
+/**
+ * Webhook management (spec 4.4), with an organization API key, per organization and mode:
+ *   GET   /api/v2/webhooks                              the ten events: url, enabled, updatedAt
+ *   PATCH /api/v2/webhooks/:event {url?, enabled?}      configure one (url checked: public HTTPS)
+ *   POST  /api/v2/webhooks/:event/test {}               a synthetic delivery now; answers its outcome
+ *   POST  /api/v2/webhooks/rotate-secret                a new signing secret, shown this once
+ *   GET   /api/v2/webhook-deliveries                    the delivery log, newest first
+ *   POST  /api/v2/webhook-deliveries/:deliveryId/resend deliver that event again
+ *
+ * The first signing secret: an organization has none until it calls rotate-secret (or
+ * presses "Rotate" on the settings page); until then deliveries are logged as not
+ * delivered ("no signing secret") and test deliveries answer 409. Secrets are sealed with
+ * WEBHOOK_ENCRYPTION_KEY (secret-box.ts) and never returned again.
+ */
+import { randomBytes } from 'node:crypto';
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import { ApiError } from '../errors.js';
+import type { Reply, Request } from '../ingress/http.js';
+import { parseJson } from '../ingress/validate.js';
+import type { Principal } from '../orgs/registry.js';
+import type { Nats } from '../nats/connection.js';
+import { publishDurable } from '../nats/publish.js';
+import { H_MODE, H_ORG } from '../pipeline/message.js';
+import { WEBHOOK_EVENTS, isWebhookEvent, type WebhookEvent } from './event-names.js';
+import { open, seal } from './secret-box.js';
+import { newSigningSecret } from './signature.js';
+import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
+import type { WebhookStore } from './store.js';
+import type { DeliveryLog } from './delivery-log.js';
+import { deliver } from './deliver.js';
+import { samplePayload } from './samples.js';
+
+export interface WebhookOptions {
+  /** WEBHOOK_ENCRYPTION_KEY; null: the webhook routes answer 503. */
+  key: Buffer | null;
+  policy: WebhookUrlPolicy;
+  timeoutMs: number;
+  eventStream: string;
+  eventSubjectPrefix: string;
+  publishTimeoutMs: number;
+  resolver?: Resolver;
+}
+
+export type WebhookMethod = 'get' | 'post' | 'patch';
+
+export interface WebhookRoute {
+  method: WebhookMethod;
+  pattern: string;
+  body: boolean;
+  handler: (req: Request) => Promise<Reply>;
+}
+
+export const secretContext = (orgId: string, mode: string): string => `webhook-secret:${orgId}:${mode}`;
+
+export class WebhookApi {
+  constructor(
+    private readonly store: WebhookStore,
+    private readonly log: DeliveryLog,
+    private readonly nats: Nats,
+    private readonly opts: WebhookOptions,
+  ) {}
+
+  routes(): WebhookRoute[] {
+    const r = (method: WebhookMethod, pattern: string, fn: (req: Request, who: Principal) => Promise<Reply>): WebhookRoute => ({
+      method,
+      pattern,
+      body: method !== 'get',
+      handler: (req) => {
+        if (!this.opts.key) throw new ApiError('WEBHOOKS_UNAVAILABLE', 'webhooks are not configured on this service (WEBHOOK_ENCRYPTION_KEY is not set)');
+        return fn(req, req.principal!);
+      },
+    });
+    return [
+      r('get', '/api/v2/webhooks', (_req, who) => this.list(who)),
+      r('post', '/api/v2/webhooks/rotate-secret', (_req, who) => this.rotate(who)),
+      r('patch', '/api/v2/webhooks/:event', (req, who) => this.configure(req, who)),
+      r('post', '/api/v2/webhooks/:event/test', (req, who) => this.test(req, who)),
+      r('get', '/api/v2/webhook-deliveries', (req, who) => this.deliveries(req, who)),
+      r('post', '/api/v2/webhook-deliveries/:deliveryId/resend', (req, who) => this.resend(req, who)),
+    ];
+  }
+
+  private async list(who: Principal): Promise<Reply> {
+    const doc = await this.store.get(who.org.id, who.mode);
+    return {
+      status: 200,
+      body: {
+        webhooks: WEBHOOK_EVENTS.map((event) => {
+          const w = doc.webhooks[event];
+          return { event, url: w?.url ?? null, enabled: w?.enabled ?? false, updatedAt: w?.updatedAt ?? null };
+        }),
+        signingSecret: { exists: doc.secret !== null, createdAt: doc.secret?.createdAt ?? null },
+      },
+    };
+  }
+
+  private eventParam(req: Request): WebhookEvent {
+    const event = decodeURIComponent(req.params[0] ?? '');
+    if (!isWebhookEvent(event)) throw new ApiError('NOT_FOUND', `no webhook event "${event}"; the events are ${WEBHOOK_EVENTS.join(', ')}`);
+    return event;
+  }
+
+  private async configure(req: Request, who: Principal): Promise<Reply> {
+    const event = this.eventParam(req);
+    const body = parseJson(req.body);
+    if (typeof body !== 'object' || body === null || Array.isArray(body)) throw new ApiError('INVALID_BODY', 'the body must be a JSON object {"url": "https://…", "enabled": true}');
+    const b = body as Record<string, unknown>;
+    const unknown = Object.keys(b).filter((k) => k !== 'url' && k !== 'enabled');
+    if (unknown.length > 0) throw new ApiError('INVALID_BODY', `unknown field "${unknown[0]}"; the fields are url and enabled`);
+    if (!('url' in b) && !('enabled' in b)) throw new ApiError('INVALID_BODY', 'url or enabled: at least one is required');
+    if ('enabled' in b && typeof b.enabled !== 'boolean') throw new ApiError('INVALID_WEBHOOK', 'enabled: must be true or false');
+    let url: string | null | undefined;
+    if ('url' in b) {
+      if (b.url === null) url = null;
+      else if (typeof b.url !== 'string') throw new ApiError('INVALID_WEBHOOK', 'url: must be a string (an absolute HTTPS URL) or null');
+      else {
+        const check = await checkWebhookUrl(b.url, this.opts.policy, this.opts.resolver);
+        if (!check.ok) throw new ApiError('INVALID_WEBHOOK', `url: ${check.reason}`);
+        url = check.url.href;
+      }
+    }
+    const now = new Date().toISOString();
+    const { doc } = await this.store.change(who.org.id, who.mode, (d) => {
+      const cur = d.webhooks[event] ?? { url: null, enabled: false, updatedAt: now };
+      d.webhooks[event] = { url: url === undefined ? cur.url : url, enabled: typeof b.enabled === 'boolean' ? b.enabled : cur.enabled, updatedAt: now };
+    });
+    const w = doc.webhooks[event]!;
+    return { status: 200, body: { event, url: w.url, enabled: w.enabled, updatedAt: w.updatedAt } };
+  }
+
+  private async rotate(who: Principal): Promise<Reply> {
+    const secret = newSigningSecret();
+    const sealed = seal(this.opts.key!, secret, secretContext(who.org.id, who.mode));
+    await this.store.change(who.org.id, who.mode, (d) => {
+      d.secret = sealed;
+    });
+    return { status: 201, body: { signingSecret: secret, createdAt: sealed.createdAt } };
+  }
+
+  private async test(req: Request, who: Principal): Promise<Reply> {
+    const event = this.eventParam(req);
+    const body = parseJson(req.body.length === 0 ? Buffer.from('{}') : req.body);
+    if (typeof body !== 'object' || body === null || Array.isArray(body) || Object.keys(body).length > 0) throw new ApiError('INVALID_BODY', 'the body of a test delivery is an empty JSON object {}');
+    const doc = await this.store.get(who.org.id, who.mode);
+    const w = doc.webhooks[event];
+    if (!w?.url) throw new ApiError('WEBHOOK_NOT_READY', `${event} has no URL; set one with PATCH /api/v2/webhooks/${event}`);
+    if (!w.enabled) throw new ApiError('WEBHOOK_NOT_READY', `${event} is disabled; enable it first`);
+    if (!doc.secret) throw new ApiError('WEBHOOK_NOT_READY', 'the organization has no signing secret yet; create one with POST /api/v2/webhooks/rotate-secret');
+    const secret = open(this.opts.key!, doc.secret, secretContext(who.org.id, who.mode));
+    const now = new Date();
+    const payload = Buffer.from(JSON.stringify({ event, timestamp: now.toISOString(), isTest: true, data: samplePayload(event, now) }));
+    const deliveryId = `whd_test_${randomBytes(12).toString('base64url')}`;
+    const check = await checkWebhookUrl(w.url, this.opts.policy, this.opts.resolver);
+    const outcome = check.ok ? await deliver(check, payload, secret, this.opts.timeoutMs) : { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+    await this.log.record(who.org.id, who.mode, {
+      deliveryId, attempt: 1, event, eventId: deliveryId, eventSeq: null, isTest: true, at: now.toISOString(), url: w.url,
+      statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, outcome: outcome.ok ? 'delivered' : 'failed', error: outcome.error, nextAttemptAt: null,
+    });
+    return { status: 200, body: { deliveryId, event, delivered: outcome.ok, statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, error: outcome.error } };
+  }
+
+  private async deliveries(req: Request, who: Principal): Promise<Reply> {
+    const raw = new URLSearchParams(req.query).get('limit');
+    const limit = raw === null ? 100 : Number(raw);
+    if (!Number.isInteger(limit) || limit < 1 || limit > 1000) throw new ApiError('INVALID_WEBHOOK', 'limit: a whole number from 1 to 1000');
+    return { status: 200, body: { deliveries: await this.log.list(who.org.id, who.mode, limit) } };
+  }
+
+  private async resend(req: Request, who: Principal): Promise<Reply> {
+    const deliveryId = decodeURIComponent(req.params[0] ?? '');
+    const rec = (await this.log.list(who.org.id, who.mode, 1000)).find((r) => r.deliveryId === deliveryId);
+    if (!rec) throw new ApiError('NOT_FOUND', `deliveryId: no delivery "${deliveryId}" in the log`);
+    if (rec.eventSeq === null) throw new ApiError('INVALID_WEBHOOK', 'deliveryId: a test delivery cannot be resent; send a new test');
+    let msg;
+    try {
+      msg = await this.nats.jsm.streams.getMessage(this.opts.eventStream, { seq: rec.eventSeq });
+    } catch {
+      throw new ApiError('NOT_FOUND', 'deliveryId: the event is no longer kept (events are kept 30 days)');
+    }
+    if (!msg) throw new ApiError('NOT_FOUND', 'deliveryId: the event is no longer kept (events are kept 30 days)');
+    const h = natsHeaders();
+    h.set(H_ORG, who.org.id);
+    h.set(H_MODE, who.mode);
+    h.set('Billing-Resend-Of', deliveryId);
+    await publishDurable(this.nats.nc, msg.subject, msg.data, h, `resend-${randomBytes(12).toString('base64url')}`, this.opts.publishTimeoutMs);
+    return { status: 202, body: { resent: deliveryId, event: rec.event } };
+  }
+}

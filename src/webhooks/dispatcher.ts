@@ -1,0 +1,151 @@
+/**
+ * The dispatcher (ROLE=dispatcher, or part of ROLE=all): reads the billing event bus
+ * (`<P>_EVENTS`, durable consumer `dispatcher`) and delivers each event to the webhook its
+ * organization configured for that event name.
+ *
+ * - Envelope `{event, timestamp, isTest: false, data}`, built from the event alone (the
+ *   timestamp is the event's time), so every attempt sends the same bytes; each attempt is
+ *   signed afresh with the organization's current secret (read at delivery time: a rotation
+ *   applies from the next attempt on).
+ * - The URL is checked again at delivery time and the connection goes to the vetted address
+ *   only (deliver.ts); redirects are not followed; any 2xx is success; each attempt is bounded
+ *   by WEBHOOK_TIMEOUT_MS.
+ * - Retries: a failed attempt naks the message with the next delay of WEBHOOK_RETRY_SCHEDULE
+ *   (default 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: 8 attempts over ~27.6 hours); after
+ *   the last one the delivery is logged as failed for good (it can be resent). The schedule
+ *   lives in JetStream's redelivery, so a dispatcher crash loses nothing: an unacked event is
+ *   redelivered after the ack wait (at least once).
+ * - Up to 64 deliveries run at once and each is bounded by the timeout, so one slow receiver
+ *   never holds back other organizations.
+ * - An event whose webhook is unconfigured or disabled, or an organization without a signing
+ *   secret: logged as not delivered and acked (never retried).
+ */
+import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import { AckPolicy } from '@nats-io/jetstream';
+import type { Nats } from '../nats/connection.js';
+import { isNotFound } from '../nats/connection.js';
+import { log } from '../log.js';
+import type { Mode } from '../ratelimit/bucket.js';
+import { isWebhookEvent } from './event-names.js';
+import type { WebhookStore } from './store.js';
+import type { DeliveryLog, DeliveryRecord } from './delivery-log.js';
+import { open } from './secret-box.js';
+import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
+import { deliver } from './deliver.js';
+import { secretContext } from './api.js';
+export { DEFAULT_RETRY_SCHEDULE_MS } from './retry.js';
+
+const CONCURRENCY = 64;
+const NS_PER_MS = 1_000_000;
+
+interface BusEvent {
+  id: string;
+  event: string;
+  organizationId: string;
+  livemode: boolean;
+  occurredAt: string;
+  data: unknown;
+}
+
+export interface DispatcherOptions {
+  key: Buffer;
+  policy: WebhookUrlPolicy;
+  timeoutMs: number;
+  retryScheduleMs: number[];
+  eventStream: string;
+  resolver?: Resolver;
+}
+
+export class Dispatcher {
+  private messages: ConsumerMessages | null = null;
+  private loopDone: Promise<void> | null = null;
+  private readonly inflight = new Set<Promise<void>>();
+
+  constructor(
+    private readonly nats: Nats,
+    private readonly store: WebhookStore,
+    private readonly deliveries: DeliveryLog,
+    private readonly opts: DispatcherOptions,
+  ) {}
+
+  async start(): Promise<void> {
+    const config = {
+      durable_name: 'dispatcher',
+      ack_policy: AckPolicy.Explicit,
+      // Longer than one attempt; a dispatcher that died gives its events back after this.
+      ack_wait: (this.opts.timeoutMs * 2 + 10_000) * NS_PER_MS,
+      max_ack_pending: 10_000,
+      max_deliver: -1,
+    };
+    try {
+      await this.nats.jsm.consumers.info(this.opts.eventStream, config.durable_name);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await this.nats.jsm.consumers.add(this.opts.eventStream, config);
+    }
+    const consumer = await this.nats.js.consumers.get(this.opts.eventStream, 'dispatcher');
+    this.messages = await consumer.consume({ max_messages: CONCURRENCY });
+    this.loopDone = this.loop(this.messages);
+  }
+
+  private async loop(messages: ConsumerMessages): Promise<void> {
+    for await (const m of messages) {
+      const p: Promise<void> = this.handle(m)
+        .catch((err: unknown) => {
+          log.error('webhook dispatch failed; will be redelivered', { err, seq: m.seq });
+          m.nak(5_000);
+        })
+        .finally(() => this.inflight.delete(p));
+      this.inflight.add(p);
+      if (this.inflight.size >= CONCURRENCY) await Promise.race(this.inflight);
+    }
+  }
+
+  private async handle(m: JsMsg): Promise<void> {
+    const e = m.json<BusEvent>();
+    const mode: Mode = e.livemode ? 'live' : 'test';
+    const attempt = m.info.deliveryCount;
+    const resendOf = m.headers?.get('Billing-Resend-Of') || null;
+    const deliveryId = resendOf ? `${e.id}:resend:${m.seq}` : e.id;
+    const base: Omit<DeliveryRecord, 'statusCode' | 'latencyMs' | 'outcome' | 'error' | 'nextAttemptAt'> = {
+      deliveryId, attempt, event: e.event, eventId: e.id, eventSeq: m.seq, isTest: false, at: new Date().toISOString(), url: null,
+    };
+    if (!isWebhookEvent(e.event)) {
+      m.ack();
+      return;
+    }
+    const doc = await this.store.get(e.organizationId, mode);
+    const w = doc.webhooks[e.event];
+    const notDelivered = async (error: string): Promise<void> => {
+      await this.deliveries.record(e.organizationId, mode, { ...base, url: w?.url ?? null, statusCode: null, latencyMs: null, outcome: 'not-delivered', error, nextAttemptAt: null });
+      m.ack();
+    };
+    if (!w?.url) return notDelivered('no webhook URL is configured for this event');
+    if (!w.enabled) return notDelivered('the webhook for this event is disabled');
+    if (!doc.secret) return notDelivered('the organization has no signing secret (POST /api/v2/webhooks/rotate-secret)');
+
+    const secret = open(this.opts.key, doc.secret, secretContext(e.organizationId, mode));
+    const body = Buffer.from(JSON.stringify({ event: e.event, timestamp: e.occurredAt, isTest: false, data: e.data }));
+    const check = await checkWebhookUrl(w.url, this.opts.policy, this.opts.resolver);
+    const outcome = check.ok ? await deliver(check, body, secret, this.opts.timeoutMs) : { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+    const schedule = this.opts.retryScheduleMs;
+    const retryIn = outcome.ok || attempt > schedule.length ? null : schedule[attempt - 1]!;
+    await this.deliveries.record(e.organizationId, mode, {
+      ...base,
+      url: w.url,
+      statusCode: outcome.statusCode,
+      latencyMs: outcome.latencyMs,
+      outcome: outcome.ok ? 'delivered' : 'failed',
+      error: outcome.error,
+      nextAttemptAt: retryIn === null ? null : new Date(Date.now() + retryIn).toISOString(),
+    });
+    if (retryIn === null) m.ack();
+    else m.nak(retryIn);
+  }
+
+  async stop(): Promise<void> {
+    this.messages?.stop();
+    await this.loopDone;
+    await Promise.allSettled([...this.inflight]);
+  }
+}

@@ -1,0 +1,205 @@
+/**
+ * Webhooks through the real service: management API, signing secret, test deliveries and
+ * real billing events delivered by the dispatcher to a plain HTTP receiver in this test,
+ * which verifies every delivery with nothing but spec 5.2 and the secret (its own HMAC
+ * code, not the service's helper). Retries, timeouts, rotation, the delivery log, resend.
+ */
+import t from 'tap';
+import http from 'node:http';
+import { createHmac, timingSafeEqual } from 'node:crypto';
+import { createOrg, http as call, sendBatch, sleep, useService, waitFor, type TestOrg } from '../helpers/service.js';
+
+const { svc } = useService(t, 'webhooks', { WEBHOOK_RETRY_SCHEDULE_MS: '300,300,300', WEBHOOK_TIMEOUT_MS: '1000' });
+
+interface Received {
+  path: string;
+  body: string;
+  signature: string;
+  envelope: { event: string; timestamp: string; isTest: boolean; data: any };
+  verifiedWith: string | null;
+}
+
+/** An independent receiver: answers by script, verifies per spec 5.2 with the secrets it is told. */
+class Receiver {
+  readonly got: Received[] = [];
+  secrets: string[] = [];
+  /** Status per request (in order); default 200. 'hang' never answers. */
+  script: (number | 'hang')[] = [];
+  private server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      const raw = Buffer.concat(chunks);
+      const header = String(req.headers['x-webhook-signature'] ?? '');
+      this.got.push({ path: req.url ?? '', body: raw.toString(), signature: header, envelope: JSON.parse(raw.toString()), verifiedWith: this.verify(raw, header) });
+      const step = this.script.shift() ?? 200;
+      if (step === 'hang') return;
+      res.writeHead(step).end();
+    });
+  });
+  url = '';
+
+  async start(): Promise<void> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.url = `http://127.0.0.1:${(this.server.address() as { port: number }).port}`;
+  }
+
+  close(): Promise<void> {
+    this.server.closeAllConnections();
+    return new Promise((r) => this.server.close(() => r()));
+  }
+
+  /** Spec 5.2: split on ",", each pair on its first "=", HMAC-SHA256 over "<t>.<raw body>", base64 with padding, constant-time compare, 5 minutes. */
+  private verify(raw: Buffer, header: string): string | null {
+    const pairs = new Map<string, string>();
+    for (const p of header.split(',')) {
+      const i = p.indexOf('=');
+      if (i > 0) pairs.set(p.slice(0, i), p.slice(i + 1));
+    }
+    const ts = pairs.get('t');
+    const sig = pairs.get('s');
+    if (!ts || !sig || Math.abs(Date.now() - Number(ts)) > 5 * 60_000) return null;
+    for (const secret of this.secrets) {
+      const expected = createHmac('sha256', secret).update(`${ts}.`).update(raw).digest('base64');
+      const a = Buffer.from(expected);
+      const b = Buffer.from(sig);
+      if (a.length === b.length && timingSafeEqual(a, b)) return secret;
+    }
+    return null;
+  }
+}
+
+const receiver = new Receiver();
+t.before(() => receiver.start());
+t.teardown(() => receiver.close());
+
+const api = (org: TestOrg, method: string, path: string, body?: unknown) => call(svc.url, method, path, { token: org.live, body });
+
+t.test('management: the ten events, validation, secret shown once, test deliveries', async (t) => {
+  const org = await createOrg(svc.url);
+  const list = await api(org, 'GET', '/api/v2/webhooks');
+  t.equal(list.status, 200);
+  t.equal(list.body.webhooks.length, 10);
+  t.same(list.body.webhooks[0], { event: 'billing-invoice-created', url: null, enabled: false, updatedAt: null });
+  t.same(list.body.signingSecret, { exists: false, createdAt: null });
+
+  const bad: [string, unknown, number, string, RegExp][] = [
+    ['billing-nope', { enabled: true }, 404, 'NOT_FOUND', /no webhook event/],
+    ['billing-payment-failed', { url: 'http://10.0.0.7/hook' }, 400, 'INVALID_WEBHOOK', /private|non-public|10\.0\.0\.7/i],
+    ['billing-payment-failed', { url: 'http://169.254.169.254/latest' }, 400, 'INVALID_WEBHOOK', /link-local|169\.254/],
+    ['billing-payment-failed', { url: 'http://[::ffff:10.0.0.1]/' }, 400, 'INVALID_WEBHOOK', /url/],
+    ['billing-payment-failed', { url: 'http://0x0a000001/' }, 400, 'INVALID_WEBHOOK', /url/],
+    ['billing-payment-failed', { url: 'not a url' }, 400, 'INVALID_WEBHOOK', /url/],
+    ['billing-payment-failed', { url: 'ftp://example.com/' }, 400, 'INVALID_WEBHOOK', /url/],
+    ['billing-payment-failed', { enabled: 'yes' }, 400, 'INVALID_WEBHOOK', /enabled/],
+    ['billing-payment-failed', { url: `${receiver.url}/x`, extra: 1 }, 400, 'INVALID_BODY', /extra/],
+    ['billing-payment-failed', {}, 400, 'INVALID_BODY', /url or enabled/],
+  ];
+  for (const [event, body, status, code, details] of bad) {
+    const r = await api(org, 'PATCH', `/api/v2/webhooks/${event}`, body);
+    t.equal(r.status, status, `${event} ${JSON.stringify(body)} → ${JSON.stringify(r.body)}`);
+    t.equal(r.body.code, code);
+    t.match(r.body.details, details);
+  }
+  t.same((await api(org, 'GET', '/api/v2/webhooks')).body.webhooks[6], { event: 'billing-payment-failed', url: null, enabled: false, updatedAt: null }, 'nothing changed');
+
+  const set = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { url: `${receiver.url}/payments`, enabled: false });
+  t.equal(set.status, 200);
+  t.match(set.body, { event: 'billing-payment-failed', url: `${receiver.url}/payments`, enabled: false });
+  let r = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
+  t.equal(r.status, 409, 'disabled → no test delivery');
+  t.equal(r.body.code, 'WEBHOOK_NOT_READY');
+  await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { enabled: true });
+  r = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
+  t.equal(r.status, 409, 'no signing secret yet');
+  t.match(r.body.details, /rotate-secret/);
+
+  const rot = await api(org, 'POST', '/api/v2/webhooks/rotate-secret');
+  t.equal(rot.status, 201);
+  t.match(rot.body.signingSecret, /^whsec_[A-Za-z0-9_-]{43}$/);
+  t.notMatch(JSON.stringify((await api(org, 'GET', '/api/v2/webhooks')).body), rot.body.signingSecret, 'the secret is never readable again');
+  receiver.secrets = [rot.body.signingSecret];
+
+  for (const event of (await api(org, 'GET', '/api/v2/webhooks')).body.webhooks.map((w: { event: string }) => w.event) as string[]) {
+    await api(org, 'PATCH', `/api/v2/webhooks/${event}`, { url: `${receiver.url}/all`, enabled: true });
+    const before = receiver.got.length;
+    const test = await api(org, 'POST', `/api/v2/webhooks/${event}/test`, {});
+    t.equal(test.status, 200, event);
+    t.match(test.body, { event, delivered: true, statusCode: 200 });
+    const got = receiver.got[before]!;
+    t.equal(got.verifiedWith, rot.body.signingSecret, `${event}: verifies with the spec's rules and the secret`);
+    t.equal(got.envelope.event, event);
+    t.equal(got.envelope.isTest, true);
+    t.same(Object.keys(got.envelope).sort(), ['data', 'event', 'isTest', 'timestamp']);
+    const ids = JSON.stringify(got.envelope.data).match(/"(?:id|customerId|planId|orderLineAttributeId|externalId)":"([a-z]+_test_[^"]*)"/g) ?? [];
+    t.ok(ids.length > 0, `${event}: synthetic ids carry test prefixes`);
+  }
+  const pay = receiver.got.find((g) => g.envelope.event === 'billing-payment-succeeded')!.envelope.data.payment;
+  t.same(Object.keys(pay).sort(), ['amount', 'currency', 'customerId', 'customerName', 'externalPaymentId', 'id', 'invoiceId', 'invoiceNumber', 'paymentDate', 'paymentType', 'status'].sort(), 'spec 2.5 fields');
+  t.match(pay.id, /^pay_test_/);
+});
+
+async function billingSetup(org: TestOrg): Promise<string> {
+  const ok = async (method: string, path: string, body?: unknown) => {
+    const r = await api(org, method, path, body);
+    if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
+    return r.body;
+  };
+  const c = await ok('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
+  const plan = await ok('POST', '/api/v2/plans', { name: 'Pro' });
+  const ola = await ok('POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'call', unitPrice: '1', currency: 'USD', creditsCurrencyId: '11111111-2222-4333-8444-555555555555', creditsPerUnit: '1' });
+  await ok('POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '1' });
+  return c.id;
+}
+
+const deliveries = async (org: TestOrg) => {
+  const r = await api(org, 'GET', '/api/v2/webhook-deliveries');
+  if (r.status !== 200) throw new Error(`deliveries: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body.deliveries as { deliveryId: string; attempt: number; event: string; outcome: string; statusCode: number | null; error: string | null }[];
+};
+
+t.test('real events: delivered signed, 500 then 200 retried, a hanging receiver timed out and retried, rotation, log and resend', async (t) => {
+  const org = await createOrg(svc.url, { burst: 100_000, refillPerSecond: 100_000 });
+  await billingSetup(org);
+  const rot = await api(org, 'POST', '/api/v2/webhooks/rotate-secret');
+  receiver.secrets = [rot.body.signingSecret];
+  await api(org, 'PATCH', '/api/v2/webhooks/billing-credits-depleted', { url: `${receiver.url}/depleted`, enabled: true });
+  // billing-overage-incurred stays unconfigured: logged as not delivered.
+
+  receiver.script = [500, 'hang', 200];
+  const start = receiver.got.length;
+  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'call', customerId: 'acme' }, { eventName: 'call', customerId: 'acme' }] })).status, 202);
+  await waitFor(async () => receiver.got.length - start, (n) => n >= 3, 30_000);
+  await sleep(300);
+  const got = receiver.got.slice(start).filter((g) => g.path === '/depleted');
+  t.equal(got.length, 3, 'three attempts: 500, no answer, 200');
+  t.ok(got.every((g) => g.verifiedWith === rot.body.signingSecret), 'every attempt verifies');
+  t.equal(new Set(got.map((g) => g.body)).size, 1, 'the same body bytes on every attempt');
+  t.equal(new Set(got.map((g) => g.signature)).size, 3, 'each attempt signed afresh');
+  const env = got[0]!.envelope;
+  t.equal(env.event, 'billing-credits-depleted');
+  t.equal(env.isTest, false);
+  t.match(env.data.credits, { customerName: 'Acme', totalCreditsDecimal: '1', remainingCreditsDecimal: '0', usedCreditsDecimal: '1' });
+
+  const log = await waitFor(() => deliveries(org), (d) => d.some((x) => x.outcome === 'delivered'), 10_000);
+  const mine = log.filter((d) => d.event === 'billing-credits-depleted').reverse();
+  t.same(mine.map((d) => [d.attempt, d.outcome, d.statusCode]), [[1, 'failed', 500], [2, 'failed', null], [3, 'delivered', 200]]);
+  t.match(mine[1]!.error, /no answer within 1000 ms/);
+  const skipped = log.find((d) => d.event === 'billing-overage-incurred');
+  t.match(skipped, { outcome: 'not-delivered', error: /no webhook URL/ }, 'the overage event (unconfigured) is logged as not delivered');
+
+  // Rotation: the next delivery is signed with the new secret only.
+  const rot2 = await api(org, 'POST', '/api/v2/webhooks/rotate-secret');
+  t.not(rot2.body.signingSecret, rot.body.signingSecret);
+  receiver.secrets = [rot.body.signingSecret, rot2.body.signingSecret];
+  const before = receiver.got.length;
+  const resend = await api(org, 'POST', `/api/v2/webhook-deliveries/${encodeURIComponent(mine[2]!.deliveryId)}/resend`);
+  t.equal(resend.status, 202, JSON.stringify(resend.body));
+  await waitFor(async () => receiver.got.length, (n) => n > before, 10_000);
+  const again = receiver.got[before]!;
+  t.equal(again.body, got[0]!.body, 'the resent event carries the same envelope');
+  t.equal(again.verifiedWith, rot2.body.signingSecret, 'signed with the new secret, not the old one');
+
+  const unknown = await api(org, 'POST', '/api/v2/webhook-deliveries/nope/resend');
+  t.equal(unknown.status, 404);
+});
