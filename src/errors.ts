@@ -21,6 +21,7 @@ export const ERRORS = {
   CLAUSE_NOT_ALLOWED: { status: 400, error: 'Bad Request' },
   QUERY_FAILED: { status: 400, error: 'Bad Request' },
   INVALID_WEBHOOK: { status: 400, error: 'Bad Request' },
+  INVALID_EVENT: { status: 400, error: 'Bad Request' },
   FORBIDDEN: { status: 403, error: 'Forbidden' },
   QUERY_TIMEOUT: { status: 408, error: 'Request Timeout' },
   CONFLICT: { status: 409, error: 'Conflict' },

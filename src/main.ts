@@ -27,6 +27,9 @@ import { WebhookStore } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
 import { Dispatcher } from './webhooks/dispatcher.js';
+import { publishExternalEvent, validateExternalEvent } from './webhooks/external-events.js';
+import { parseJson } from './ingress/validate.js';
+import { ApiError } from './errors.js';
 import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
@@ -99,6 +102,17 @@ export async function start(cfg: Config): Promise<Running> {
           publishTimeoutMs: cfg.publishTimeoutMs,
         }),
       );
+      server.addExternalEvents(async (req) => {
+        const e = validateExternalEvent(parseJson(req.body));
+        if (!(await registry.get(req.params[0]!))) throw new ApiError('NOT_FOUND', `no organization ${req.params[0]}`);
+        try {
+          const r = await publishExternalEvent(nats!, names.eventSubjectPrefix, req.params[0]!, e, cfg.publishTimeoutMs);
+          return { status: 202, body: { id: e.id, event: e.event, duplicate: r.duplicate } };
+        } catch (err) {
+          log.warn('event publish failed', { err });
+          throw new ApiError('QUEUE_UNAVAILABLE', 'JetStream is unreachable; the event was not published, retry with the same id');
+        }
+      });
       const billingState = await stateBucket(nats, billingNames(cfg.natsPrefix));
       server.addBilling(
         new BillingConfigApi(new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), async (orgId, mode) => {

@@ -320,6 +320,21 @@ const deliveryRecord = {
   },
 };
 const WEBHOOK_PATHS = {
+  '/admin/v1/organizations/{id}/events': {
+    post: {
+      summary: 'Publish an event of another billing component (payment, invoice, checkout) for delivery to the organization’s webhook',
+      security: [{ operator: [] }],
+      parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }],
+      requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, required: ['mode', 'event', 'data'], properties: { mode: { enum: ['live', 'test'] }, event: { enum: WEBHOOK_EVENTS.slice(0, 7) }, id: { type: 'string', description: 'Event id (default <event>:<object id>); the same id within a day is delivered once.' }, data: { type: 'object', description: '{payment} (spec 2.5), {invoice} or {checkout} (README).' } } } } } },
+      responses: {
+        202: json({ type: 'object', properties: { id: { type: 'string' }, event: { type: 'string' }, duplicate: { type: 'boolean' } } }, 'On the bus.'),
+        400: error('Bad body or payload field (named).', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_EVENT']),
+        401: error('Missing or wrong operator token.', ['UNAUTHORIZED']),
+        404: error('No such organization.', ['NOT_FOUND']),
+        503: error('JetStream unreachable.', ['QUEUE_UNAVAILABLE', 'SERVICE_STARTING']),
+      },
+    },
+  },
   '/api/v2/webhooks': {
     get: { summary: 'The ten webhook events with their URL, switch and last change; whether a signing secret exists', security: [{ apiKey: [] }], responses: { 200: json({ type: 'object', properties: { webhooks: { type: 'array', items: webhookView }, signingSecret: { type: 'object', properties: { exists: { type: 'boolean' }, createdAt: { type: ['string', 'null'] } } } } }, 'The webhooks.'), ...webhookCommon } },
   },

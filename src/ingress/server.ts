@@ -150,6 +150,12 @@ export class Server {
     }
   }
 
+  /** Operator: events of other billing components onto the bus (src/webhooks/external-events.ts). */
+  addExternalEvents(handler: (req: Request) => Promise<Reply>): void {
+    if (!this.operator) return;
+    this.add('post', '/admin/v1/organizations/:id/events', handler, { body: true, maxBodyBytes: 256 * 1024, before: this.operator });
+  }
+
   /** Webhook management (after addIngress: authenticated with the API key). */
   addWebhooks(webhooks: WebhookApi): void {
     const before = this.authenticate!;

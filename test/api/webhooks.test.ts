@@ -7,7 +7,7 @@
 import t from 'tap';
 import http from 'node:http';
 import { createHmac, timingSafeEqual } from 'node:crypto';
-import { createOrg, http as call, sendBatch, sleep, useService, waitFor, type TestOrg } from '../helpers/service.js';
+import { OPERATOR_TOKEN, createOrg, http as call, sendBatch, sleep, useService, waitFor, type TestOrg } from '../helpers/service.js';
 
 const { svc } = useService(t, 'webhooks', { WEBHOOK_RETRY_SCHEDULE_MS: '300,300,300', WEBHOOK_TIMEOUT_MS: '1000' });
 
@@ -202,4 +202,55 @@ t.test('real events: delivered signed, 500 then 200 retried, a hanging receiver 
 
   const unknown = await api(org, 'POST', '/api/v2/webhook-deliveries/nope/resend');
   t.equal(unknown.status, 404);
+});
+
+t.test('payment events from the operator API: validated, delivered once, and a slow receiver holds back no one else', async (t) => {
+  const slowOrg = await createOrg(svc.url);
+  const org = await createOrg(svc.url);
+  const hanging = new Receiver();
+  await hanging.start();
+  t.teardown(() => hanging.close());
+  hanging.script = Array.from({ length: 50 }, () => 'hang' as const);
+  for (const [o, r] of [[slowOrg, hanging], [org, receiver]] as const) {
+    const rot = await api(o, 'POST', '/api/v2/webhooks/rotate-secret');
+    r.secrets = [...r.secrets, rot.body.signingSecret];
+    await api(o, 'PATCH', '/api/v2/webhooks/billing-payment-succeeded', { url: `${r.url}/pay`, enabled: true });
+  }
+  const ops = (orgId: string, body: unknown) => call(svc.url, 'POST', `/admin/v1/organizations/${orgId}/events`, { token: OPERATOR_TOKEN, body });
+  const payment = (id: string) => ({ id, invoiceId: null, invoiceNumber: null, customerId: 'cus_1', customerName: null, amount: 1250, currency: 'USD', status: 'posted', paymentDate: '2026-11-01T10:00:00Z', paymentType: 'card', externalPaymentId: 'ch_1' });
+
+  const bad: [unknown, RegExp][] = [
+    [{ mode: 'live', event: 'billing-payment-succeeded', data: { payment: { ...payment('p'), status: 'failed' } } }, /data\.payment\.status/],
+    [{ mode: 'live', event: 'billing-payment-succeeded', data: { payment: { ...payment('p'), paymentDate: 'yesterday' } } }, /data\.payment\.paymentDate/],
+    [{ mode: 'live', event: 'billing-payment-succeeded', data: { payment: { ...payment('p'), amount: '12' } } }, /data\.payment\.amount/],
+    [{ mode: 'live', event: 'billing-payment-succeeded', data: { payment: { ...payment('p'), surprise: 1 } } }, /data\.payment\.surprise/],
+    [{ mode: 'live', event: 'billing-payment-failed', data: { payment: payment('p') } }, /data\.payment\.status/],
+    [{ mode: 'live', event: 'billing-credits-depleted', data: {} }, /event/],
+    [{ mode: 'prod', event: 'billing-payment-succeeded', data: { payment: payment('p') } }, /mode/],
+  ];
+  for (const [body, details] of bad) {
+    const r = await ops(org.id, body);
+    t.equal(r.status, 400, JSON.stringify(r.body));
+    t.equal(r.body.code, 'INVALID_EVENT');
+    t.match(r.body.details, details);
+  }
+  t.equal((await ops('org_AAAAAAAAAAAAAAAAAAAA', { mode: 'live', event: 'billing-payment-succeeded', data: { payment: payment('p') } })).status, 404);
+
+  // The slow organization's receiver never answers; its deliveries time out and retry.
+  for (let i = 0; i < 5; i++) t.equal((await ops(slowOrg.id, { mode: 'live', event: 'billing-payment-succeeded', data: { payment: payment(`slow-${i}`) } })).status, 202);
+  await sleep(200);
+  const before = receiver.got.length;
+  const sentAt = Date.now();
+  const first = await ops(org.id, { mode: 'live', event: 'billing-payment-succeeded', data: { payment: payment('pay_fast') } });
+  t.same([first.status, first.body.duplicate], [202, false]);
+  const again = await ops(org.id, { mode: 'live', event: 'billing-payment-succeeded', data: { payment: payment('pay_fast') } });
+  t.same([again.status, again.body.duplicate], [202, true], 'the same payment again is the same event');
+  await waitFor(async () => receiver.got.length, (n) => n > before, 10_000);
+  t.ok(Date.now() - sentAt < 900, `delivered in ${Date.now() - sentAt} ms while the other organization's receiver hangs`);
+  await sleep(500);
+  const got = receiver.got.slice(before).filter((g) => g.path === '/pay');
+  t.equal(got.length, 1, 'delivered once');
+  t.ok(got[0]!.verifiedWith);
+  t.same(got[0]!.envelope.data.payment, payment('pay_fast'));
+  t.ok(hanging.got.length >= 5, 'the slow receiver was tried');
 });
