@@ -22,6 +22,7 @@ import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
 import { Piscina } from 'piscina';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
+import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import type { BillingState } from './billing/evaluator/evaluate.js';
 import { WebhookStore } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
@@ -47,6 +48,7 @@ export async function start(cfg: Config): Promise<Running> {
   let pipeline: Pipeline | null = null;
   let evaluator: BillingEvaluator | null = null;
   let dispatcher: Dispatcher | null = null;
+  let billingRows: BillingRowsInserter | null = null;
   let analyticsDeps: { slots: ConcurrencySlots; buckets: TokenBuckets } | null = null;
 
   // Readiness of every dependency of this role, answering from the first moment.
@@ -135,8 +137,10 @@ export async function start(cfg: Config): Promise<Running> {
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, store, new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), await stateBucket(nats, billing), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
+      evaluator = new BillingEvaluator(nats, billing, new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), await stateBucket(nats, billing), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
       await evaluator.start();
+      billingRows = new BillingRowsInserter(nats, billing, store);
+      await billingRows.start();
     }
 
     if (analyticsDeps) {
@@ -192,6 +196,7 @@ export async function start(cfg: Config): Promise<Running> {
         uWS.us_listen_socket_close(socket);
         if (dispatcher) await dispatcher.stop();
         if (evaluator) await evaluator.stop();
+        if (billingRows) await billingRows.stop();
         if (pipeline) await pipeline.stop();
         if (store) await store.close();
         for (const c of closers.reverse()) await c();

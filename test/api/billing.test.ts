@@ -49,7 +49,8 @@ async function billed(i: Isolation): Promise<void> {
     const end = Date.now() + 60_000;
     for (;;) {
       const ci = await jsm.consumers.info(`${i.natsPrefix}_BILLABLE`, 'billing');
-      if (ci.num_pending === 0 && ci.num_ack_pending === 0) return;
+      const ri = await jsm.consumers.info(`${i.natsPrefix}_BILLING_ROWS`, 'billing-rows');
+      if (ci.num_pending + ci.num_ack_pending + ri.num_pending + ri.num_ack_pending === 0) return;
       if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending} pending, ${ci.num_ack_pending} unacked`);
       await sleep(100);
     }

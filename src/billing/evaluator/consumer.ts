@@ -10,8 +10,9 @@
  *     ack and stop.
  *  2. Evaluate in a piscina worker (evaluate.ts): deterministic, so a replay computes the
  *     same rows and events, with the same event ids.
- *  3. Insert the cost and credit-consumption rows. On a redelivery, rows of signals already
- *     in the tables are dropped first (an earlier attempt may have inserted them).
+ *  3. Publish the cost and credit-consumption rows to `<P>_BILLING_ROWS` with Nats-Msg-Id =
+ *     rows-<batch id> (stored once); the rows inserter (rows.ts) stores them in bulk, dropping
+ *     rows already in the tables on a redelivery.
  *  4. Publish the events to the bus with Nats-Msg-Id = event id, waiting for the stream's
  *     ack: an event published by an earlier attempt is stored only once.
  *  5. Write the new state with compare-and-set on the revision read in 1. This is the
@@ -31,7 +32,6 @@ import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import type { Nats } from '../../nats/connection.js';
-import type { Store } from '../../store/index.js';
 import { publishDurable } from '../../nats/publish.js';
 import { log } from '../../log.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../pipeline/message.js';
@@ -60,7 +60,6 @@ export class BillingEvaluator {
   constructor(
     private readonly nats: Nats,
     private readonly names: BillingNames,
-    private readonly store: Store,
     private readonly configs: ConfigSource,
     private readonly state: KV,
     private readonly pool: Piscina,
@@ -122,15 +121,16 @@ export class BillingEvaluator {
     const input: EvaluationInput = { orgId, mode, config, state, signals, evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) };
     const out = (await this.pool.run(input, { filename: WORKER_FILE })) as EvaluationOutput;
 
-    let { costs, consumption } = out;
-    if (m.redelivered && (costs.length > 0 || consumption.length > 0)) {
-      const ids = signals.map((s) => s.id);
-      const [haveCosts, haveConsumption] = await Promise.all([this.store.existingCostIds(orgId, ids), this.store.existingConsumptionIds(orgId, ids)]);
-      costs = costs.filter((r) => !haveCosts.has(r.signal_id));
-      consumption = consumption.filter((r) => !haveConsumption.has(r.signal_id));
+    const { costs, consumption } = out;
+    if (costs.length > 0 || consumption.length > 0) {
+      // The rows go to a stream (stored once per batch id) and are inserted in bulk by the
+      // rows inserter (rows.ts): the engine's insert is the slow part, and it is off this
+      // one-at-a-time path. Durable here, before the commit point below.
+      const h = natsHeaders();
+      h.set(H_ORG, orgId);
+      h.set(H_MODE, mode);
+      await publishDurable(this.nats.nc, `${this.names.rowsSubjectPrefix}.${orgId}`, Buffer.from(JSON.stringify({ costs, consumption })), h, `rows-${batchId}`, this.publishTimeoutMs);
     }
-    if (costs.length > 0) await this.store.insertCosts(Buffer.from(`${costs.map((r) => JSON.stringify(r)).join('\n')}\n`));
-    if (consumption.length > 0) await this.store.insertConsumption(Buffer.from(`${consumption.map((r) => JSON.stringify(r)).join('\n')}\n`));
 
     await Promise.all(
       out.events.map((e) => {

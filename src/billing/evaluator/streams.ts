@@ -10,6 +10,8 @@
  *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
  *                 days; the webhook dispatcher (issue 6) reads it.
  *   <P>_billing_state  KV: the evaluator's running state per organization and mode.
+ *   <P>_BILLING_ROWS   work queue: fact_cost / fact_credit_consumption rows per evaluated
+ *                 batch (Nats-Msg-Id rows-<batch id>), inserted in bulk by rows.ts.
  */
 import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
@@ -26,6 +28,9 @@ export interface BillingNames {
   eventStream: string;
   eventSubjectPrefix: string;
   stateBucket: string;
+  rowsStream: string;
+  rowsSubjectPrefix: string;
+  rowsConsumer: string;
 }
 
 export function billingNames(prefix: string): BillingNames {
@@ -36,6 +41,9 @@ export function billingNames(prefix: string): BillingNames {
     eventStream: `${prefix}_EVENTS`,
     eventSubjectPrefix: `${prefix}.events`,
     stateBucket: `${prefix}_billing_state`,
+    rowsStream: `${prefix}_BILLING_ROWS`,
+    rowsSubjectPrefix: `${prefix}.billing-rows`,
+    rowsConsumer: 'billing-rows',
   };
 }
 
@@ -64,6 +72,19 @@ export async function ensureBillingStreams(nats: Nats, n: BillingNames, ackWaitM
     // An event re-published by a replay (same deterministic id) is stored once.
     duplicate_window: DAY_MS * NS_PER_MS,
   });
+  await add(n.rowsStream, {
+    subjects: [`${n.rowsSubjectPrefix}.>`],
+    retention: RetentionPolicy.Workqueue,
+    storage: StorageType.File,
+    max_msg_size: nats.maxPayload,
+    duplicate_window: DAY_MS * NS_PER_MS,
+  });
+  try {
+    await nats.jsm.consumers.info(n.rowsStream, n.rowsConsumer);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    await nats.jsm.consumers.add(n.rowsStream, { durable_name: n.rowsConsumer, ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_ack_pending: 1_000, max_deliver: -1 });
+  }
   const consumer = {
     durable_name: n.billingConsumer,
     ack_policy: AckPolicy.Explicit,
