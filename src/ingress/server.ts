@@ -5,6 +5,7 @@
  *   pipeline, all   GET /admin/v1/organizations/:id/stats (needs the store)
  *   ingress, all    /api/v2/analytics/* (answer 503 without an engine in reach)
  *   ingress, all    /api/v2/customers..., /api/v2/plans (billing configuration)
+ *   ingress, all    /api/v2/webhooks..., GET /settings (the web settings page, no key needed)
  */
 import { ApiError } from '../errors.js';
 import { log } from '../log.js';
@@ -16,6 +17,7 @@ import { operatorGuard } from '../admin/routes.js';
 import type { Store } from '../store/index.js';
 import type { AnalyticsService } from '../analytics/service.js';
 import type { WebhookApi } from '../webhooks/api.js';
+import { settingsPageRoutes } from '../webhooks/settings-page/index.js';
 import type { BillingConfigApi } from '../billing/config/api.js';
 import { countParams, uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
@@ -156,12 +158,16 @@ export class Server {
     this.add('post', '/admin/v1/organizations/:id/events', handler, { body: true, maxBodyBytes: 256 * 1024, before: this.operator });
   }
 
-  /** Webhook management (after addIngress: authenticated with the API key). */
+  /**
+   * Webhook management (after addIngress: authenticated with the API key), and the web
+   * settings page at GET /settings (unauthenticated static files; the page calls this API).
+   */
   addWebhooks(webhooks: WebhookApi): void {
     const before = this.authenticate!;
     for (const r of webhooks.routes()) {
       this.add(r.method, r.pattern, r.handler, r.body ? { body: true, maxBodyBytes: 64 * 1024, before } : { before });
     }
+    for (const r of settingsPageRoutes()) this.add('get', r.pattern, r.handler);
   }
 
   addStore(store: Store): void {
