@@ -51,6 +51,7 @@ export interface Config {
     workers: number;
     flushRows: number;
     flushMs: number;
+    flushIdleMs: number;
     maxAckPending: number;
     ackWaitMs: number;
   };
@@ -200,6 +201,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       workers: r.int('PIPELINE_WORKERS', Math.min(4, cores), 1, 256),
       flushRows: r.int('PIPELINE_FLUSH_ROWS', 10_000, 1, 1_000_000),
       flushMs: r.int('PIPELINE_FLUSH_MS', 200, 1, 60_000),
+      flushIdleMs: r.int('PIPELINE_FLUSH_IDLE_MS', 10, 1, 60_000),
       maxAckPending: r.int('PIPELINE_MAX_ACK_PENDING', 256, 1, 100_000),
       ackWaitMs: r.int('PIPELINE_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
     },

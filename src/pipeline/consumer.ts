@@ -163,16 +163,32 @@ export class Pipeline {
     this.scheduleFlush();
   }
 
-  /** Flushes now when a flush's worth of rows waits, otherwise within PIPELINE_FLUSH_MS. */
+  /**
+   * Flushes now when a flush's worth of rows waits; otherwise when no new batch has come for
+   * PIPELINE_FLUSH_IDLE_MS (the stream went quiet: a lone batch is not kept waiting), and at
+   * the latest PIPELINE_FLUSH_MS after the first buffered batch (under steady load batches
+   * keep coming and the buffer grows into large inserts).
+   */
   private scheduleFlush(): void {
-    if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) void this.flush();
-    else if (this.buffer.msgs.length > 0 && !this.timer) {
+    if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) {
+      void this.flush();
+      return;
+    }
+    if (this.buffer.msgs.length === 0) return;
+    if (!this.timer) {
       this.timer = setTimeout(() => {
         this.timer = null;
         void this.flush();
       }, this.cfg.pipeline.flushMs);
     }
+    if (this.idleTimer) clearTimeout(this.idleTimer);
+    this.idleTimer = setTimeout(() => {
+      this.idleTimer = null;
+      if (this.inflight.size === 0) void this.flush();
+    }, this.cfg.pipeline.flushIdleMs);
   }
+
+  private idleTimer: NodeJS.Timeout | null = null;
 
   /** Inserts what is buffered and acks its messages; one flush runs at a time. */
   flush(): Promise<void> {
@@ -180,6 +196,10 @@ export class Pipeline {
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;
+    }
+    if (this.idleTimer) {
+      clearTimeout(this.idleTimer);
+      this.idleTimer = null;
     }
     const batch = this.buffer;
     if (batch.msgs.length === 0) return Promise.resolve();

@@ -48,6 +48,7 @@ t.test('defaults', async (t) => {
       workers: Math.min(4, Math.max(1, os.availableParallelism())),
       flushRows: 10_000,
       flushMs: 200,
+      flushIdleMs: 10,
       maxAckPending: 256,
       ackWaitMs: 60_000,
     },
