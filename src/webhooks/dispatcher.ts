@@ -11,7 +11,8 @@
  *   only (deliver.ts); redirects are not followed; any 2xx is success; each attempt is bounded
  *   by WEBHOOK_TIMEOUT_MS.
  * - Retries: a failed attempt naks the message with the next delay of WEBHOOK_RETRY_SCHEDULE
- *   (default 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: 8 attempts over ~27.6 hours); after
+ *   (default 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: 8 attempts over ~27.6 hours), each
+ *   delay with ±20% random jitter; after
  *   the last one the delivery is logged as failed for good (it can be resent). The schedule
  *   lives in JetStream's redelivery, so a dispatcher crash loses nothing: an unacked event is
  *   redelivered after the ack wait (at least once).
@@ -129,7 +130,8 @@ export class Dispatcher {
     const check = await checkWebhookUrl(w.url, this.opts.policy, this.opts.resolver);
     const outcome = check.ok ? await deliver(check, body, secret, this.opts.timeoutMs) : { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
     const schedule = this.opts.retryScheduleMs;
-    const retryIn = outcome.ok || attempt > schedule.length ? null : schedule[attempt - 1]!;
+    // ±20% jitter, so receivers that failed together are not retried in lockstep.
+    const retryIn = outcome.ok || attempt > schedule.length ? null : Math.round(schedule[attempt - 1]! * (0.8 + Math.random() * 0.4));
     await this.deliveries.record(e.organizationId, mode, {
       ...base,
       url: w.url,

@@ -134,6 +134,20 @@ t.test('management: the ten events, validation, secret shown once, test deliveri
     const ids = JSON.stringify(got.envelope.data).match(/"(?:id|customerId|planId|orderLineAttributeId|externalId)":"([a-z]+_test_[^"]*)"/g) ?? [];
     t.ok(ids.length > 0, `${event}: synthetic ids carry test prefixes`);
   }
+  const shapes: Record<string, string[]> = {
+    'billing-credits-depleted': ['credits'],
+    'billing-overage-incurred': ['overage'],
+    'billing-credit-cap-reached': ['breachedUnit', 'cap', 'customer', 'detectedAt', 'period', 'used', 'usedDecimal'],
+    'billing-invoice-created': ['invoice'],
+    'billing-checkout-expired': ['checkout'],
+  };
+  for (const [event, keys] of Object.entries(shapes)) {
+    t.same(Object.keys(receiver.got.find((g) => g.envelope.event === event)!.envelope.data).sort(), keys, `${event}: data keys`);
+  }
+  const data = (event: string) => receiver.got.find((g) => g.envelope.event === event)!.envelope.data;
+  t.same(Object.keys(data('billing-credits-depleted').credits).sort(), ['customerId', 'customerName', 'orderLineAttributeId', 'creditsCurrencyId', 'totalCredits', 'remainingCredits', 'usedCredits', 'totalCreditsDecimal', 'remainingCreditsDecimal', 'usedCreditsDecimal', 'eventName', 'signalId', 'depletedAt'].sort(), 'spec 2.6 fields');
+  t.same(Object.keys(data('billing-overage-incurred').overage).sort(), ['customerId', 'customerName', 'planId', 'planName', 'orderLineAttributeId', 'eventType', 'threshold', 'currentUsage', 'occurredAt'].sort(), 'spec 2.7 fields');
+  t.match(data('billing-credit-cap-reached'), { customer: { id: /^cus_test_/ }, breachedUnit: { externalId: /^cu_test_/ }, cap: { frequency: 'MONTHLY', amountDecimal: '500' } }, 'spec 2.8 shape');
   const pay = receiver.got.find((g) => g.envelope.event === 'billing-payment-succeeded')!.envelope.data.payment;
   t.same(Object.keys(pay).sort(), ['amount', 'currency', 'customerId', 'customerName', 'externalPaymentId', 'id', 'invoiceId', 'invoiceNumber', 'paymentDate', 'paymentType', 'status'].sort(), 'spec 2.5 fields');
   t.match(pay.id, /^pay_test_/);
