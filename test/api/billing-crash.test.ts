@@ -6,49 +6,15 @@
  */
 import t, { type Test } from 'tap';
 import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { TcpProxy } from '../helpers/proxy.js';
-import { NATS_URL, ServiceProcess, cleanup, createOrg, drained, http, isolation, sendBatch, sleep, type Isolation, type TestOrg } from '../helpers/service.js';
+import { billed, busEvents } from '../helpers/bus.js';
+import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, sleep, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
 
-async function busEvents(i: Isolation, orgId: string): Promise<{ id: string; event: string; data: any }[]> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const jsm = await jetstreamManager(nc);
-    const info = await jsm.streams.info(`${i.natsPrefix}_EVENTS`);
-    const out: { id: string; event: string; organizationId: string; data: any }[] = [];
-    if (info.state.messages > 0) {
-      const c = await jetstream(nc).consumers.get(`${i.natsPrefix}_EVENTS`);
-      for await (const m of await c.fetch({ max_messages: info.state.messages, expires: 5_000 })) {
-        out.push(m.json());
-        if (out.length === info.state.messages) break;
-      }
-    }
-    return out.filter((e) => e.organizationId === orgId);
-  } finally {
-    await nc.close();
-  }
-}
 
-async function billed(i: Isolation): Promise<void> {
-  await drained(i, 120_000);
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const jsm = await jetstreamManager(nc);
-    const end = Date.now() + 120_000;
-    for (;;) {
-      const ci = await jsm.consumers.info(`${i.natsPrefix}_BILLABLE`, 'billing');
-      const ri = await jsm.consumers.info(`${i.natsPrefix}_BILLING_ROWS`, 'billing-rows');
-      if (ci.num_pending + ci.num_ack_pending + ri.num_pending + ri.num_ack_pending === 0) return;
-      if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending} pending, ${ci.num_ack_pending} unacked`);
-      await sleep(100);
-    }
-  } finally {
-    await nc.close();
-  }
-}
 
 async function consumedInState(i: Isolation, orgId: string): Promise<string | undefined> {
   const nc = await connect({ servers: NATS_URL });

@@ -4,60 +4,14 @@
  * rows read back through the analytics API.
  */
 import t from 'tap';
-import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { createOrg, drained, http, NATS_URL, sendBatch, sleep, useService, type Isolation, type TestOrg } from '../helpers/service.js';
+import { billed, busEvents } from '../helpers/bus.js';
+import { createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'billing');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
 
-interface BusEvent {
-  id: string;
-  event: string;
-  organizationId: string;
-  livemode: boolean;
-  data: any;
-}
 
-/** Every event on the bus for this isolation (an ordered consumer from the start). */
-async function busEvents(i: Isolation): Promise<BusEvent[]> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const js = jetstream(nc);
-    const jsm = await jetstreamManager(nc);
-    const info = await jsm.streams.info(`${i.natsPrefix}_EVENTS`);
-    const out: BusEvent[] = [];
-    if (info.state.messages === 0) return out;
-    const c = await js.consumers.get(`${i.natsPrefix}_EVENTS`);
-    const it = await c.fetch({ max_messages: info.state.messages, expires: 5_000 });
-    for await (const m of it) {
-      out.push(m.json<BusEvent>());
-      if (out.length === info.state.messages) break;
-    }
-    return out;
-  } finally {
-    await nc.close();
-  }
-}
 
-/** Waits until the pipeline and the billing evaluator have nothing pending. */
-async function billed(i: Isolation): Promise<void> {
-  await drained(i);
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const jsm = await jetstreamManager(nc);
-    const end = Date.now() + 60_000;
-    for (;;) {
-      const ci = await jsm.consumers.info(`${i.natsPrefix}_BILLABLE`, 'billing');
-      const ri = await jsm.consumers.info(`${i.natsPrefix}_BILLING_ROWS`, 'billing-rows');
-      if (ci.num_pending + ci.num_ack_pending + ri.num_pending + ri.num_ack_pending === 0) return;
-      if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending} pending, ${ci.num_ack_pending} unacked`);
-      await sleep(100);
-    }
-  } finally {
-    await nc.close();
-  }
-}
 
 async function ok(r: Promise<{ status: number; body: any }>, expected = [200, 201]): Promise<any> {
   const res = await r;

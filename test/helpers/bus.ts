@@ -1,0 +1,55 @@
+/**
+ * Reading the billing side of a test service's JetStream: the events on the bus, and
+ * waiting until the pipeline, the billing evaluator and the billing rows inserter have
+ * nothing pending.
+ */
+import { connect } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { NATS_URL, drained, sleep, type Isolation } from './service.js';
+
+export interface BusEvent {
+  id: string;
+  event: string;
+  organizationId: string;
+  livemode: boolean;
+  data: any;
+}
+
+/** Every event on the bus of this isolation (of one organization when given), in order. */
+export async function busEvents(i: Isolation, orgId?: string): Promise<BusEvent[]> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const info = await jsm.streams.info(`${i.natsPrefix}_EVENTS`);
+    const out: BusEvent[] = [];
+    if (info.state.messages > 0) {
+      const c = await jetstream(nc).consumers.get(`${i.natsPrefix}_EVENTS`);
+      for await (const m of await c.fetch({ max_messages: info.state.messages, expires: 5_000 })) {
+        out.push(m.json<BusEvent>());
+        if (out.length === info.state.messages) break;
+      }
+    }
+    return orgId === undefined ? out : out.filter((e) => e.organizationId === orgId);
+  } finally {
+    await nc.close();
+  }
+}
+
+/** Waits until the pipeline, the billing evaluator and the rows inserter have nothing pending. */
+export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
+  await drained(i, timeoutMs);
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const ci = await jsm.consumers.info(`${i.natsPrefix}_BILLABLE`, 'billing');
+      const ri = await jsm.consumers.info(`${i.natsPrefix}_BILLING_ROWS`, 'billing-rows');
+      if (ci.num_pending + ci.num_ack_pending + ri.num_pending + ri.num_ack_pending === 0) return;
+      if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending + ri.num_pending} pending, ${ci.num_ack_pending + ri.num_ack_pending} unacked`);
+      await sleep(100);
+    }
+  } finally {
+    await nc.close();
+  }
+}
