@@ -73,6 +73,23 @@ export async function start(cfg: Config): Promise<Running> {
       throw new ConfigError([`MAX_BODY_BYTES=${cfg.maxBodyBytes}: the NATS server accepts messages of at most ${nats.maxPayload} bytes; use at most ${nats.maxPayload - 16 * 1024}`]);
     }
     await nats.ensureSignalStream(cfg);
+    // Shared by the roles of this process, each made once on first use.
+    const n = nats;
+    const billing = billingNames(cfg.natsPrefix);
+    const once = <T>(make: () => Promise<T>): (() => Promise<T>) => {
+      let made: Promise<T> | null = null;
+      return () => (made ??= make());
+    };
+    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.pipeline.ackWaitMs));
+    const deliveryLog = once(async () => {
+      const l = new DeliveryLog(n, cfg.natsPrefix);
+      await l.ensure();
+      return l;
+    });
+    const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
+    const configStore = once(async () => new BillingConfigStore(await n.billingBucket(), n.maxPayload));
+    const billingState = once(() => stateBucket(n, billing));
+    const webhookPolicy = { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks };
 
     if (hasIngress(cfg.role)) {
       const redis = new Redis(cfg.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
@@ -90,17 +107,14 @@ export async function start(cfg: Config): Promise<Running> {
       const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
       await registry.start();
       server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
-      const names = billingNames(cfg.natsPrefix);
-      await ensureBillingStreams(nats, names, cfg.pipeline.ackWaitMs);
-      const deliveryLog = new DeliveryLog(nats, cfg.natsPrefix);
-      await deliveryLog.ensure();
+      await billingStreams();
       server.addWebhooks(
-        new WebhookApi(new WebhookStore(await nats.webhookBucket()), deliveryLog, nats, {
+        new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
-          policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
+          policy: webhookPolicy,
           timeoutMs: cfg.webhooks.timeoutMs,
-          eventStream: names.eventStream,
-          eventSubjectPrefix: names.eventSubjectPrefix,
+          eventStream: billing.eventStream,
+          eventSubjectPrefix: billing.eventSubjectPrefix,
           publishTimeoutMs: cfg.publishTimeoutMs,
         }),
       );
@@ -108,17 +122,17 @@ export async function start(cfg: Config): Promise<Running> {
         const e = validateExternalEvent(parseJson(req.body));
         if (!(await registry.get(req.params[0]!))) throw new ApiError('NOT_FOUND', `no organization ${req.params[0]}`);
         try {
-          const r = await publishExternalEvent(nats!, names.eventSubjectPrefix, req.params[0]!, e, cfg.publishTimeoutMs);
+          const r = await publishExternalEvent(n, billing.eventSubjectPrefix, req.params[0]!, e, cfg.publishTimeoutMs);
           return { status: 202, body: { id: e.id, event: e.event, duplicate: r.duplicate } };
         } catch (err) {
           log.warn('event publish failed', { err });
           throw new ApiError('QUEUE_UNAVAILABLE', 'JetStream is unreachable; the event was not published, retry with the same id');
         }
       });
-      const billingState = await stateBucket(nats, billingNames(cfg.natsPrefix));
+      const state = await billingState();
       server.addBilling(
-        new BillingConfigApi(new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), async (orgId, mode) => {
-          const e = await billingState.get(`st.${orgId}.${mode}`);
+        new BillingConfigApi(await configStore(), async (orgId, mode) => {
+          const e = await state.get(`st.${orgId}.${mode}`);
           return e && e.length > 0 ? (e.json() as BillingState).consumed : {};
         }),
       );
@@ -132,12 +146,11 @@ export async function start(cfg: Config): Promise<Running> {
       server.addStore(store);
       await nats.ensureDeadLetterStream();
       await nats.ensurePipelineConsumer(cfg);
-      const billing = billingNames(cfg.natsPrefix);
-      await ensureBillingStreams(nats, billing, cfg.pipeline.ackWaitMs);
+      await billingStreams();
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, new BillingConfigStore(await nats.billingBucket(), nats.maxPayload), await stateBucket(nats, billing), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
+      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
       await evaluator.start();
       billingRows = new BillingRowsInserter(nats, billing, store);
       await billingRows.start();
@@ -167,16 +180,13 @@ export async function start(cfg: Config): Promise<Running> {
       if (!cfg.webhooks.encryptionKey) {
         log.warn('webhook deliveries are off: WEBHOOK_ENCRYPTION_KEY is not set');
       } else {
-        const names = billingNames(cfg.natsPrefix);
-        await ensureBillingStreams(nats, names, cfg.pipeline.ackWaitMs);
-        const deliveryLog = new DeliveryLog(nats, cfg.natsPrefix);
-        await deliveryLog.ensure();
-        dispatcher = new Dispatcher(nats, new WebhookStore(await nats.webhookBucket()), deliveryLog, {
+        await billingStreams();
+        dispatcher = new Dispatcher(nats, await webhookStore(), await deliveryLog(), {
           key: cfg.webhooks.encryptionKey,
-          policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
+          policy: webhookPolicy,
           timeoutMs: cfg.webhooks.timeoutMs,
           retryScheduleMs: cfg.webhooks.retryScheduleMs,
-          eventStream: names.eventStream,
+          eventStream: billing.eventStream,
         });
         await dispatcher.start();
       }

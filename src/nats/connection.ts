@@ -29,6 +29,7 @@ export interface Names {
   orgBucket: string;
   dedupeBucket: string;
   billingBucket: string;
+  webhookBucket: string;
 }
 
 export function names(prefix: string): Names {
@@ -41,6 +42,7 @@ export function names(prefix: string): Names {
     orgBucket: `${prefix}_orgs`,
     dedupeBucket: `${prefix}_dedupe`,
     billingBucket: `${prefix}_billing`,
+    webhookBucket: `${prefix}_webhooks`,
   };
 }
 
@@ -160,7 +162,7 @@ export class Nats {
 
   /** Webhook settings and sealed signing secrets, one document per organization and mode (src/webhooks/store.ts). */
   webhookBucket(): Promise<KV> {
-    return new Kvm(this.js).create(`${this.names.billingBucket.replace(/_billing$/, '')}_webhooks`, { history: 1, storage: StorageType.File });
+    return new Kvm(this.js).create(this.names.webhookBucket, { history: 1, storage: StorageType.File });
   }
 
   dedupeBucket(cfg: Config): Promise<KV> {

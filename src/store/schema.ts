@@ -71,13 +71,12 @@ export function schemaStatements(db: string): string[] {
   ];
 }
 
-export const EXISTING_IN_SQL = (db: string, table: 'costs' | 'credit_consumption'): string =>
+/** Which of these signal ids of an organization a table already holds (redelivery checks). */
+export const EXISTING_IN_SQL = (db: string, table: 'signals' | 'costs' | 'credit_consumption'): string =>
   `SELECT signal_id FROM ${db}.${table} WHERE org_id = {org:String} AND signal_id IN {ids:Array(String)}`;
 
 export const INSERT_SETTINGS = { max_partitions_per_insert_block: '0' };
 
-export const EXISTING_IDS_SQL = (db: string): string =>
-  `SELECT signal_id FROM ${db}.signals WHERE org_id = {org:String} AND signal_id IN {ids:Array(String)}`;
 
 export const COUNT_SQL = (db: string): string =>
   `SELECT toUInt8(livemode) AS live, count() AS n FROM ${db}.signals WHERE org_id = {org:String} GROUP BY livemode`;

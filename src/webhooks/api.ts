@@ -27,7 +27,7 @@ import { newSigningSecret } from './signature.js';
 import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog } from './delivery-log.js';
-import { deliver } from './deliver.js';
+import { attempt } from './deliver.js';
 import { samplePayload } from './samples.js';
 
 export interface WebhookOptions {
@@ -150,8 +150,7 @@ export class WebhookApi {
     const now = new Date();
     const payload = Buffer.from(JSON.stringify({ event, timestamp: now.toISOString(), isTest: true, data: samplePayload(event, now) }));
     const deliveryId = `whd_test_${randomBytes(12).toString('base64url')}`;
-    const check = await checkWebhookUrl(w.url, this.opts.policy, this.opts.resolver);
-    const outcome = check.ok ? await deliver(check, payload, secret, this.opts.timeoutMs) : { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+    const outcome = await attempt(w.url, this.opts.policy, payload, secret, this.opts.timeoutMs, this.opts.resolver);
     await this.log.record(who.org.id, who.mode, {
       deliveryId, attempt: 1, event, eventId: deliveryId, eventSeq: null, isTest: true, at: now.toISOString(), url: w.url,
       statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, outcome: outcome.ok ? 'delivered' : 'failed', error: outcome.error, nextAttemptAt: null,

@@ -10,6 +10,7 @@ import http from 'node:http';
 import https from 'node:https';
 import { isIP } from 'node:net';
 import { signatureHeader } from './signature.js';
+import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
 
 export interface DeliveryOutcome {
   ok: boolean;
@@ -75,4 +76,11 @@ export function deliver(target: Target, body: Buffer, secret: string, timeoutMs:
     req.on('error', (err) => done({ ok: false, statusCode: null, error: `connection failed: ${(err as NodeJS.ErrnoException).code ?? err.message}` }));
     req.end(body);
   });
+}
+
+/** One attempt at a configured URL: checked again now (it may resolve elsewhere than when it was set), then delivered to the vetted address. */
+export async function attempt(url: string, policy: WebhookUrlPolicy, body: Buffer, secret: string, timeoutMs: number, resolver?: Resolver): Promise<DeliveryOutcome> {
+  const check = await checkWebhookUrl(url, policy, resolver);
+  if (!check.ok) return { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+  return deliver(check, body, secret, timeoutMs);
 }

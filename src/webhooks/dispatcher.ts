@@ -31,8 +31,8 @@ import { isWebhookEvent } from './event-names.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.js';
 import { open } from './secret-box.js';
-import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
-import { deliver } from './deliver.js';
+import type { Resolver, WebhookUrlPolicy } from './ssrf.js';
+import { attempt as attemptDelivery } from './deliver.js';
 import { secretContext } from './api.js';
 export { DEFAULT_RETRY_SCHEDULE_MS } from './retry.js';
 
@@ -127,8 +127,7 @@ export class Dispatcher {
 
     const secret = open(this.opts.key, doc.secret, secretContext(e.organizationId, mode));
     const body = Buffer.from(JSON.stringify({ event: e.event, timestamp: e.occurredAt, isTest: false, data: e.data }));
-    const check = await checkWebhookUrl(w.url, this.opts.policy, this.opts.resolver);
-    const outcome = check.ok ? await deliver(check, body, secret, this.opts.timeoutMs) : { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+    const outcome = await attemptDelivery(w.url, this.opts.policy, body, secret, this.opts.timeoutMs, this.opts.resolver);
     const schedule = this.opts.retryScheduleMs;
     // ±20% jitter, so receivers that failed together are not retried in lockstep.
     const retryIn = outcome.ok || attempt > schedule.length ? null : Math.round(schedule[attempt - 1]! * (0.8 + Math.random() * 0.4));

@@ -171,7 +171,7 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     };
 
     // Included quantity.
-    const usageBefore = state.usage[attr.id] !== undefined ? parseDecimal(state.usage[attr.id], { maxDecimalPlaces: 1000, maxIntegerDigits: 1000 }) : ZERO;
+    const usageBefore = state.usage[attr.id] !== undefined ? big(state.usage[attr.id]!) : ZERO;
     const included = attr.includedQuantity === null ? null : parseDecimal(attr.includedQuantity, { maxDecimalPlaces: 12 });
     const usage = addUsage(usageBefore, quantity, included);
     state.usage[attr.id] = toCanonicalString(usage.after);

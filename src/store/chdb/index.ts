@@ -20,7 +20,7 @@ import path from 'node:path';
 import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
-import { COUNT_SQL, EXISTING_IDS_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
 import { log } from '../../log.js';
@@ -76,10 +76,8 @@ export class ChdbStore implements Store {
     await this.run(() => this.session.insert({ table: `${this.db}.signals`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
   }
 
-  async existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
-    if (ids.length === 0) return new Set();
-    const r = await this.run(() => this.session.queryBindAsync(EXISTING_IDS_SQL(this.db), { org: orgId, ids }, { format: 'JSONEachRow' }));
-    return new Set(lines<{ signal_id: string }>(r.text()).map((x) => x.signal_id));
+  existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.existingIn('signals', orgId, ids);
   }
 
   async insertCosts(rows: Buffer): Promise<void> {
@@ -98,7 +96,7 @@ export class ChdbStore implements Store {
     return this.existingIn('credit_consumption', orgId, ids);
   }
 
-  private async existingIn(table: 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
+  private async existingIn(table: 'signals' | 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
     const r = await this.run(() => this.session.queryBindAsync(EXISTING_IN_SQL(this.db, table), { org: orgId, ids }, { format: 'JSONEachRow' }));
     return new Set(lines<{ signal_id: string }>(r.text()).map((x) => x.signal_id));

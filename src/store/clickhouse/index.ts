@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
-import { COUNT_SQL, EXISTING_IDS_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { EngineError } from '../../analytics/engine-error.js';
 import type { AnalyticsEngine } from '../../analytics/engine.js';
@@ -94,7 +94,7 @@ export class ClickHouseStore implements Store {
     return this.existingIn('credit_consumption', orgId, ids);
   }
 
-  private async existingIn(table: 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
+  private async existingIn(table: 'signals' | 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
     const rs = await this.client.query({ query: EXISTING_IN_SQL(this.db, table), query_params: { org: orgId, ids }, format: 'JSONEachRow' });
     return new Set((await rs.json<{ signal_id: string }>()).map((x) => x.signal_id));
@@ -110,10 +110,8 @@ export class ClickHouseStore implements Store {
     await new Promise<void>((resolve, reject) => r.stream.on('end', resolve).on('error', reject));
   }
 
-  async existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
-    if (ids.length === 0) return new Set();
-    const rs = await this.client.query({ query: EXISTING_IDS_SQL(this.db), query_params: { org: orgId, ids }, format: 'JSONEachRow' });
-    return new Set((await rs.json<{ signal_id: string }>()).map((x) => x.signal_id));
+  existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.existingIn('signals', orgId, ids);
   }
 
   async countSignals(orgId: string): Promise<SignalCounts> {
