@@ -6,8 +6,8 @@
  * for each query, --requests sequential requests over one keep-alive connection, timed at the
  * client (hdr histogram). Queries:
  *   aggregate      a small GROUP BY over a JSON path (3 rows)
- *   aggregate-cold the same with a unique comment per request: the guard's cache misses, so
- *                  each request pays both parser calls (formatQuerySingleLine, EXPLAIN AST)
+ *   aggregate-cold the same with a unique comment per request: the compiler's cache misses,
+ *                  so each request is parsed, resolved and printed
  *   rows-10k       10,000 rows of 5 columns (the row limit), ~0.6 MB of JSON
  * Phase 2 (engine alone, after the service stopped): the same data directory opened by the
  * store in this process, and the same statements with the same settings run --requests times
@@ -19,8 +19,9 @@
  */
 import { loadConfig } from '../src/config.js';
 import { ChdbStore } from '../src/store/chdb/index.js';
-import { QueryGuard } from '../src/analytics/guard.js';
-import { scopedSettings } from '../src/analytics/service.js';
+import { QueryCompiler } from '../src/analytics/compiler/index.js';
+import { engineSettings } from '../src/analytics/service.js';
+import { VIEW_SCHEMAS } from '../src/analytics/views.js';
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
 import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, onInterrupt, startService } from './lib/service.js';
@@ -119,10 +120,10 @@ async function main(): Promise<void> {
   const store = new ChdbStore(cfg);
   await store.init();
   try {
-    const guard = new QueryGuard(store.analytics, []);
-    const settings = scopedSettings(orgId, 'live', { timeoutMs: 30_000, maxMemoryBytes: cfg.analytics.maxMemoryBytes });
+    const compiler = new QueryCompiler(VIEW_SCHEMAS, cfg.analytics.database);
+    const settings = engineSettings({ timeoutMs: 30_000, maxMemoryBytes: cfg.analytics.maxMemoryBytes });
     for (const [name, q] of Object.entries(QUERIES)) {
-      const sql = await guard.check(q);
+      const sql = compiler.compile(q, { orgId, mode: 'live' });
       const h = new LatencyHistogram();
       for (let i = -WARMUP; i < REQUESTS; i++) {
         const t0 = performance.now();

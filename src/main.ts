@@ -172,6 +172,7 @@ export async function start(cfg: Config): Promise<Running> {
               maxMemoryBytes: cfg.analytics.maxMemoryBytes,
               rateLimited: cfg.analytics.rateLimited,
               internalNames: [cfg.clickhouseDatabase, cfg.analytics.database],
+              analyticsDatabase: cfg.analytics.database,
             })
           : null,
       );

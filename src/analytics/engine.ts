@@ -1,18 +1,20 @@
 /**
- * What the analytics operations need from the store: the engine's parser (for the guard)
- * and a way to run one guarded SELECT with per-query settings, answered as JSONCompact.
+ * What the analytics operations need from the store: a way to run one compiled SELECT with
+ * per-query settings, answered as JSONCompact.
  */
-import type { QueryParser } from './guard.js';
-
 export type QuerySettings = Record<string, string | number>;
 
-export interface AnalyticsEngine extends QueryParser {
+export interface AnalyticsEngine {
   /**
-   * Runs a statement the guard accepted, in the analytics database, with these settings
-   * (which carry the organization scope). Returns the JSONCompact output as bytes; throws
-   * engine errors as EngineError or as the engine's own error (see engine-error.ts).
+   * Runs a statement printed by the query compiler (compiler/printer.ts), which carries the
+   * organization scope in its view reads, with these settings (limits, read-only, output
+   * format). Returns the JSONCompact output as bytes; throws engine errors as EngineError or
+   * as the engine's own error (see engine-error.ts).
    */
   select(sql: string, settings: QuerySettings): Promise<Buffer>;
+  /** No longer used (the guard that needed the engine's parser is gone); stores may drop these. */
+  normalize?(text: string): Promise<string>;
+  explainAst?(sql: string): Promise<string>;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

@@ -1,13 +1,14 @@
 /**
  * The analytics operations (spec 4.1, 4.2; issue 4):
- *   POST /api/v2/analytics/query            one guarded SELECT, scoped to the caller
+ *   POST /api/v2/analytics/query            one compiled SELECT, scoped to the caller
  *   GET  /api/v2/analytics/schema           the views and their columns
  *   GET  /api/v2/analytics/signals/metadata JSON paths seen in the caller's fact_signal.data
  *
  * Order of a query, and why: validate the body (free) → one token, only when the rate
  * framework is on for analytics (spec 8.3, off by default) → a concurrency slot (429
- * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the guard (the engine's parser) → the
- * engine, with the organization scope, readonly=1, the time limit and the row limits as
+ * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the compiler (compiler/: the project's
+ * own parser, name resolution and printer, which writes the caller's organization and mode
+ * into every view read) → the engine, with readonly=1, the time limit and the row limits as
  * settings → the exact 10,000-row cut. The slot is held until the engine is done with the
  * statement, even when the watchdog answered 408 first.
  */
@@ -20,9 +21,11 @@ import type { Reply, Request } from '../ingress/http.js';
 import { parseJson } from '../ingress/validate.js';
 import type { AnalyticsEngine, QuerySettings } from './engine.js';
 import { apiErrorFor, toEngineError } from './engine-error.js';
-import { MAX_QUERY_CHARS, QueryGuard } from './guard.js';
+import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
 import { MAX_ROWS, shapeResult } from './result.js';
-import { NO_PUSHDOWN_SETTINGS, SCOPE_SETTING, VIEW_NAMES, schemaDocument, scopeValue } from './views.js';
+import { NO_PUSHDOWN_SETTINGS, VIEW_NAMES, VIEW_SCHEMAS, schemaDocument } from './views.js';
+
+export const MAX_QUERY_CHARS = 20_480;
 
 export interface AnalyticsOptions {
   timeoutMs: number;
@@ -30,6 +33,8 @@ export interface AnalyticsOptions {
   rateLimited: boolean;
   /** Database names that must never appear in an error message. */
   internalNames: string[];
+  /** The database of the (parameterized) views, ANALYTICS_DATABASE. */
+  analyticsDatabase: string;
 }
 
 /** Grace after the engine's own time limit before the watchdog answers 408 by itself. */
@@ -37,13 +42,15 @@ const WATCHDOG_GRACE_MS = 5_000;
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
-const METADATA_SQL =
+/** The metadata operation's own query: compiled (and scoped) like a caller's. */
+export const METADATA_SQL =
   'SELECT path, type, count() AS signals, max(created_at) AS last_seen_at FROM fact_signal ' +
   'ARRAY JOIN mapKeys(JSONAllPathsWithTypes(data)) AS path, mapValues(JSONAllPathsWithTypes(data)) AS type ' +
   'GROUP BY path, type ORDER BY path, type';
 
 export class AnalyticsService {
-  private readonly guard: QueryGuard;
+  private readonly compiler: QueryCompiler;
+  private readonly metadata: Compiled;
   private readonly schemaBody: string;
 
   constructor(
@@ -52,7 +59,8 @@ export class AnalyticsService {
     private readonly buckets: TokenBuckets,
     private readonly opts: AnalyticsOptions,
   ) {
-    this.guard = new QueryGuard(engine, opts.internalNames);
+    this.compiler = new QueryCompiler(VIEW_SCHEMAS, opts.analyticsDatabase);
+    this.metadata = compile(METADATA_SQL, VIEW_SCHEMAS);
     this.schemaBody = JSON.stringify(schemaDocument());
   }
 
@@ -64,7 +72,7 @@ export class AnalyticsService {
     const text = queryText(req.body);
     await this.takeToken(p);
     return this.withSlot(p, async (track) => {
-      const sql = await this.guard.check(text);
+      const sql = this.compileFor(text, p);
       const out = await this.execute(sql, p, track);
       return { status: 200, body: shapeResult(out, MAX_ROWS).body, headers: JSON_HEADERS };
     });
@@ -73,20 +81,30 @@ export class AnalyticsService {
   async signalsMetadata(_req: Request, p: Principal): Promise<Reply> {
     await this.takeToken(p);
     return this.withSlot(p, async (track) => {
-      const out = await this.execute(METADATA_SQL, p, track);
+      const out = await this.execute(printScoped(this.metadata, { orgId: p.org.id, mode: p.mode }, this.opts.analyticsDatabase), p, track);
       const parsed = JSON.parse(out.toString('utf8')) as { data: [string, string, string | number, string][] };
       const paths = parsed.data.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
       return { status: 200, body: { paths } };
     });
   }
 
-  private settings(p: Principal): QuerySettings {
-    return scopedSettings(p.org.id, p.mode, this.opts);
+  /** The SQL to run for the caller's text: compiled, then printed with the caller's scope. */
+  private compileFor(text: string, p: Principal): string {
+    try {
+      return this.compiler.compile(text, { orgId: p.org.id, mode: p.mode });
+    } catch (err) {
+      if (err instanceof CompileError) throw err.toApiError();
+      throw err;
+    }
+  }
+
+  private settings(): QuerySettings {
+    return engineSettings(this.opts);
   }
 
   /** Runs a statement for the caller; engine errors become API errors; a stuck engine gets 408 from the watchdog. */
   private async execute(sql: string, p: Principal, track: (engine: Promise<unknown>) => void): Promise<Buffer> {
-    const run = this.engine.select(sql, this.settings(p));
+    const run = this.engine.select(sql, this.settings());
     track(run);
     let timer: NodeJS.Timeout | undefined;
     const watchdog = new Promise<never>((_, reject) => {
@@ -147,10 +165,13 @@ export class AnalyticsService {
   }
 }
 
-/** The settings of every statement run for an organization: its scope, the limits, lossless JSON, read-only. */
-export function scopedSettings(orgId: string, mode: 'live' | 'test', opts: { timeoutMs: number; maxMemoryBytes: number }): QuerySettings {
+/**
+ * The settings of every analytics statement: the limits, lossless JSON, read-only. They carry
+ * no scope (the printed statement does) and the query text cannot change them (the language
+ * has no SETTINGS).
+ */
+export function engineSettings(opts: { timeoutMs: number; maxMemoryBytes: number }): QuerySettings {
   return {
-    [SCOPE_SETTING]: scopeValue(orgId, mode),
     ...NO_PUSHDOWN_SETTINGS,
     max_execution_time: opts.timeoutMs / 1000,
     timeout_overflow_mode: 'throw',

@@ -1,14 +1,14 @@
 /**
  * The analytics views: the only things an analytics query can name.
  *
- * They live in their own database (ANALYTICS_DATABASE, default `analytics`), which holds
- * nothing else and is the current database of every analytics query, so an unqualified
- * name can only mean a view, a name the query defines itself (WITH), or nothing.
- *
- * Scoping: every view filters its base table on the organization and mode carried by the
- * query's `log_comment` setting (`scope:<org>:<live|test>`), which only the service sets:
- * the guard refuses every SETTINGS clause, and a query without the setting sees no rows at
- * all (fail closed). There is no organization column to filter on or to leak.
+ * Each view is a parameterized view in its own database (ANALYTICS_DATABASE, default
+ * `analytics`), which holds nothing else: it reads its base table in CLICKHOUSE_DATABASE for
+ * one organization and mode, given as the view's parameters `org` and `live`. The query
+ * compiler (compiler/) never lets a query name a database or a parameter; its printer itself
+ * writes every read of a view as `analytics.fact_signal(org = '<caller>', live = <mode>)`,
+ * taking the scope from the authenticated caller — no setting and nothing in the query text
+ * carries it. A view read without its parameters reads nothing (the engine refuses it).
+ * There is no organization column to filter on or to leak.
  *
  * The LIMIT is a barrier, and it is load-bearing: without it the optimizer moves the
  * caller's conditions (WHERE, HAVING, conditions of subqueries and CTEs) down into the
@@ -33,15 +33,7 @@ export interface ViewDef {
   columns: (ViewColumn & { expr: string })[];
 }
 
-export const SCOPE_SETTING = 'log_comment';
-
-export function scopeValue(orgId: string, mode: 'live' | 'test'): string {
-  return `scope:${orgId}:${mode}`;
-}
-
-const SCOPE_FILTER =
-  `org_id = splitByChar(':', getSetting('${SCOPE_SETTING}'))[2] AND livemode = (splitByChar(':', getSetting('${SCOPE_SETTING}'))[3] = 'live')` +
-  ` AND splitByChar(':', getSetting('${SCOPE_SETTING}'))[1] = 'scope'`;
+const SCOPE_FILTER = 'org_id = {org:String} AND livemode = {live:Bool}';
 
 /** Larger than any table can be: a LIMIT that never cuts, only stops predicate pushdown. */
 export const SCOPE_BARRIER_LIMIT = '9223372036854775807';
@@ -108,6 +100,12 @@ export const VIEWS: readonly ViewDef[] = [
 ];
 
 export const VIEW_NAMES: readonly string[] = VIEWS.map((v) => v.name);
+
+/** What the compiler resolves names against: each view's columns and types. */
+export const VIEW_SCHEMAS: readonly { name: string; columns: { name: string; type: string }[] }[] = VIEWS.map((v) => ({
+  name: v.name,
+  columns: v.columns.map(({ name, type }) => ({ name, type })),
+}));
 
 export function viewStatements(storeDb: string, analyticsDb: string): string[] {
   return [

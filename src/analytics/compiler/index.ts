@@ -1,0 +1,63 @@
+/**
+ * The analytics query compiler: the caller's text → tokens → the project's AST (grammar.ts)
+ * → names resolved against the views, the query's CTEs and aliases, functions checked against
+ * the allowlist (resolve.ts) → the SQL the engine runs, printed with the caller's scope
+ * (printer.ts). Only printed text ever reaches the engine.
+ *
+ * Compiled trees are remembered by text (LRU): a repeated query is only printed again, for
+ * the caller at hand (the tree holds no scope).
+ */
+import type { Query } from './ast.js';
+import { parse } from './grammar.js';
+import { Printer } from './printer.js';
+import { resolve, type ViewSchema } from './resolve.js';
+
+export { CompileError } from './errors.js';
+export type { ViewSchema } from './resolve.js';
+
+export interface Compiled {
+  ast: Query;
+  /** References that read a view (the printer scopes each). */
+  viewRefs: Set<object>;
+}
+
+export interface Scope {
+  orgId: string;
+  mode: 'live' | 'test';
+}
+
+/** Parses and checks one query; throws a CompileError naming the problem and its position. */
+export function compile(text: string, views: readonly ViewSchema[]): Compiled {
+  const ast = parse(text);
+  const { viewRefs } = resolve(ast, views, text);
+  return { ast, viewRefs };
+}
+
+/** The SQL for the engine: the compiled query with every view read scoped to `scope`. */
+export function printScoped(c: Compiled, scope: Scope, analyticsDb: string): string {
+  return new Printer({ analyticsDb, orgId: scope.orgId, live: scope.mode === 'live', viewRefs: c.viewRefs }).query(c.ast);
+}
+
+export class QueryCompiler {
+  private readonly cache = new Map<string, Compiled>();
+
+  constructor(
+    private readonly views: readonly ViewSchema[],
+    private readonly analyticsDb: string,
+    private readonly cacheSize = 1_000,
+  ) {}
+
+  /** The statement to run for `scope`, or a CompileError. */
+  compile(text: string, scope: Scope): string {
+    let c = this.cache.get(text);
+    if (c) {
+      this.cache.delete(text);
+      this.cache.set(text, c);
+    } else {
+      c = compile(text, this.views);
+      this.cache.set(text, c);
+      if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+    }
+    return printScoped(c, scope, this.analyticsDb);
+  }
+}
