@@ -754,6 +754,25 @@ class Parser {
       this.close();
       return { k: 'subquery', query, at: open.at };
     }
+    // `((SELECT …) UNION ALL (SELECT …))` is a subquery, `((SELECT 1) + 1)` an expression:
+    // try the query first, and read an expression if that fails.
+    let j = 0;
+    while (this.isOp('(', this.peek(j))) j++;
+    if (j > 0 && (this.isKw('SELECT', this.peek(j)) || this.isKw('WITH', this.peek(j)))) {
+      const start = this.i;
+      const depth = this.depth;
+      try {
+        const query = this.query();
+        if (this.isOp(')')) {
+          this.next();
+          return { k: 'subquery', query, at: open.at };
+        }
+      } catch (err) {
+        if (!(err instanceof CompileError) || err.code !== 'INVALID_QUERY') throw err;
+      }
+      this.i = start;
+      this.depth = depth;
+    }
     if (this.isOp(')')) throw this.err('an empty tuple is written tuple()', open.at);
     const first = this.expr();
     if (this.acceptOp(')')) return first;

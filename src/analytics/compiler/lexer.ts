@@ -71,6 +71,7 @@ export function tokenize(src: string): Token[] {
     } else if (c === '`' || c === '"') {
       const [value, end] = readQuoted(src, i, c);
       if (value === '') throw new CompileError('INVALID_QUERY', 'empty quoted identifier', src, at);
+      if (/[\x00-\x1f\x7f\u2028\u2029]/.test(value)) throw new CompileError('INVALID_QUERY', 'a quoted name may not contain line breaks or control characters', src, at);
       out.push({ kind: 'qident', text: value, at, spaced });
       i = end;
     } else if (c === '{') {
