@@ -444,10 +444,10 @@ export const OPENAPI = {
             },
             'The result.',
           ),
-          400: error('The body or the query is refused: not one statement, not a SELECT, a SETTINGS/FORMAT/INTO OUTFILE clause, a syntax error, or the engine refused it while running (details carry its reason).', [
+          400: error('The body or the query is refused: not one statement, not a SELECT, a SETTINGS/FORMAT/INTO OUTFILE clause, a syntax error or a construct outside the analytics language, an unknown column or function (details name the position, at line:column), or the engine refused it while running (details carry its reason).', [
             'INVALID_JSON', 'INVALID_BODY', 'INVALID_QUERY', 'MULTIPLE_STATEMENTS', 'NOT_A_SELECT', 'CLAUSE_NOT_ALLOWED', 'QUERY_FAILED',
           ]),
-          403: error('The query names something outside the analytics views: another table or database, system tables, a table function, a denied function.', ['FORBIDDEN']),
+          403: error('The query names something outside the analytics views: another table or database, system tables, a table function.', ['FORBIDDEN']),
           408: error('The query ran past the execution time limit (30 s) and was stopped.', ['QUERY_TIMEOUT']),
           413: error('Body larger than 256 KiB.', ['PAYLOAD_TOO_LARGE']),
           ...analyticsCommon,
