@@ -27,13 +27,13 @@
  *   expr        := lambda | ternary
  *   lambda      := name '->' expr | '(' name (',' name)* ')' '->' expr   -- only as arguments of higher-order functions
  *   ternary     := or ['?' expr ':' expr]
- *   or          := and (OR and)*              and := not (AND not)*     not := NOT not | is_null
+ *   or          := and (OR and)*              and := not (AND not)*     not := NOT not | between
+ *   between     := is_null [[NOT] BETWEEN is_null AND is_null]
  *   is_null     := compare (IS [NOT] NULL)*
- *   compare     := concat ((= | == | != | <> | < | > | <= | >=) concat
- *                          | [NOT] (LIKE | ILIKE) concat | [NOT] IN in_rhs
- *                          | [NOT] BETWEEN concat AND concat)*
- *   in_rhs      := '(' query ')' | '(' expr, … ')' | cte | concat
- *   concat      := additive ('||' additive)*   additive := mult (('+' | '-') mult)*
+ *   compare     := additive ((= | == | != | <> | < | > | <= | >=) additive
+ *                          | [NOT] (LIKE | ILIKE) additive | [NOT] IN in_rhs)*
+ *   in_rhs      := '(' query ')' | '(' expr, … ')' | cte | additive
+ *   additive    := mult (('+' | '-' | '||') mult)*          -- ClickHouse: || binds like + and -
  *   mult        := unary (('*' | '/' | '%') unary)*
  *   unary       := '-' unary | postfix           -- '-' right before a number is a negative literal
  *   postfix     := primary ('[' expr ']' | '.' integer | '::' type)*
@@ -555,7 +555,20 @@ class Parser {
       this.leave();
       return { k: 'unary', op: 'NOT', expr, at: tok.at };
     }
-    return this.isNull();
+    return this.between();
+  }
+
+  private between(): Expr {
+    const left = this.isNull();
+    let not = false;
+    if (this.isKw('NOT') && this.isKw('BETWEEN', this.peek())) {
+      this.next();
+      not = true;
+    }
+    if (!this.acceptKw('BETWEEN')) return left;
+    const low = this.isNull();
+    this.expectKw('AND');
+    return { k: 'between', not, expr: left, low, high: this.isNull(), at: left.at };
   }
 
   private isNull(): Expr {
@@ -570,28 +583,24 @@ class Parser {
   }
 
   private compare(): Expr {
-    let left = this.concat();
+    let left = this.additive();
     for (;;) {
       const tok = this.t;
       if (tok.kind === 'op' && ['=', '==', '!=', '<>', '<', '>', '<=', '>='].includes(tok.text)) {
         this.next();
         const op = tok.text === '==' ? '=' : tok.text === '<>' ? '!=' : (tok.text as '=' | '!=' | '<' | '>' | '<=' | '>=');
-        left = { k: 'binary', op, left, right: this.concat(), at: left.at };
+        left = { k: 'binary', op, left, right: this.additive(), at: left.at };
         continue;
       }
       let not = false;
-      if (this.isKw('NOT') && (this.isKw('LIKE', this.peek()) || this.isKw('ILIKE', this.peek()) || this.isKw('IN', this.peek()) || this.isKw('BETWEEN', this.peek()))) {
+      if (this.isKw('NOT') && (this.isKw('LIKE', this.peek()) || this.isKw('ILIKE', this.peek()) || this.isKw('IN', this.peek()))) {
         this.next();
         not = true;
       } else if (this.isKw('GLOBAL')) throw this.err('GLOBAL IN is not in the analytics language');
-      if (this.acceptKw('LIKE')) left = { k: 'binary', op: not ? 'NOT LIKE' : 'LIKE', left, right: this.concat(), at: left.at };
-      else if (this.acceptKw('ILIKE')) left = { k: 'binary', op: not ? 'NOT ILIKE' : 'ILIKE', left, right: this.concat(), at: left.at };
+      if (this.acceptKw('LIKE')) left = { k: 'binary', op: not ? 'NOT LIKE' : 'LIKE', left, right: this.additive(), at: left.at };
+      else if (this.acceptKw('ILIKE')) left = { k: 'binary', op: not ? 'NOT ILIKE' : 'ILIKE', left, right: this.additive(), at: left.at };
       else if (this.acceptKw('IN')) left = { k: 'in', not, expr: left, rhs: this.inRhs(), at: left.at };
-      else if (this.acceptKw('BETWEEN')) {
-        const low = this.concat();
-        this.expectKw('AND');
-        left = { k: 'between', not, expr: left, low, high: this.concat(), at: left.at };
-      } else return left;
+      else return left;
     }
   }
 
@@ -605,13 +614,7 @@ class Parser {
       this.next();
       return { k: 'inTable', name: tok.text, at: tok.at };
     }
-    return this.concat();
-  }
-
-  private concat(): Expr {
-    let left = this.additive();
-    while (this.acceptOp('||')) left = { k: 'binary', op: '||', left, right: this.additive(), at: left.at };
-    return left;
+    return this.additive();
   }
 
   private additive(): Expr {
@@ -619,6 +622,7 @@ class Parser {
     for (;;) {
       if (this.acceptOp('+')) left = { k: 'binary', op: '+', left, right: this.mult(), at: left.at };
       else if (this.acceptOp('-')) left = { k: 'binary', op: '-', left, right: this.mult(), at: left.at };
+      else if (this.acceptOp('||')) left = { k: 'binary', op: '||', left, right: this.mult(), at: left.at };
       else return left;
     }
   }
@@ -726,7 +730,7 @@ class Parser {
         if (w === 'CAST' && this.isOp('(', this.peek())) return this.castExpr();
         if (w === 'INTERVAL') {
           this.next();
-          const value = this.concat();
+          const value = this.additive();
           const u = this.t;
           const unit = u.kind === 'ident' ? UNITS.find((x) => x === u.text.toUpperCase()) : undefined;
           if (!unit) throw this.unexpected(`an interval unit (${UNITS.join(', ')})`);
@@ -907,7 +911,7 @@ class Parser {
       this.expectKw('ROW');
       return { k: 'current' };
     }
-    const n = this.concat();
+    const n = this.additive();
     if (this.acceptKw('PRECEDING')) return { k: 'offset', n, dir: 'PRECEDING' };
     this.expectKw('FOLLOWING');
     return { k: 'offset', n, dir: 'FOLLOWING' };
