@@ -27,9 +27,8 @@
  *   expr        := lambda | ternary
  *   lambda      := name '->' expr | '(' name (',' name)* ')' '->' expr   -- only as arguments of higher-order functions
  *   ternary     := or ['?' expr ':' expr]
- *   or          := and (OR and)*              and := not (AND not)*     not := NOT not | between
- *   between     := is_null [[NOT] BETWEEN is_null AND is_null]
- *   is_null     := compare (IS [NOT] NULL)*
+ *   or          := and (OR and)*              and := not (AND not)*     not := NOT not | null_between
+ *   null_between:= compare (IS [NOT] NULL | [NOT] BETWEEN compare AND compare)*
  *   compare     := additive ((= | == | != | <> | < | > | <= | >=) additive
  *                          | [NOT] (LIKE | ILIKE) additive | [NOT] IN in_rhs)*
  *   in_rhs      := '(' query ')' | '(' expr, … ')' | cte | additive
@@ -37,7 +36,9 @@
  *   mult        := unary (('*' | '/' | '%') unary)*
  *   unary       := '-' unary | postfix           -- '-' right before a number is a negative literal
  *   postfix     := primary ('[' expr ']' | '.' integer | '::' type)*
- *   primary     := integer | float | string | NULL | TRUE | FALSE
+ *                  -- number::T casts the number's text, as ClickHouse does; (literal)::T and
+ *                  -- [..]::T / (..)::T of literals are refused (ClickHouse casts their text)
+ *   primary     := integer | float | string | NULL | TRUE | FALSE | NOT null_between
  *                | '[' [expr (',' expr)*] ']' | '(' expr ')' | '(' expr ',' … ')' | '(' query ')'
  *                | INTERVAL expr unit | CASE [expr] (WHEN expr THEN expr)+ [ELSE expr] END
  *                | CAST '(' expr AS type ')' | CAST '(' expr ',' 'type' ')'
@@ -81,6 +82,8 @@ const RESERVED = new Set([
   'ANY', 'SEMI', 'ANTI', 'ASOF', 'PASTE', 'THEN', 'ELSE', 'END', 'WHEN', 'CASE', 'QUALIFY', 'OVER', 'COLLATE', 'TOTALS', 'APPLY', 'REPLACE',
   'INTERVAL', 'CAST', 'PARTITION', 'ROWS', 'RANGE', 'PRECEDING', 'FOLLOWING', 'UNBOUNDED', 'CURRENT', 'ROW', 'FILL', 'INTERPOLATE', 'TOP', 'NULL', 'TRUE', 'FALSE',
 ]);
+
+const LITERAL_KINDS = new Set(['int', 'float', 'string', 'null', 'bool', 'array', 'tuple']);
 
 const UNITS: readonly IntervalUnit[] = ['NANOSECOND', 'MICROSECOND', 'MILLISECOND', 'SECOND', 'MINUTE', 'HOUR', 'DAY', 'WEEK', 'MONTH', 'QUARTER', 'YEAR'];
 
@@ -555,31 +558,30 @@ class Parser {
       this.leave();
       return { k: 'unary', op: 'NOT', expr, at: tok.at };
     }
-    return this.between();
+    return this.nullBetween();
   }
 
-  private between(): Expr {
-    const left = this.isNull();
-    let not = false;
-    if (this.isKw('NOT') && this.isKw('BETWEEN', this.peek())) {
-      this.next();
-      not = true;
-    }
-    if (!this.acceptKw('BETWEEN')) return left;
-    const low = this.isNull();
-    this.expectKw('AND');
-    return { k: 'between', not, expr: left, low, high: this.isNull(), at: left.at };
-  }
-
-  private isNull(): Expr {
+  /** IS [NOT] NULL applies to all before it, BETWEEN too (its bounds are comparisons), as in ClickHouse. */
+  private nullBetween(): Expr {
     let e = this.compare();
-    while (this.isKw('IS')) {
-      this.next();
-      const not = this.acceptKw('NOT');
-      this.expectKw('NULL');
-      e = { k: 'isNull', not, expr: e, at: e.at };
+    for (;;) {
+      if (this.isKw('IS')) {
+        this.next();
+        const not = this.acceptKw('NOT');
+        this.expectKw('NULL');
+        e = { k: 'isNull', not, expr: e, at: e.at };
+        continue;
+      }
+      let not = false;
+      if (this.isKw('NOT') && this.isKw('BETWEEN', this.peek())) {
+        this.next();
+        not = true;
+      }
+      if (!this.acceptKw('BETWEEN')) return e;
+      const low = this.compare();
+      this.expectKw('AND');
+      e = { k: 'between', not, expr: e, low, high: this.compare(), at: e.at };
     }
-    return e;
   }
 
   private compare(): Expr {
@@ -680,8 +682,15 @@ class Parser {
         const n = this.next();
         e = { k: 'tupleElement', expr: e, index: BigInt(n.text), at: e.at };
       } else if (this.isOp('::')) {
+        const before = this.toks[this.i - 1]!;
         this.next();
-        e = { k: 'cast', expr: e, type: this.type(), at: e.at };
+        const type = this.type();
+        if ((before.kind === 'op' && (before.text === ')' || before.text === ']')) && LITERAL_KINDS.has(e.k)) {
+          throw this.err('"::" after a parenthesized, array or tuple literal casts its text in ClickHouse; write CAST(… AS Type)', tok.at);
+        }
+        // ClickHouse casts a number literal's text: 1.50::String is '1.50', 0x10::String '0x10'.
+        if ((e.k === 'int' || e.k === 'float') && (before.kind === 'int' || before.kind === 'float')) e = { k: 'string', value: this.src.slice(e.at, before.end), at: e.at };
+        e = { k: 'cast', expr: e, type, at: e.at };
       } else if (this.isOp('.')) {
         throw this.err('Syntax error: "." here is not in the analytics language (names are name.name, tuple elements .N)', tok.at);
       } else return e;
@@ -737,10 +746,13 @@ class Parser {
           this.next();
           return { k: 'interval', value, unit, at: tok.at };
         }
-        if (w === 'NOT' && this.isOp('(', this.peek())) {
-          // NOT(x) written as a function.
+        if (w === 'NOT') {
+          // NOT inside an operand (`1 + NOT 0 = 1`, `not(1) + 1`) takes everything down to its own
+          // priority, as in ClickHouse: NOT (0 = 1), NOT ((1) + 1).
           this.next();
-          const expr = this.paren();
+          this.enter(tok.at);
+          const expr = this.nullBetween();
+          this.leave();
           return { k: 'unary', op: 'NOT', expr, at: tok.at };
         }
         if (w === 'EXISTS') throw this.err('EXISTS is not in the analytics language; use IN or count()', tok.at);

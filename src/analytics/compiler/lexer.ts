@@ -14,6 +14,8 @@ export interface Token {
   text: string;
   /** Offset of the token's first character in the query. */
   at: number;
+  /** Offset just after the token's last character. */
+  end: number;
   /** Whitespace or a comment came right before this token. */
   spaced: boolean;
 }
@@ -61,18 +63,18 @@ export function tokenize(src: string): Token[] {
     const at = i;
     if (IDENT_START.test(c)) {
       while (i < n && IDENT_PART.test(src[i]!)) i++;
-      out.push({ kind: 'ident', text: src.slice(at, i), at, spaced });
+      out.push({ kind: 'ident', text: src.slice(at, i), at, end: i, spaced });
     } else if (DIGIT.test(c) || (c === '.' && DIGIT.test(src[i + 1] ?? '') && !afterValue(out, spaced))) {
       i = readNumber(src, i, out, spaced);
     } else if (c === "'") {
       const [value, end] = readQuoted(src, i, "'");
-      out.push({ kind: 'string', text: value, at, spaced });
+      out.push({ kind: 'string', text: value, at, end, spaced });
       i = end;
     } else if (c === '`' || c === '"') {
       const [value, end] = readQuoted(src, i, c);
       if (value === '') throw new CompileError('INVALID_QUERY', 'empty quoted identifier', src, at);
       if (/[\x00-\x1f\x7f\u2028\u2029]/.test(value)) throw new CompileError('INVALID_QUERY', 'a quoted name may not contain line breaks or control characters', src, at);
-      out.push({ kind: 'qident', text: value, at, spaced });
+      out.push({ kind: 'qident', text: value, at, end, spaced });
       i = end;
     } else if (c === '{') {
       throw new CompileError('INVALID_QUERY', 'query parameters ({name:Type}) are not supported; write the values in the query', src, at);
@@ -84,11 +86,11 @@ export function tokenize(src: string): Token[] {
         throw new CompileError('INVALID_QUERY', `unexpected character ${shown} (identifiers are ASCII unless quoted; whitespace is ASCII)`, src, at);
       }
       i += op.length;
-      out.push({ kind: 'op', text: op, at, spaced });
+      out.push({ kind: 'op', text: op, at, end: i, spaced });
     }
     spaced = false;
   }
-  out.push({ kind: 'eof', text: '', at: n, spaced });
+  out.push({ kind: 'eof', text: '', at: n, end: n, spaced });
   return out;
 }
 
@@ -104,7 +106,7 @@ function readNumber(src: string, i: number, out: Token[], spaced: boolean): numb
   if (src[i] === '0' && (src[i + 1] === 'x' || src[i + 1] === 'X') && /[0-9a-fA-F]/.test(src[i + 2] ?? '')) {
     i += 2;
     while (/[0-9a-fA-F]/.test(src[i] ?? '')) i++;
-    out.push({ kind: 'int', text: BigInt(src.slice(at, i)).toString(), at, spaced });
+    out.push({ kind: 'int', text: BigInt(src.slice(at, i)).toString(), at, end: i, spaced });
   } else {
     let float = false;
     while (DIGIT.test(src[i] ?? '')) i++;
@@ -121,7 +123,7 @@ function readNumber(src: string, i: number, out: Token[], spaced: boolean): numb
       i += src[i + 1] === '+' || src[i + 1] === '-' ? 2 : 1;
       while (DIGIT.test(src[i] ?? '')) i++;
     }
-    out.push({ kind: float ? 'float' : 'int', text: src.slice(at, i), at, spaced });
+    out.push({ kind: float ? 'float' : 'int', text: src.slice(at, i), at, end: i, spaced });
   }
   if (IDENT_PART.test(src[i] ?? '')) throw new CompileError('INVALID_QUERY', `malformed number "${src.slice(at, i + 1)}"`, src, at);
   return i;
