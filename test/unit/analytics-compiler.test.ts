@@ -196,12 +196,16 @@ t.test('refusals: the code, the construct and its position', async (t) => {
     ['SELECT sum(*) FROM fact_signal', 'INVALID_QUERY', /sum\(\*\)/, 1, 12],
     ['SELECT EXISTS (SELECT 1)', 'INVALID_QUERY', /EXISTS/, 1, 8],
     [`SELECT ${'('.repeat(300)}1${')'.repeat(300)}`, 'INVALID_QUERY', /nests deeper/, 1, 207],
+    [`SELECT ${Array(1_200).fill('1').join(' + ')}`, 'INVALID_QUERY', /nest deeper than 1000 levels/, 1, 4_002],
+    [`SELECT ${Array(1_200).fill('x').join(' AND ')} FROM (SELECT 1 AS x)`, 'INVALID_QUERY', /nest deeper than 1000 levels/, 1, 5_998],
+    [`SELECT 1 FROM ${Array.from({ length: 1_100 }, (_, i) => `numbers(1) AS n${i}`).join(', ')}`, 'INVALID_QUERY', /nest deeper than 1000 levels/, 1, 19_903],
   ];
   for (const [q, code, message, line, column] of cases) {
     const e = err(q);
-    t.equal(e.code, code, `${q} → ${e.message}`);
-    t.match(e.message, message, q);
-    t.same([e.line, e.column], [line, column], `${q}: position of ${e.message}`);
+    const label = q.length > 120 ? `${q.slice(0, 120)}…` : q;
+    t.equal(e.code, code, `${label} → ${e.message}`);
+    t.match(e.message, message, label);
+    t.same([e.line, e.column], [line, column], `${label}: position of ${e.message}`);
     t.match(e.message, new RegExp(`\\(at ${line}:${column}\\)$`), 'the message names the position');
   }
 });

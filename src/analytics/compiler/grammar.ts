@@ -69,8 +69,10 @@ import { tokenize, type Token } from './lexer.js';
 
 /** The largest count `numbers()` may generate. */
 export const MAX_GENERATED_ROWS = 1_000_000_000n;
-/** Nesting depth of expressions and queries. */
+/** Nesting depth of expressions and queries (parentheses, subqueries, function arguments). */
 export const MAX_DEPTH = 200;
+/** Depth of the tree, chains of operators included (`1 + 1 + …` nests one level per operator). */
+export const MAX_TREE_DEPTH = 1_000;
 
 const NOT_SELECT = new Set(['INSERT', 'ALTER', 'CREATE', 'DROP', 'SYSTEM', 'SET', 'KILL', 'OPTIMIZE', 'EXPLAIN', 'SHOW', 'DESCRIBE', 'DESC', 'EXISTS', 'USE', 'TRUNCATE', 'RENAME', 'GRANT', 'REVOKE', 'ATTACH', 'DETACH', 'DELETE', 'UPDATE', 'BACKUP', 'RESTORE', 'WATCH', 'CHECK', 'UNDROP', 'EXCHANGE', 'MOVE', 'BEGIN', 'COMMIT', 'ROLLBACK', 'REPLACE', 'UNDO']);
 
@@ -119,6 +121,8 @@ class Parser {
   private readonly toks: Token[];
   private i = 0;
   private depth = 0;
+  /** Operator links on the current path of left-deep chains (a + b + c …). */
+  private links = 0;
 
   constructor(private readonly src: string) {
     this.toks = tokenize(src);
@@ -207,6 +211,10 @@ class Parser {
   }
   private leave(): void {
     this.depth--;
+  }
+  /** One more link in a left-deep chain (binary operators, postfix operators, joins). */
+  private link(at: number): void {
+    if (++this.links + this.depth > MAX_TREE_DEPTH) throw this.err(`the query's expressions nest deeper than ${MAX_TREE_DEPTH} levels (long chains of operators count)`, at);
   }
 
   /** An identifier (unquoted and not reserved, or quoted). */
@@ -389,9 +397,11 @@ class Parser {
   // ── FROM ──────────────────────────────────────────────────────────────────────────────
 
   private from(): From {
+    const base = this.links;
     let left: From = this.source();
     for (;;) {
       const tok = this.t;
+      if (this.isOp(',') || this.isKw('ARRAY') || this.isKw('LEFT') || this.isKw('RIGHT') || this.isKw('FULL') || this.isKw('CROSS') || this.isKw('INNER') || this.isKw('JOIN')) this.link(tok.at);
       if (this.acceptOp(',')) {
         left = { k: 'join', kind: 'CROSS', left, right: this.source(), at: tok.at };
         continue;
@@ -418,6 +428,7 @@ class Parser {
       else if (this.acceptKw('CROSS')) kind = 'CROSS';
       if (kind === undefined) {
         if (this.isKw('GLOBAL') || this.isKw('ANY') || this.isKw('ALL') || this.isKw('ASOF') || this.isKw('SEMI') || this.isKw('ANTI') || this.isKw('PASTE')) throw this.unexpected('a join');
+        this.links = base;
         return left;
       }
       if (kind !== 'INNER' && kind !== 'CROSS') this.acceptKw('OUTER');
@@ -538,14 +549,24 @@ class Parser {
   }
 
   private or(): Expr {
+    const base = this.links;
     let left = this.and();
-    while (this.acceptKw('OR')) left = { k: 'binary', op: 'OR', left, right: this.and(), at: left.at };
+    while (this.acceptKw('OR')) {
+      this.link(this.toks[this.i - 1]!.at);
+      left = { k: 'binary', op: 'OR', left, right: this.and(), at: left.at };
+    }
+    this.links = base;
     return left;
   }
 
   private and(): Expr {
+    const base = this.links;
     let left = this.not();
-    while (this.acceptKw('AND')) left = { k: 'binary', op: 'AND', left, right: this.not(), at: left.at };
+    while (this.acceptKw('AND')) {
+      this.link(this.toks[this.i - 1]!.at);
+      left = { k: 'binary', op: 'AND', left, right: this.not(), at: left.at };
+    }
+    this.links = base;
     return left;
   }
 
@@ -563,9 +584,11 @@ class Parser {
 
   /** IS [NOT] NULL applies to all before it, BETWEEN too (its bounds are comparisons), as in ClickHouse. */
   private nullBetween(): Expr {
+    const base = this.links;
     let e = this.compare();
     for (;;) {
       if (this.isKw('IS')) {
+        this.link(this.t.at);
         this.next();
         const not = this.acceptKw('NOT');
         this.expectKw('NULL');
@@ -577,7 +600,11 @@ class Parser {
         this.next();
         not = true;
       }
-      if (!this.acceptKw('BETWEEN')) return e;
+      if (!this.isKw('BETWEEN')) {
+        this.links = base;
+        return e;
+      }
+      this.link(this.next().at);
       const low = this.compare();
       this.expectKw('AND');
       e = { k: 'between', not, expr: e, low, high: this.compare(), at: e.at };
@@ -585,10 +612,12 @@ class Parser {
   }
 
   private compare(): Expr {
+    const base = this.links;
     let left = this.additive();
     for (;;) {
       const tok = this.t;
       if (tok.kind === 'op' && ['=', '==', '!=', '<>', '<', '>', '<=', '>='].includes(tok.text)) {
+        this.link(tok.at);
         this.next();
         const op = tok.text === '==' ? '=' : tok.text === '<>' ? '!=' : (tok.text as '=' | '!=' | '<' | '>' | '<=' | '>=');
         left = { k: 'binary', op, left, right: this.additive(), at: left.at };
@@ -599,10 +628,14 @@ class Parser {
         this.next();
         not = true;
       } else if (this.isKw('GLOBAL')) throw this.err('GLOBAL IN is not in the analytics language');
+      if (this.isKw('LIKE') || this.isKw('ILIKE') || this.isKw('IN')) this.link(this.t.at);
       if (this.acceptKw('LIKE')) left = { k: 'binary', op: not ? 'NOT LIKE' : 'LIKE', left, right: this.additive(), at: left.at };
       else if (this.acceptKw('ILIKE')) left = { k: 'binary', op: not ? 'NOT ILIKE' : 'ILIKE', left, right: this.additive(), at: left.at };
       else if (this.acceptKw('IN')) left = { k: 'in', not, expr: left, rhs: this.inRhs(), at: left.at };
-      else return left;
+      else {
+        this.links = base;
+        return left;
+      }
     }
   }
 
@@ -620,23 +653,33 @@ class Parser {
   }
 
   private additive(): Expr {
+    const base = this.links;
     let left = this.mult();
     for (;;) {
+      if (this.isOp('+') || this.isOp('-') || this.isOp('||')) this.link(this.t.at);
       if (this.acceptOp('+')) left = { k: 'binary', op: '+', left, right: this.mult(), at: left.at };
       else if (this.acceptOp('-')) left = { k: 'binary', op: '-', left, right: this.mult(), at: left.at };
       else if (this.acceptOp('||')) left = { k: 'binary', op: '||', left, right: this.mult(), at: left.at };
-      else return left;
+      else {
+        this.links = base;
+        return left;
+      }
     }
   }
 
   private mult(): Expr {
+    const base = this.links;
     let left = this.unary();
     for (;;) {
       const tok = this.t;
       if (tok.kind === 'op' && (tok.text === '*' || tok.text === '/' || tok.text === '%')) {
+        this.link(tok.at);
         this.next();
         left = { k: 'binary', op: tok.text, left, right: this.unary(), at: left.at };
-      } else return left;
+      } else {
+        this.links = base;
+        return left;
+      }
     }
   }
 
@@ -670,8 +713,10 @@ class Parser {
   }
 
   private postfix(e: Expr): Expr {
+    const base = this.links;
     for (;;) {
       const tok = this.t;
+      if (this.isOp('[') || this.isOp('::') || (this.isOp('.') && this.peek().kind === 'int')) this.link(tok.at);
       if (this.isOp('[')) {
         this.next();
         const index = this.expr();
@@ -693,7 +738,10 @@ class Parser {
         e = { k: 'cast', expr: e, type, at: e.at };
       } else if (this.isOp('.')) {
         throw this.err('Syntax error: "." here is not in the analytics language (names are name.name, tuple elements .N)', tok.at);
-      } else return e;
+      } else {
+        this.links = base;
+        return e;
+      }
     }
   }
 
@@ -777,6 +825,7 @@ class Parser {
     if (j > 0 && (this.isKw('SELECT', this.peek(j)) || this.isKw('WITH', this.peek(j)))) {
       const start = this.i;
       const depth = this.depth;
+      const links = this.links;
       try {
         const query = this.query();
         if (this.isOp(')')) {
@@ -788,6 +837,7 @@ class Parser {
       }
       this.i = start;
       this.depth = depth;
+      this.links = links;
     }
     if (this.isOp(')')) throw this.err('an empty tuple is written tuple()', open.at);
     const first = this.expr();

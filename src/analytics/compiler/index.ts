@@ -11,6 +11,7 @@ import type { Query } from './ast.js';
 import { parse } from './grammar.js';
 import { Printer } from './printer.js';
 import { resolve, type ViewSchema } from './resolve.js';
+import { CompileError } from './errors.js';
 
 export { CompileError } from './errors.js';
 export type { ViewSchema } from './resolve.js';
@@ -28,9 +29,17 @@ export interface Scope {
 
 /** Parses and checks one query; throws a CompileError naming the problem and its position. */
 export function compile(text: string, views: readonly ViewSchema[]): Compiled {
-  const ast = parse(text);
-  const { viewRefs } = resolve(ast, views, text);
-  return { ast, viewRefs };
+  try {
+    const ast = parse(text);
+    const { viewRefs } = resolve(ast, views, text);
+    // Printed once here too, so a tree the printer cannot handle is refused now, not at run time.
+    new Printer().query(ast);
+    return { ast, viewRefs };
+  } catch (err) {
+    // The parser bounds the depth of the tree; this is the last resort if that bound is too high.
+    if (err instanceof RangeError) throw new CompileError('INVALID_QUERY', 'the query is nested too deeply', text, 0);
+    throw err;
+  }
 }
 
 /** The SQL for the engine: the compiled query with every view read scoped to `scope`. */
