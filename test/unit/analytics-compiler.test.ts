@@ -65,6 +65,7 @@ const VALID = [
   '/* block /* nested */ comment */ SELECT 1 ; ',
   'SELECT\t1\r\n,\f2\v',
   'SELECT number AS n FROM numbers(10, 5) ORDER BY n',
+  'SELECT count() AS rows, 1 AS `from`, 2 AS range FROM fact_signal AS rows_src',
 ];
 
 t.test('every construct: parses, resolves, and parse(print(parse(q))) = parse(q)', async (t) => {

@@ -297,7 +297,7 @@ class Parser {
         } else {
           const expr = this.expr();
           this.expectKw('AS');
-          withAliases.push({ name: this.name('a name after AS'), expr, at: tok.at });
+          withAliases.push({ name: this.anyName('a name after AS'), expr, at: tok.at });
         }
       } while (this.acceptOp(','));
     }
@@ -388,10 +388,20 @@ class Parser {
     if (this.isKw('APPLY') || this.isKw('EXCEPT') || this.isKw('REPLACE')) throw this.err(`column transformers (${this.t.text.toUpperCase()}) are not in the analytics language`);
   }
 
+  /** `AS name` (after AS any word is a name: `AS rows`) or a bare alias that is not a keyword. */
   private alias(): string | undefined {
-    if (this.acceptKw('AS')) return this.name('a name after AS');
+    if (this.acceptKw('AS')) return this.anyName('a name after AS');
     if (this.isName()) return this.name('an alias');
     return undefined;
+  }
+
+  private anyName(what: string): string {
+    const tok = this.t;
+    if (tok.kind === 'ident' || tok.kind === 'qident') {
+      this.i++;
+      return tok.text;
+    }
+    throw this.unexpected(what);
   }
 
   // ── FROM ──────────────────────────────────────────────────────────────────────────────
