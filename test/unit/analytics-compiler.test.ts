@@ -91,6 +91,7 @@ t.test('what the printer sends: quoted names, printed literals, every view read 
     "SELECT `a`.`id`, 'x' AS `we\\`ird` FROM `analytics`.`fact_signal`(org = 'org_\\'x', live = false) AS `a` WHERE ((`a`.`id` IN (SELECT `signal_id` FROM `analytics`.`fact_cost`(org = 'org_\\'x', live = false) AS `fact_cost`)) AND (CAST(`data`.`k` AS String) = 'it\\'s'))",
   );
   t.equal(printScoped(c, { orgId: 'org_b', mode: 'live' }, 'an').match(/`an`\.`fact_\w+`\(org = 'org_b', live = true\)/g)?.length, 2, 'the same tree prints for another caller');
+  t.equal(printScoped(compile('SELECT COUNT(), Sum(1)', VIEW_SCHEMAS), { orgId: 'o', mode: 'live' }, 'analytics'), 'SELECT count(), sum(1)', "function names as the allowlist spells them");
   const cte = printScoped(compile('WITH fact_signal AS (SELECT * FROM fact_signal) SELECT * FROM fact_signal', VIEW_SCHEMAS), { orgId: 'o', mode: 'live' }, 'analytics');
   t.equal(cte, "WITH `fact_signal` AS (SELECT * FROM `analytics`.`fact_signal`(org = 'o', live = true) AS `fact_signal`) SELECT * FROM `fact_signal`", 'a CTE shadowing a view: the view is read (scoped) inside, the CTE outside');
   t.equal(quoteIdent('a`b\\c\nd'), '`a\\`b\\\\c\\x0ad`');

@@ -20,6 +20,8 @@ export interface Compiled {
   ast: Query;
   /** References that read a view (the printer scopes each). */
   viewRefs: Set<object>;
+  /** Calls printed with the allowlist's spelling. */
+  callNames: Map<object, string>;
 }
 
 export interface Scope {
@@ -31,10 +33,10 @@ export interface Scope {
 export function compile(text: string, views: readonly ViewSchema[]): Compiled {
   try {
     const ast = parse(text);
-    const { viewRefs } = resolve(ast, views, text);
+    const { viewRefs, callNames } = resolve(ast, views, text);
     // Printed once here too, so a tree the printer cannot handle is refused now, not at run time.
     new Printer().query(ast);
-    return { ast, viewRefs };
+    return { ast, viewRefs, callNames };
   } catch (err) {
     // The parser bounds the depth of the tree; this is the last resort if that bound is too high.
     if (err instanceof RangeError) throw new CompileError('INVALID_QUERY', 'the query is nested too deeply', text, 0);
@@ -44,7 +46,7 @@ export function compile(text: string, views: readonly ViewSchema[]): Compiled {
 
 /** The SQL for the engine: the compiled query with every view read scoped to `scope`. */
 export function printScoped(c: Compiled, scope: Scope, analyticsDb: string): string {
-  return new Printer({ analyticsDb, orgId: scope.orgId, live: scope.mode === 'live', viewRefs: c.viewRefs }).query(c.ast);
+  return new Printer({ analyticsDb, orgId: scope.orgId, live: scope.mode === 'live', viewRefs: c.viewRefs, callNames: c.callNames }).query(c.ast);
 }
 
 export class QueryCompiler {

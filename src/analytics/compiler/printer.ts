@@ -18,6 +18,8 @@ export interface PrintScope {
   live: boolean;
   /** References (from the resolver) that read a view. */
   viewRefs: Set<object>;
+  /** Calls (from the resolver) to print with the allowlist's spelling. */
+  callNames?: Map<object, string>;
 }
 
 export function quoteIdent(name: string): string {
@@ -199,10 +201,11 @@ export class Printer {
       case 'subquery':
         return `(${this.query(e.query)})`;
       case 'call': {
-        if (!FUNCTION_NAME.test(e.name)) throw new Error(`unprintable function name ${JSON.stringify(e.name)}`);
+        const name = this.scope?.callNames?.get(e) ?? e.name;
+        if (!FUNCTION_NAME.test(name)) throw new Error(`unprintable function name ${JSON.stringify(name)}`);
         const args = `(${e.distinct ? 'DISTINCT ' : ''}${e.args.map((a) => this.expr(a)).join(', ')})`;
         const params = e.params ? `(${e.params.map((p) => this.expr(p)).join(', ')})` : '';
-        return `${e.name}${params}${args}${e.over ? ` OVER (${this.window(e.over)})` : ''}`;
+        return `${name}${params}${args}${e.over ? ` OVER (${this.window(e.over)})` : ''}`;
       }
     }
   }

@@ -36,12 +36,15 @@ interface Env {
 export interface Resolution {
   /** Table references in FROM that read a view. */
   viewRefs: Set<object>;
+  /** Function calls whose name the allowlist spells differently (case): the allowlist's spelling. */
+  callNames: Map<object, string>;
 }
 
 export class Resolver {
   private readonly views: Map<string, Cols>;
   private readonly viewList: string;
   private readonly viewRefs = new Set<object>();
+  private readonly callNames = new Map<object, string>();
 
   constructor(
     views: readonly ViewSchema[],
@@ -53,7 +56,7 @@ export class Resolver {
 
   resolve(q: Query): Resolution {
     this.query(q, { ctes: new Map(), names: new Set() });
-    return { viewRefs: this.viewRefs };
+    return { viewRefs: this.viewRefs, callNames: this.callNames };
   }
 
   private fail(reason: string, at: number, code: 'INVALID_QUERY' | 'FORBIDDEN' = 'INVALID_QUERY'): CompileError {
@@ -265,6 +268,8 @@ export class Resolver {
   private call(e: Extract<Expr, { k: 'call' }>, scope: Scope): void {
     const spec = lookupFunction(e.name);
     if (!spec) throw this.fail(`function ${e.name}() is not allowed in analytics queries (unknown, or outside the analytics language)`, e.at);
+    // The engine gets the allowlist's spelling when it differs only in case (COUNT → count).
+    if (spec.name !== e.name && spec.name.toLowerCase() === e.name.toLowerCase()) this.callNames.set(e, spec.name);
     const n = e.args.length;
     if (n < spec.minArgs || n > spec.maxArgs) {
       const want = spec.minArgs === spec.maxArgs ? `${spec.minArgs}` : spec.maxArgs === Infinity ? `at least ${spec.minArgs}` : `${spec.minArgs} to ${spec.maxArgs}`;
