@@ -64,6 +64,7 @@ t.test('printed SQL runs in the engine with the meaning written, scoped to the c
     ['SELECT number FROM numbers(2, 3) ORDER BY number', [['2'], ['3'], ['4']]],
     ['SELECT x.a FROM (SELECT 1 AS a) AS x, (SELECT 2 AS b) AS y', [[1]]],
     ['WITH fact_signal AS (SELECT * FROM fact_signal WHERE id = \'s1\') SELECT id FROM fact_signal', [['s1']]],
+    ["SELECT count() FROM fact_signal WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1", [['2']]],
   ];
   for (const [q, want] of cases) {
     let got: unknown;
@@ -100,16 +101,17 @@ t.test('the caller\'s conditions never run on other organizations\' rows (scope 
   const compiler = new QueryCompiler(VIEW_SCHEMAS, cfg.analytics.database);
   const attacks = [
     "SELECT count() FROM fact_signal WHERE toUInt64(if(startsWith(customer_id, 'victim') OR startsWith(customer_id, 'own-test'), customer_id, '1')) > 0",
-    "SELECT count() FROM fact_signal WHERE throwIf(customer_id = 'victim-cus') = 0",
-    "SELECT count() FROM (SELECT * FROM fact_signal) WHERE throwIf(customer_id = 'own-test-cus') = 0",
-    "WITH x AS (SELECT * FROM fact_signal) SELECT count() FROM x WHERE throwIf(customer_id = 'victim-cus') = 0",
-    "SELECT customer_id, count() FROM fact_signal GROUP BY customer_id HAVING throwIf(customer_id = 'victim-cus') = 0",
-    "SELECT count() FROM fact_signal WHERE created_at >= '2026-01-01' AND throwIf(customer_id = 'victim-cus') = 0",
-    "SELECT count() FROM fact_signal a JOIN fact_signal b ON a.id = b.id WHERE throwIf(a.customer_id = 'victim-cus') = 0",
-    "SELECT count() FROM fact_signal WHERE throwIf(data.secret::String = 'zzz') = 0",
-    "SELECT count() FROM fact_signal WHERE id IN (SELECT id FROM fact_signal WHERE throwIf(customer_id = 'victim-cus') = 0)",
-    "SELECT count() FROM fact_signal ARRAY JOIN [1] AS z WHERE throwIf(customer_id = 'victim-cus') = 0",
-    "SELECT count() FROM fact_signal WHERE throwIf(customer_id = 'victim-cus') = 0 UNION ALL SELECT count() FROM fact_cost WHERE throwIf(customer_id = 'victim-cus') = 0",
+    // A cast that fails on a row quotes the row's value: it must never see another scope's rows.
+    "SELECT count() FROM fact_signal WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
+    "SELECT count() FROM (SELECT * FROM fact_signal) WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
+    "WITH x AS (SELECT * FROM fact_signal) SELECT count() FROM x WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
+    "SELECT customer_id, count() FROM fact_signal GROUP BY customer_id HAVING toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
+    "SELECT count() FROM fact_signal WHERE created_at >= '2026-01-01' AND toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
+    "SELECT count() FROM fact_signal a JOIN fact_signal b ON a.id = b.id WHERE toUInt64(if(a.customer_id = 'cus_a', '1', a.customer_id)) = 1",
+    "SELECT count() FROM fact_signal WHERE toUInt64(if(data.secret::String = '', '1', data.secret::String)) = 1",
+    "SELECT count() FROM fact_signal WHERE id IN (SELECT id FROM fact_signal WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1)",
+    "SELECT count() FROM fact_signal ARRAY JOIN [1] AS z WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
+    "SELECT count() FROM fact_signal WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1 UNION ALL SELECT count() FROM fact_cost WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1",
   ];
   for (const q of attacks) {
     const out = await store.analytics.select(compiler.compile(q, { orgId: 'org_attacker', mode: 'live' }), settings).then(
