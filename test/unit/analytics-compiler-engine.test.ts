@@ -51,7 +51,7 @@ t.test('printed SQL runs in the engine with the meaning written, scoped to the c
     ['SELECT * FROM (SELECT id FROM fact_signal UNION ALL SELECT id FROM fact_signal) ORDER BY id', [['s1'], ['s1'], ['s2'], ['s2']]],
     ['SELECT count() FROM ((SELECT id FROM fact_signal) UNION DISTINCT (SELECT id FROM fact_signal))', [['2']]],
     ['SELECT count() FROM fact_signal WHERE id IN (SELECT id FROM fact_signal WHERE data.n::Int64 = 2)', [['1']]],
-    ['SELECT customer_id, count() FROM fact_signal GROUP BY customer_id WITH TOTALS HAVING count() > 0', [['cus_a', '2']]],
+    ['SELECT customer_id, count() FROM fact_signal GROUP BY customer_id HAVING count() > 0', [['cus_a', '2']]],
     ['SELECT id FROM fact_signal ORDER BY id LIMIT 1 OFFSET 1', [['s2']]],
     ['SELECT customer_id FROM fact_signal LIMIT 1 BY customer_id', [['cus_a']]],
     ["SELECT -1, - 1, -(1), 1 - -1, 2 * 3 + 1, 7 % 4, 'a' || 'b', 1.5, 1e3, 0x10, 'it''s', '\\x41\\t'", [[-1, -1, -1, 2, 7, 3, 'ab', 1.5, 1000, 16, "it's", 'A\t']]],

@@ -42,7 +42,7 @@ const VALID = [
   'SELECT id FROM fact_signal INNER JOIN (SELECT signal_id AS id FROM fact_cost) AS c USING id',
   'SELECT path, type, count() AS signals FROM fact_signal ARRAY JOIN mapKeys(JSONAllPathsWithTypes(data)) AS path, mapValues(JSONAllPathsWithTypes(data)) AS type GROUP BY path, type',
   'SELECT z FROM fact_signal LEFT ARRAY JOIN [1, 2] AS z',
-  'SELECT customer_id, count() FROM fact_signal GROUP BY customer_id WITH TOTALS HAVING count() > 1 ORDER BY 2 DESC NULLS LAST, 1 ASC NULLS FIRST LIMIT 1 BY customer_id LIMIT 10 OFFSET 5',
+  'SELECT customer_id, count() FROM fact_signal GROUP BY customer_id HAVING count() > 1 ORDER BY 2 DESC NULLS LAST, 1 ASC NULLS FIRST LIMIT 1 BY customer_id LIMIT 10 OFFSET 5',
   'SELECT * FROM fact_signal LIMIT 5, 10',
   'SELECT * FROM fact_signal LIMIT 2 OFFSET 1 BY customer_id',
   'SELECT id FROM fact_signal UNION DISTINCT SELECT signal_id FROM fact_cost',
@@ -185,6 +185,7 @@ t.test('refusals: the code, the construct and its position', async (t) => {
     ['SELECT id FROM fact_signal INTERSECT SELECT id FROM fact_signal', 'INVALID_QUERY', /INTERSECT/, 1, 28],
     ['SELECT 1 UNION SELECT 2', 'INVALID_QUERY', /UNION ALL or UNION DISTINCT/, 1, 10],
     ['WITH RECURSIVE x AS (SELECT 1) SELECT 1', 'INVALID_QUERY', /recursive/, 1, 6],
+    ['SELECT count() FROM fact_signal GROUP BY id WITH TOTALS', 'INVALID_QUERY', /WITH TOTALS/, 1, 45],
     ['SELECT 1 WINDOW w AS ()', 'INVALID_QUERY', /WINDOW/, 1, 10],
     ['SELECT sum(1) OVER w', 'INVALID_QUERY', /named windows/, 1, 20],
     ['SELECT CAST(1 AS JSON)', 'INVALID_QUERY', /type JSON is not in the analytics language/, 1, 18],
@@ -297,12 +298,11 @@ const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie) => {
         groupBy: fc.array(e, { maxLength: 2 }),
         orderBy: fc.array(orderArb, { maxLength: 2 }),
         distinct: fc.boolean(),
-        withTotals: fc.boolean(),
         limit: fc.option(fc.record({ limit: fc.bigInt({ min: 0n, max: 100n }) }), { nil: undefined }),
         source: fc.option(fc.oneof(nameArb.map((name) => ({ k: 'table' as const, name, alias: 'x', at: 0 })), fc.constant({ k: 'numbers' as const, args: [3n], at: 0 })), { nil: undefined }),
       })
       .map((r) => {
-        const s: Select = { k: 'select', ctes: [], withAliases: [], distinct: r.distinct, items: r.items.map((i) => (i.alias === undefined ? { expr: i.expr } : { expr: i.expr, alias: i.alias })), groupBy: r.groupBy, withTotals: r.withTotals, orderBy: r.orderBy, at: 0 };
+        const s: Select = { k: 'select', ctes: [], withAliases: [], distinct: r.distinct, items: r.items.map((i) => (i.alias === undefined ? { expr: i.expr } : { expr: i.expr, alias: i.alias })), groupBy: r.groupBy, orderBy: r.orderBy, at: 0 };
         if (r.source) s.from = r.source;
         if (r.where) s.where = r.where;
         if (r.limit) s.limit = r.limit;
@@ -315,7 +315,7 @@ t.test('generated trees print to text that parses back to the same tree', async 
   void atArb;
   fc.assert(
     fc.property(exprArb, (e) => {
-      const q: Select = { k: 'select', ctes: [], withAliases: [], distinct: false, items: [{ expr: e }], groupBy: [], withTotals: false, orderBy: [], at: 0 };
+      const q: Select = { k: 'select', ctes: [], withAliases: [], distinct: false, items: [{ expr: e }], groupBy: [], orderBy: [], at: 0 };
       const text = plain(q);
       let back: unknown;
       try {

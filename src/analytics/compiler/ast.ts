@@ -52,7 +52,6 @@ export interface Select {
   from?: From;
   where?: Expr;
   groupBy: Expr[];
-  withTotals: boolean;
   having?: Expr;
   orderBy: OrderItem[];
   limitBy?: { limit: bigint; offset?: bigint; by: Expr[] };

@@ -10,7 +10,7 @@
  *   select      := [WITH with_item (',' with_item)*]
  *                  SELECT [DISTINCT] select_item (',' select_item)*
  *                  [FROM from] [WHERE expr]
- *                  [GROUP BY expr (',' expr)* [WITH TOTALS]] [HAVING expr]
+ *                  [GROUP BY expr (',' expr)*] [HAVING expr]
  *                  [ORDER BY order_item (',' order_item)*]
  *                  [LIMIT n [(OFFSET | ',') m] BY expr (',' expr)*]
  *                  [LIMIT n [OFFSET m] | LIMIT m ',' n]            -- n, m: integer literals
@@ -59,7 +59,7 @@
  * Comments: `--` to end of line and `/* … *\/` (nested). Whitespace: ASCII only.
  * Not in the language (examples): SETTINGS, FORMAT, INTO OUTFILE, table functions other than
  * numbers(), database-qualified names, PREWHERE, FINAL, SAMPLE, GLOBAL, ANY/ASOF/SEMI/ANTI joins,
- * INTERSECT/EXCEPT, column transformers and matchers, query parameters, named windows (WINDOW),
+ * WITH TOTALS, INTERSECT/EXCEPT, column transformers and matchers, query parameters, named windows (WINDOW),
  * QUALIFY, WITH FILL, INTERPOLATE, GROUPING SETS/ROLLUP/CUBE, aliases inside expressions, `#`
  * comments, recursive CTEs.
  */
@@ -308,7 +308,7 @@ class Parser {
     const items: SelectItem[] = [];
     do items.push(this.selectItem());
     while (this.acceptOp(','));
-    const s: Select = { k: 'select', ctes, withAliases, distinct, items, groupBy: [], withTotals: false, orderBy: [], at };
+    const s: Select = { k: 'select', ctes, withAliases, distinct, items, groupBy: [], orderBy: [], at };
     if (this.acceptKw('FROM')) s.from = this.from();
     if (this.isKw('PREWHERE')) throw this.err('PREWHERE is not in the analytics language (views do not support it); use WHERE');
     if (this.acceptKw('WHERE')) s.where = this.expr();
@@ -319,10 +319,7 @@ class Parser {
       do s.groupBy.push(this.expr());
       while (this.acceptOp(','));
     }
-    if (this.isKw('WITH') && this.isKw('TOTALS', this.peek())) {
-      this.i += 2;
-      s.withTotals = true;
-    }
+    if (this.isKw('WITH') && this.isKw('TOTALS', this.peek())) throw this.err('WITH TOTALS is not in the analytics language (the response has no place for a totals row)');
     if (this.acceptKw('HAVING')) s.having = this.expr();
     if (this.isKw('ORDER')) {
       this.next();

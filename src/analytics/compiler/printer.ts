@@ -72,7 +72,6 @@ export class Printer {
     if (s.from) parts.push(`FROM ${this.from(s.from)}`);
     if (s.where) parts.push(`WHERE ${this.expr(s.where)}`);
     if (s.groupBy.length > 0) parts.push(`GROUP BY ${s.groupBy.map((e) => this.expr(e)).join(', ')}`);
-    if (s.withTotals) parts.push('WITH TOTALS');
     if (s.having) parts.push(`HAVING ${this.expr(s.having)}`);
     if (s.orderBy.length > 0) parts.push(`ORDER BY ${this.order(s.orderBy)}`);
     if (s.limitBy) parts.push(`LIMIT ${s.limitBy.limit}${s.limitBy.offset !== undefined ? ` OFFSET ${s.limitBy.offset}` : ''} BY ${s.limitBy.by.map((e) => this.expr(e)).join(', ')}`);
