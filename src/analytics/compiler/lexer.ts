@@ -24,7 +24,8 @@ const OPS = ['->', '::', '||', '<=', '>=', '!=', '<>', '==', '=', '<', '>', '+',
 const IDENT_START = /[A-Za-z_]/;
 const IDENT_PART = /[A-Za-z0-9_]/;
 const DIGIT = /[0-9]/;
-const SIMPLE_ESCAPES: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', '0': '\0', a: '\x07', v: '\v', '\\': '\\', "'": "'", '"': '"', '`': '`' };
+/** ClickHouse's escapes (checked against the engine: unknown ones keep their backslash, \N is nothing). */
+const SIMPLE_ESCAPES: Record<string, string> = { b: '\b', f: '\f', n: '\n', r: '\r', t: '\t', '0': '\0', a: '\x07', v: '\v', e: '\x1b', N: '', '\\': '\\', "'": "'", '"': '"', '`': '`', '/': '/', '=': '=' };
 
 export function tokenize(src: string): Token[] {
   const out: Token[] = [];
@@ -147,7 +148,7 @@ function readQuoted(src: string, start: number, q: string): [string, number] {
     if (c === '\\') {
       const e = src[i + 1];
       if (e === undefined) throw new CompileError('INVALID_QUERY', 'unterminated escape sequence', src, i);
-      if (e === 'x' || e === 'X') {
+      if (e === 'x') {
         const hex = src.slice(i + 2, i + 4);
         if (!/^[0-9a-fA-F]{2}$/.test(hex)) throw new CompileError('INVALID_QUERY', 'a \\x escape needs two hexadecimal digits', src, i);
         const code = parseInt(hex, 16);
@@ -158,7 +159,6 @@ function readQuoted(src: string, start: number, q: string): [string, number] {
       }
       const simple = SIMPLE_ESCAPES[e];
       if (simple !== undefined) value += simple;
-      else if (e === 'N') throw new CompileError('INVALID_QUERY', 'the \\N escape is not supported', src, i);
       // ClickHouse keeps the backslash of an unknown escape (so LIKE patterns can write \% and \_).
       else value += `\\${e}`;
       i += 2;
