@@ -5,11 +5,11 @@
  *   GET  /api/v2/analytics/signals/metadata JSON paths seen in the caller's fact_signal.data
  *
  * Order of a query, and why: validate the body (free) → one token, only when the rate
- * framework is on for analytics (spec 8.3, off by default) → a concurrency slot (429
- * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the compiler (compiler/: the project's
- * own parser, name resolution and printer, which writes the caller's organization and mode
- * into every view read) → the engine, with readonly=1, the time limit and the row limits as
- * settings → the exact 10,000-row cut. The slot is held until the engine is done with the
+ * framework is on for analytics (spec 8.3, off by default) → the compiler (compiler/: the
+ * project's own parser, name resolution and printer, which writes the caller's organization
+ * and mode into every view read; in process, no slot needed) → a concurrency slot (429
+ * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the engine, with readonly=1, the time
+ * limit and the row limits as settings → the exact 10,000-row cut. The slot is held until the engine is done with the
  * statement, even when the watchdog answered 408 first.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
@@ -71,8 +71,9 @@ export class AnalyticsService {
   async query(req: Request, p: Principal): Promise<Reply> {
     const text = queryText(req.body);
     await this.takeToken(p);
+    // In process and well under a millisecond: a refused query never takes a slot.
+    const sql = this.compileFor(text, p);
     return this.withSlot(p, async (track) => {
-      const sql = this.compileFor(text, p);
       const out = await this.execute(sql, p, track);
       return { status: 200, body: shapeResult(out, MAX_ROWS).body, headers: JSON_HEADERS };
     });

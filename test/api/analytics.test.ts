@@ -232,6 +232,9 @@ t.test('timeouts (408), the concurrency limit (429 without Retry-After) and the 
   t.equal(second.status, 429);
   t.same(second.body, { error: 'Too Many Requests', code: 'CONCURRENCY_LIMIT_EXCEEDED', details: 'Too many requests. Retry after 1s.' });
   t.equal(second.headers.get('retry-after'), null, 'no Retry-After on the concurrency 429');
+  const refused = await query(org.live, 'SELECT nope FROM fact_signal', svc2.url);
+  t.equal(refused.status, 400, 'a query the compiler refuses needs no slot: 400, not 429');
+  t.equal(refused.body.code, 'INVALID_QUERY');
   t.equal((await query(other.live, 'SELECT 1', svc2.url)).status, 200, 'another organization is not limited');
   t.equal((await query(org.test, 'SELECT 1', svc2.url)).status, 200, 'test mode has its own slots');
 
