@@ -95,7 +95,7 @@ export class WebhookApi {
   }
 
   private eventParam(req: Request): WebhookEvent {
-    const event = decodeURIComponent(req.params[0] ?? '');
+    const event = req.params[0] ?? '';
     if (!isWebhookEvent(event)) throw new ApiError('NOT_FOUND', `no webhook event "${event}"; the events are ${WEBHOOK_EVENTS.join(', ')}`);
     return event;
   }
@@ -166,7 +166,7 @@ export class WebhookApi {
   }
 
   private async resend(req: Request, who: Principal): Promise<Reply> {
-    const deliveryId = decodeURIComponent(req.params[0] ?? '');
+    const deliveryId = req.params[0] ?? '';
     const rec = (await this.log.list(who.org.id, who.mode, 1000)).find((r) => r.deliveryId === deliveryId);
     if (!rec) throw new ApiError('NOT_FOUND', `deliveryId: no delivery "${deliveryId}" in the log`);
     if (rec.eventSeq === null) throw new ApiError('INVALID_WEBHOOK', 'deliveryId: a test delivery cannot be resent; send a new test');
