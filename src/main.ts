@@ -28,6 +28,8 @@ import { WebhookStore } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
 import { Dispatcher } from './webhooks/dispatcher.js';
+import { Deliverer } from './webhooks/deliver.js';
+import { dnsServersResolver } from './webhooks/ssrf.js';
 import { publishExternalEvent, validateExternalEvent } from './webhooks/external-events.js';
 import { parseJson } from './ingress/validate.js';
 import { ApiError } from './errors.js';
@@ -89,7 +91,13 @@ export async function start(cfg: Config): Promise<Running> {
     const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
     const configStore = once(async () => new BillingConfigStore(await n.billingBucket(), n.maxPayload));
     const billingState = once(() => stateBucket(n, billing));
-    const webhookPolicy = { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks };
+    // One deliverer (URL check + the one attempt function) for test deliveries and the dispatcher.
+    const deliverer = new Deliverer({
+      policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
+      timeoutMs: cfg.webhooks.timeoutMs,
+      extraCaPem: cfg.webhooks.extraCaPem,
+      ...(cfg.webhooks.dnsServers.length > 0 ? { resolver: dnsServersResolver(cfg.webhooks.dnsServers) } : {}),
+    });
 
     if (hasIngress(cfg.role)) {
       const redis = new Redis(cfg.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
@@ -111,8 +119,7 @@ export async function start(cfg: Config): Promise<Running> {
       server.addWebhooks(
         new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
-          policy: webhookPolicy,
-          timeoutMs: cfg.webhooks.timeoutMs,
+          deliverer,
           eventStream: billing.eventStream,
           eventSubjectPrefix: billing.eventSubjectPrefix,
           publishTimeoutMs: cfg.publishTimeoutMs,
@@ -183,10 +190,10 @@ export async function start(cfg: Config): Promise<Running> {
         await billingStreams();
         dispatcher = new Dispatcher(nats, await webhookStore(), await deliveryLog(), {
           key: cfg.webhooks.encryptionKey,
-          policy: webhookPolicy,
-          timeoutMs: cfg.webhooks.timeoutMs,
+          deliverer,
           retryScheduleMs: cfg.webhooks.retryScheduleMs,
           eventStream: billing.eventStream,
+          ackWaitMs: cfg.webhooks.dispatcherAckWaitMs,
         });
         await dispatcher.start();
       }

@@ -336,6 +336,27 @@ export function compileAllowedNetworks(cidrs: readonly string[]): BlockList {
 /** `dns.promises.lookup(host, {all: true, verbatim: true})`: what the OS would connect to. */
 export const systemResolver: Resolver = async (host) => (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
 
+/**
+ * A resolver that asks the given DNS servers (`WEBHOOK_DNS_SERVERS`, e.g. `10.0.0.2` or
+ * `127.0.0.1:5353`, via `node:dns` `Resolver.setServers`) for the name's AAAA and A records,
+ * in parallel, and answers the IPv6 addresses first, then the IPv4 ones (the default
+ * preference of RFC 6724), each in the order the server gave. The name is not looked up in
+ * /etc/hosts. One family without records (ENODATA) is fine; when neither family has an
+ * address the resolution fails with the first error (NXDOMAIN is ENOTFOUND).
+ * `setServers` throws a TypeError for a malformed server (configuration checks with it).
+ */
+export function dnsServersResolver(servers: readonly string[]): Resolver {
+  const resolver = new dns.Resolver({ timeout: 2_000, tries: 2 });
+  resolver.setServers([...servers]);
+  return async (host) => {
+    const [v6, v4] = await Promise.allSettled([resolver.resolve6(host), resolver.resolve4(host)]);
+    const addresses = [...(v6.status === 'fulfilled' ? v6.value : []), ...(v4.status === 'fulfilled' ? v4.value : [])];
+    if (addresses.length > 0) return addresses;
+    const failures = [v6, v4].filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as NodeJS.ErrnoException);
+    throw failures.find((e) => e.code !== 'ENODATA') ?? failures[0] ?? Object.assign(new Error(`${host} has no address`), { code: 'ENODATA' });
+  };
+}
+
 const a = (word: string): string => `${/^[aeiou]/.test(word) ? 'an' : 'a'} ${word}`;
 
 const describe = (c: AddressClassification): string => {
