@@ -7,8 +7,8 @@
  *   timestamp is the event's time), so every attempt sends the same bytes; each attempt is
  *   signed afresh with the organization's current secret (read at delivery time: a rotation
  *   applies from the next attempt on).
- * - The URL is checked again at delivery time and the connection goes to the vetted address
- *   only (deliver.ts); redirects are not followed; any 2xx is success; each attempt is bounded
+ * - The URL is checked again at delivery time and the connection goes to the vetted addresses
+ *   only (deliver.ts, the same attempt function as test deliveries); redirects are not followed; any 2xx is success; each attempt is bounded
  *   by WEBHOOK_TIMEOUT_MS.
  * - Ack wait: DISPATCHER_ACK_WAIT_MS (default 2 × WEBHOOK_TIMEOUT_MS + 10 s, always longer than
  *   one attempt), after which an event held by a dispatcher that died is handed out again.

@@ -2,9 +2,9 @@
  * The public-address guard for webhook URLs (issue 6, spec 2.3: "HTTPS receiver URL,
  * publicly reachable"). A webhook URL is accepted only when it is an absolute http(s) URL
  * whose host is, or resolves only to, publicly routable unicast addresses. The function
- * returns the vetted addresses: the dispatcher must connect to one of THOSE (with the URL's
- * host name kept for TLS SNI, certificate checks and the Host header) and never resolve the
- * name again, or a DNS answer that changes between check and connect (DNS rebinding) would
+ * returns the vetted addresses: deliveries connect to THOSE only (deliver.ts pins them in the
+ * socket's lookup, keeping the URL's host name for TLS SNI, certificate checks and the Host
+ * header) and never resolve the name again, or a DNS answer that changes between check and connect (DNS rebinding) would
  * defeat the check. Deliveries must also not follow redirects (issue 6), or the first hop
  * could send them anywhere.
  *
@@ -28,7 +28,8 @@
  * all become `127.0.0.1`) and canonicalizes IPv6 literals (`[::ffff:127.0.0.1]` becomes
  * `[::ffff:7f00:1]`); the guard relies on that AND classifies the result. An IP literal is
  * classified as is; a name is resolved (default resolver: `dns.promises.lookup(host,
- * {all: true, verbatim: true})`, i.e. what the operating system would connect to) and EVERY
+ * {all: true, verbatim: true})`, i.e. what the operating system would connect to; with
+ * WEBHOOK_DNS_SERVERS, `dnsServersResolver`: AAAA and A records from those servers) and EVERY
  * address it resolves to must pass: one non-public answer among public ones refuses the URL.
  * A resolution error or an empty answer refuses it too. `localhost` is not special-cased:
  * it resolves to loopback addresses and is refused like them.
