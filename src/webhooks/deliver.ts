@@ -165,8 +165,9 @@ export class Deliverer {
         agent: false,
       };
       if (secure) {
-        // SNI and the certificate check against the host name (an IP literal has no SNI).
-        if (isIP(hostname) === 0) options.servername = hostname;
+        // SNI and the certificate check against the host name; an IP literal sends no SNI
+        // ('' turns it off) and its certificate is checked against the address.
+        options.servername = isIP(hostname) === 0 ? hostname : '';
         if (this.secureContext) options.secureContext = this.secureContext;
       }
       const onResponse = (res: http.IncomingMessage): void => {

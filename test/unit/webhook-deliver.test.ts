@@ -8,6 +8,12 @@
  */
 import t, { type Test } from 'tap';
 import http from 'node:http';
+import https from 'node:https';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import type { TLSSocket } from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { LookupAddress } from 'node:dns';
 import { Deliverer, describeConnectionError, pinnedLookup } from '../../src/webhooks/deliver.js';
@@ -130,4 +136,29 @@ t.test('Deliverer: localhost through the system resolver', async (t) => {
 t.test('describeConnectionError', async (t) => {
   t.equal(describeConnectionError(Object.assign(new Error('x'), { code: 'ECONNREFUSED', address: '::1', port: 80 })), 'connection failed: ECONNREFUSED [::1]:80');
   t.equal(describeConnectionError(Object.assign(new Error('self-signed certificate in certificate chain'), { code: 'SELF_SIGNED_CERT_IN_CHAIN' })), 'TLS handshake failed: SELF_SIGNED_CERT_IN_CHAIN: self-signed certificate in certificate chain');
+});
+
+t.test('Deliverer: HTTPS to an IP literal checks the certificate against the address (no SNI)', async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'deliver-ip-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // A self-signed certificate for IP:127.0.0.1, trusted through extraCaPem.
+  execFileSync('/usr/bin/openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'k.pem', '-out', 'c.pem', '-days', '2',
+    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'basicConstraints=critical,CA:TRUE'], { cwd: dir, stdio: 'pipe' });
+  const cert = readFileSync(path.join(dir, 'c.pem'));
+  const snis: (string | false)[] = [];
+  const server = https.createServer({ key: readFileSync(path.join(dir, 'k.pem')), cert }, (req, res) => {
+    snis.push((req.socket as TLSSocket).servername);
+    req.resume();
+    req.on('end', () => res.writeHead(200).end());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  const port = (server.address() as AddressInfo).port;
+  const d = new Deliverer({ policy: { allowHttp: false, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 3_000, extraCaPem: [cert.toString()] });
+  const r = await d.attempt(`https://127.0.0.1:${port}/`, Buffer.from('{}'), 'whsec_x');
+  t.equal(r.ok, true, `delivered (${r.error})`);
+  t.same(snis, [false], 'no SNI for an address');
+  const untrusted = new Deliverer({ policy: { allowHttp: false, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 3_000 });
+  const u = await untrusted.attempt(`https://127.0.0.1:${port}/`, Buffer.from('{}'), 'whsec_x');
+  t.match(u.error, /^TLS handshake failed: (DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN): /, `without the CA: ${u.error}`);
 });
