@@ -137,6 +137,39 @@ export function decimalFromNumber(n: number, options: ParseOptions = {}): Dec {
   return value;
 }
 
+const JSON_NUMBER = /^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?$/;
+
+/**
+ * The exact value of a JSON number's text as written (`0.10000000000000000001`, `1.5e-7`,
+ * `-0`), for numbers whose text a double would not keep (src/billing/quantity.ts). JSON's
+ * grammar, exponents included; the same limits as `parseDecimal`, checked on the exact value
+ * (so `1e400` has 401 integer digits and `1e-400` 400 decimal places, never Infinity or 0).
+ */
+export function decimalFromJsonNumberText(text: string, options: ParseOptions = {}): Dec {
+  const { maxDecimalPlaces = 6, maxIntegerDigits = 30, allowNegative = false, field } = options;
+  if (typeof text !== 'string') fail('WRONG_TYPE', `must be a string, got ${typeof text}`, field);
+  if (!JSON_NUMBER.test(text)) fail('SYNTAX', `must be a JSON number, got ${JSON.stringify(text.slice(0, 64))}`, field);
+  const value = normalizeZero(new D(text) as Dec);
+  if (value.isNeg() && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
+  if (value.dp() > maxDecimalPlaces) {
+    fail('TOO_MANY_DECIMAL_PLACES', `has ${value.dp()} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
+  }
+  if (integerDigits(value) > maxIntegerDigits) {
+    fail('TOO_MANY_INTEGER_DIGITS', `has ${integerDigits(value)} integer digits; at most ${maxIntegerDigits} are allowed`, field);
+  }
+  return value;
+}
+
+/** Digits after the point of `d` (0 for an integer). */
+export function decimalPlaces(d: Dec): number {
+  return d.dp();
+}
+
+/** Digits before the point of |d| (0 for |d| < 1). */
+export function integerDigitsOf(d: Dec): number {
+  return integerDigits(d);
+}
+
 /** Zero, one and any safe integer as exact decimals. */
 export function decimalFromInteger(n: number): Dec {
   if (!Number.isSafeInteger(n)) throw new DecimalError('OUT_OF_RANGE', `${n} is not a safe integer`);

@@ -1,0 +1,80 @@
+/**
+ * The quantity rule: which values at an attribute's `data` path are priced, and why the
+ * others are not.
+ *
+ * A quantity is a JSON number or a decimal string (`"12.5"`, the syntax of
+ * src/billing/decimal.ts), ≥ 0, with at most QUANTITY_MAX_DECIMAL_PLACES (12) places and at
+ * most QUANTITY_MAX_INTEGER_DIGITS (15) digits before the point (so below 10^15). These bounds
+ * make every product with a configured price or credits per unit fit the stored type exactly
+ * (src/billing/stored.ts). A JSON number is taken at the value its text states: the pipeline
+ * passes the text of every number a double would not keep (more than 15 significant digits,
+ * or out of the double's range) next to the data (src/pipeline/exact-numbers.ts), so
+ * `0.10000000000000000001` is 20 places, not the double's 0.1.
+ *
+ * A value outside the rule is never rounded or cut: the signal is not priced, and the reason
+ * is stored in fact_unpriced (one row per signal, with `reason` and a `detail` naming the
+ * path and the problem). Reasons:
+ *   QUANTITY_MISSING                  nothing (or null) at the path
+ *   QUANTITY_NOT_A_NUMBER             neither a JSON number nor a decimal string
+ *   QUANTITY_NEGATIVE                 below zero
+ *   QUANTITY_TOO_MANY_DECIMAL_PLACES  more than 12 places
+ *   QUANTITY_TOO_LARGE                more than 15 integer digits
+ *   AMOUNT_OUT_OF_RANGE               (not a quantity problem) an amount to store, in practice
+ *                                     the pool balance after the draw, would not fit the
+ *                                     stored type (src/billing/stored.ts)
+ */
+import { DecimalError, decimalFromJsonNumberText, decimalFromNumber, parseDecimal, type Dec, type ParseOptions } from './decimal.js';
+
+export const QUANTITY_MAX_DECIMAL_PLACES = 12;
+export const QUANTITY_MAX_INTEGER_DIGITS = 15;
+
+export const UNPRICED_REASONS = [
+  'QUANTITY_MISSING',
+  'QUANTITY_NOT_A_NUMBER',
+  'QUANTITY_NEGATIVE',
+  'QUANTITY_TOO_MANY_DECIMAL_PLACES',
+  'QUANTITY_TOO_LARGE',
+  'AMOUNT_OUT_OF_RANGE',
+] as const;
+export type UnpricedReason = (typeof UNPRICED_REASONS)[number];
+
+export type QuantityResult = { ok: true; quantity: Dec } | { ok: false; reason: UnpricedReason; detail: string };
+
+/** Longest piece of a refused value quoted in a detail. */
+const QUOTE_MAX = 64;
+
+const refused = (reason: UnpricedReason, detail: string): QuantityResult => ({ ok: false, reason, detail });
+
+/**
+ * The quantity in `value` (what the data holds at the path `field`, e.g. `data.usage.tokens`),
+ * or why it is not priced. `exactText` is the number's text as sent when a double would not
+ * keep it; it takes precedence over `value` when `value` is a number.
+ */
+export function readQuantity(value: unknown, exactText: string | undefined, field: string): QuantityResult {
+  if (value === undefined || value === null) return refused('QUANTITY_MISSING', `${field} is missing`);
+  const options: ParseOptions = { maxDecimalPlaces: QUANTITY_MAX_DECIMAL_PLACES, maxIntegerDigits: QUANTITY_MAX_INTEGER_DIGITS, field };
+  try {
+    if (typeof value === 'number') {
+      return { ok: true, quantity: exactText !== undefined ? decimalFromJsonNumberText(exactText, options) : decimalFromNumber(value, options) };
+    }
+    if (typeof value === 'string') return { ok: true, quantity: parseDecimal(value, options) };
+  } catch (err) {
+    if (!(err instanceof DecimalError)) throw err;
+    switch (err.code) {
+      case 'NEGATIVE':
+        return refused('QUANTITY_NEGATIVE', err.message);
+      case 'TOO_MANY_DECIMAL_PLACES':
+        return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', err.message);
+      case 'TOO_MANY_INTEGER_DIGITS':
+        return refused('QUANTITY_TOO_LARGE', err.message);
+      default:
+        return refused('QUANTITY_NOT_A_NUMBER', clip(err.message));
+    }
+  }
+  const kind = Array.isArray(value) ? 'array' : typeof value;
+  return refused('QUANTITY_NOT_A_NUMBER', `${field} must be a JSON number or a decimal string, got ${kind}`);
+}
+
+function clip(s: string): string {
+  return s.length <= QUOTE_MAX * 2 ? s : `${s.slice(0, QUOTE_MAX * 2)}…`;
+}

@@ -1,0 +1,72 @@
+/**
+ * The texts of JSON numbers in signal data that a double does not keep.
+ *
+ * `JSON.parse` reads every number into a double, so `0.10000000000000000001` becomes 0.1 and
+ * `1e-400` becomes 0. A quantity must be priced at the value the sender wrote
+ * (src/billing/quantity.ts), so the pipeline finds such numbers in the raw batch text and
+ * passes their texts next to the data, keyed by the dot-joined path of object keys (the path
+ * an attribute names; numbers inside arrays are never quantities and are skipped).
+ *
+ * A number's text is kept exactly when the double's shortest form (`String(n)`) states the
+ * same value. That always holds for 15 or fewer significant digits with an exponent of two
+ * digits at most, so a batch text without a run of 16 digits-or-points and without a
+ * three-digit exponent (the common case) is answered at once; otherwise every number token
+ * is checked with exact decimals.
+ */
+import { randomBytes } from 'node:crypto';
+import { Decimal } from 'decimal.js';
+
+/** A necessary condition for a number that a double does not keep (see the header). */
+const MAY_LOSE = /[0-9.]{16}|[eE][-+]?[0-9]{3}/;
+/** Strings first, so that digits inside strings and keys are never taken for numbers. */
+const TOKEN = /"(?:[^"\\]|\\[\s\S])*"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?/g;
+
+/** Exact texts by path, per signal of the batch (null: none in that signal). */
+export type ExactTexts = Record<string, string>;
+
+/** True when the double read from `token` states exactly the value `token` states. */
+export function doubleKeeps(token: string): boolean {
+  const n = Number(token);
+  return Number.isFinite(n) && new Decimal(token).eq(new Decimal(String(n)));
+}
+
+/**
+ * For a batch text `{"signals":[…]}` already accepted as JSON: per signal, the texts of the
+ * numbers in its `data` that a double does not keep, or null for all signals when there are
+ * none (the common case).
+ */
+export function exactNumberTexts(text: string): (ExactTexts | null)[] | null {
+  if (!MAY_LOSE.test(text)) return null;
+  // Each lossy number becomes a string carrying a marker that cannot occur in the text by
+  // chance; parsing the marked text then says where each one is.
+  const marker = `\u0000exact-${randomBytes(12).toString('hex')}:`;
+  let found = false;
+  const marked = text.replace(TOKEN, (token) => {
+    if (token.charCodeAt(0) === 34 || doubleKeeps(token)) return token;
+    found = true;
+    return JSON.stringify(marker + token);
+  });
+  if (!found) return null;
+  const parsed = JSON.parse(marked) as { signals?: unknown };
+  if (!Array.isArray(parsed.signals)) return null;
+  return parsed.signals.map((s) => {
+    const data = isObject(s) ? s.data : undefined;
+    if (!isObject(data)) return null;
+    const out = new Map<string, string>();
+    collect(data, '', marker, out);
+    // fromEntries makes own properties, also for a key such as "__proto__".
+    return out.size > 0 ? Object.fromEntries(out) : null;
+  });
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function collect(o: Record<string, unknown>, prefix: string, marker: string, out: Map<string, string>): void {
+  for (const [k, v] of Object.entries(o)) {
+    const path = prefix === '' ? k : `${prefix}.${k}`;
+    if (typeof v === 'string' && v.startsWith(marker)) out.set(path, v.slice(marker.length));
+    else if (isObject(v)) collect(v, path, marker, out);
+  }
+}
