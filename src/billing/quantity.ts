@@ -23,7 +23,7 @@
  *                                     the pool balance after the draw, would not fit the
  *                                     stored type (src/billing/stored.ts)
  */
-import { DecimalError, decimalFromJsonNumberText, decimalFromNumber, parseDecimal, type Dec, type ParseOptions } from './decimal.js';
+import { DecimalError, decimalFromJsonNumberText, decimalFromNumber, decimalPlaces, integerDigitsOf, parseDecimal, sign, type Dec, type ParseOptions } from './decimal.js';
 
 export const QUANTITY_MAX_DECIMAL_PLACES = 12;
 export const QUANTITY_MAX_INTEGER_DIGITS = 15;
@@ -48,31 +48,35 @@ const refused = (reason: UnpricedReason, detail: string): QuantityResult => ({ o
 /**
  * The quantity in `value` (what the data holds at the path `field`, e.g. `data.usage.tokens`),
  * or why it is not priced. `exactText` is the number's text as sent when a double would not
- * keep it; it takes precedence over `value` when `value` is a number.
+ * keep it; it takes precedence over `value` when `value` is a number. The bounds apply to the
+ * value, whatever its form: `"1.50"`, `1.50` and `1.5` are the same quantity (trailing zeros
+ * of a fraction are not places).
  */
 export function readQuantity(value: unknown, exactText: string | undefined, field: string): QuantityResult {
   if (value === undefined || value === null) return refused('QUANTITY_MISSING', `${field} is missing`);
-  const options: ParseOptions = { maxDecimalPlaces: QUANTITY_MAX_DECIMAL_PLACES, maxIntegerDigits: QUANTITY_MAX_INTEGER_DIGITS, field };
+  if (typeof value !== 'number' && typeof value !== 'string') {
+    return refused('QUANTITY_NOT_A_NUMBER', `${field} must be a JSON number or a decimal string, got ${Array.isArray(value) ? 'array' : typeof value}`);
+  }
+  // Read without limits (the data is at most 16 KiB), then judge the value.
+  const loose: ParseOptions = { maxDecimalPlaces: Number.MAX_SAFE_INTEGER, maxIntegerDigits: Number.MAX_SAFE_INTEGER, allowNegative: true, field };
+  let q: Dec;
   try {
-    if (typeof value === 'number') {
-      return { ok: true, quantity: exactText !== undefined ? decimalFromJsonNumberText(exactText, options) : decimalFromNumber(value, options) };
-    }
-    if (typeof value === 'string') return { ok: true, quantity: parseDecimal(value, options) };
+    if (typeof value === 'string') q = parseDecimal(value, loose);
+    else q = exactText !== undefined ? decimalFromJsonNumberText(exactText, loose) : decimalFromNumber(value, loose);
   } catch (err) {
     if (!(err instanceof DecimalError)) throw err;
-    switch (err.code) {
-      case 'NEGATIVE':
-        return refused('QUANTITY_NEGATIVE', err.message);
-      case 'TOO_MANY_DECIMAL_PLACES':
-        return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', err.message);
-      case 'TOO_MANY_INTEGER_DIGITS':
-        return refused('QUANTITY_TOO_LARGE', err.message);
-      default:
-        return refused('QUANTITY_NOT_A_NUMBER', clip(err.message));
-    }
+    if (err.code === 'TOO_MANY_DECIMAL_PLACES') return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', err.message);
+    if (err.code === 'TOO_MANY_INTEGER_DIGITS') return refused('QUANTITY_TOO_LARGE', err.message);
+    return refused('QUANTITY_NOT_A_NUMBER', clip(err.message));
   }
-  const kind = Array.isArray(value) ? 'array' : typeof value;
-  return refused('QUANTITY_NOT_A_NUMBER', `${field} must be a JSON number or a decimal string, got ${kind}`);
+  if (sign(q) < 0) return refused('QUANTITY_NEGATIVE', `${field} must not be negative`);
+  if (decimalPlaces(q) > QUANTITY_MAX_DECIMAL_PLACES) {
+    return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', `${field} has ${decimalPlaces(q)} decimal places; at most ${QUANTITY_MAX_DECIMAL_PLACES} are allowed`);
+  }
+  if (integerDigitsOf(q) > QUANTITY_MAX_INTEGER_DIGITS) {
+    return refused('QUANTITY_TOO_LARGE', `${field} has ${integerDigitsOf(q)} integer digits; at most ${QUANTITY_MAX_INTEGER_DIGITS} are allowed`);
+  }
+  return { ok: true, quantity: q };
 }
 
 function clip(s: string): string {

@@ -66,7 +66,7 @@ t.test('pricing: one cost row per priced signal, exact fractional cents', async 
   const { outs } = run(config({ path: 'tokens' }), [[sig({ data: { tokens: 3 } }), sig({ data: { tokens: '0.5' } }), sig({ data: {} }), sig({ customerId: 'acme', data: { tokens: 2 } }), sig({ customerId: 'nobody' }), sig({ eventName: 'other' })]]);
   const costs = outs[0]!.costs;
   t.same(costs.map((c) => [c.quantity, c.cost_amount, c.customer_id]), [['3', '0.0375', 'cus_1'], ['0.5', '0.00625', 'cus_1'], ['2', '0.025', 'cus_1']], 'by service id and by external id');
-  t.equal(outs[0]!.unpriced, 1, 'a signal without the quantity path is not priced');
+  t.same(outs[0]!.unpriced.map((u) => [u.reason, u.detail, u.order_line_attribute_id]), [['QUANTITY_MISSING', 'data.tokens is missing', 'ola_1']], 'a signal without the quantity path is not priced, and says why');
 });
 
 t.test('exact depletion: remainingCredits 0, usedCredits that signal alone', async (t) => {
