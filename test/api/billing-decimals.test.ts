@@ -122,4 +122,6 @@ t.test('a quantity outside the rule is not priced, and fact_unpriced says why', 
   t.match(pools.creditPools, [{ consumedCredits: '0.000000000000000001', balance: '0.999999999999999999' }], 'the unpriced signals drew nothing');
   t.same(await query(s.org.live, 'SELECT count() FROM fact_signal'), [[String(signals.length)]], 'every signal is stored as a signal all the same');
   t.same(await query(s.org.test, 'SELECT count() FROM fact_unpriced'), [['0']], 'per mode');
+  const other = await createOrg(svc.url);
+  t.same(await query(other.live, 'SELECT count() FROM fact_unpriced'), [['0']], 'and per organization');
 });
