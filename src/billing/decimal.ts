@@ -128,12 +128,7 @@ export function decimalFromNumber(n: number, options: ParseOptions = {}): Dec {
   if (!Number.isFinite(n)) fail('NOT_FINITE', `must be a finite number, got ${n}`, field);
   const value = normalizeZero(new D(String(n)) as Dec);
   if (value.isNeg() && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
-  if (value.dp() > maxDecimalPlaces) {
-    fail('TOO_MANY_DECIMAL_PLACES', `has ${value.dp()} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
-  }
-  if (integerDigits(value) > maxIntegerDigits) {
-    fail('TOO_MANY_INTEGER_DIGITS', `has ${integerDigits(value)} integer digits; at most ${maxIntegerDigits} are allowed`, field);
-  }
+  checkLimits(value, maxDecimalPlaces, maxIntegerDigits, field);
   return value;
 }
 
@@ -160,12 +155,10 @@ export function decimalFromJsonNumberText(text: string, options: ParseOptions = 
     if (expSign === '-') fail('TOO_MANY_DECIMAL_PLACES', `has more than ${MAX_TEXT_EXPONENT} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
     fail('TOO_MANY_INTEGER_DIGITS', `has more than ${MAX_TEXT_EXPONENT} integer digits; at most ${maxIntegerDigits} are allowed`, field);
   }
-  const value = zero ? ZERO_VALUE() : normalizeZero(new D(text) as Dec);
+  const value = zero ? ZERO : normalizeZero(new D(text) as Dec);
   checkLimits(value, maxDecimalPlaces, maxIntegerDigits, field);
   return value;
 }
-
-const ZERO_VALUE = (): Dec => new D(0) as Dec;
 
 function checkLimits(value: Dec, maxDecimalPlaces: number, maxIntegerDigits: number, field: string | undefined): void {
   if (value.dp() > maxDecimalPlaces) {
