@@ -32,8 +32,8 @@ export interface BillableLine {
   u: string | null;
   t: number;
   d: Record<string, unknown>;
-  /** Texts of numbers in `d` a double does not keep, by path (src/pipeline/exact-numbers.ts); absent when none. */
-  x?: ExactTexts;
+  /** Texts of numbers in `d` a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts); absent when none. */
+  x?: ExactTexts | false;
 }
 
 interface Signal {
@@ -104,8 +104,8 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
       `"event_name":${event},"customer_id":${customer},` +
       `"unit_id":${unit},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
       `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${data}}`;
-    const x = exact?.[i];
-    billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}${x ? `,"x":${JSON.stringify(x)}` : ''}}`;
+    const x = exact?.[i] ?? null;
+    billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}${x === null ? '' : `,"x":${JSON.stringify(x)}`}}`;
   }
   return { lines, ids, claimKeys, billable };
 }

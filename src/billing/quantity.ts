@@ -19,6 +19,9 @@
  *   QUANTITY_NEGATIVE                 below zero
  *   QUANTITY_TOO_MANY_DECIMAL_PLACES  more than 12 places
  *   QUANTITY_TOO_LARGE                more than 15 integer digits
+ *   QUANTITY_DIGITS_NOT_KEPT          a JSON number in a batch too full of long numbers for
+ *                                     their texts to be kept (src/pipeline/exact-numbers.ts);
+ *                                     a decimal string is never affected
  *   AMOUNT_OUT_OF_RANGE               (not a quantity problem) an amount to store, in practice
  *                                     the pool balance after the draw, would not fit the
  *                                     stored type (src/billing/stored.ts)
@@ -34,6 +37,7 @@ export const UNPRICED_REASONS = [
   'QUANTITY_NEGATIVE',
   'QUANTITY_TOO_MANY_DECIMAL_PLACES',
   'QUANTITY_TOO_LARGE',
+  'QUANTITY_DIGITS_NOT_KEPT',
   'AMOUNT_OUT_OF_RANGE',
 ] as const;
 export type UnpricedReason = (typeof UNPRICED_REASONS)[number];
@@ -48,21 +52,25 @@ const refused = (reason: UnpricedReason, detail: string): QuantityResult => ({ o
 /**
  * The quantity in `value` (what the data holds at the path `field`, e.g. `data.usage.tokens`),
  * or why it is not priced. `exactText` is the number's text as sent when a double would not
- * keep it; it takes precedence over `value` when `value` is a number. The bounds apply to the
+ * keep it; it takes precedence over `value` when `value` is a number. `false`: the texts of
+ * this signal's numbers were withheld, so a number's written digits are unknown. The bounds apply to the
  * value, whatever its form: `"1.50"`, `1.50` and `1.5` are the same quantity (trailing zeros
  * of a fraction are not places).
  */
-export function readQuantity(value: unknown, exactText: string | undefined, field: string): QuantityResult {
+export function readQuantity(value: unknown, exactText: string | false | undefined, field: string): QuantityResult {
   if (value === undefined || value === null) return refused('QUANTITY_MISSING', `${field} is missing`);
   if (typeof value !== 'number' && typeof value !== 'string') {
     return refused('QUANTITY_NOT_A_NUMBER', `${field} must be a JSON number or a decimal string, got ${Array.isArray(value) ? 'array' : typeof value}`);
+  }
+  if (typeof value === 'number' && exactText === false) {
+    return refused('QUANTITY_DIGITS_NOT_KEPT', `${field} is a JSON number in a batch with more long numbers than the service keeps the digits of; send it as a decimal string`);
   }
   // Read without limits (the data is at most 16 KiB), then judge the value.
   const loose: ParseOptions = { maxDecimalPlaces: Number.MAX_SAFE_INTEGER, maxIntegerDigits: Number.MAX_SAFE_INTEGER, allowNegative: true, field };
   let q: Dec;
   try {
     if (typeof value === 'string') q = parseDecimal(value, loose);
-    else q = exactText !== undefined ? decimalFromJsonNumberText(exactText, loose) : decimalFromNumber(value, loose);
+    else q = typeof exactText === 'string' ? decimalFromJsonNumberText(exactText, loose) : decimalFromNumber(value, loose);
   } catch (err) {
     if (!(err instanceof DecimalError)) throw err;
     if (err.code === 'TOO_MANY_DECIMAL_PLACES') return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', err.message);

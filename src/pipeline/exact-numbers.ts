@@ -12,6 +12,13 @@
  * digits at most, so a batch text without a run of 16 digits-or-points and without a
  * three-digit exponent (the common case) is answered at once; otherwise every number token
  * is checked with exact decimals.
+ *
+ * The texts travel in the billable message, which must fit one NATS message like the batch it
+ * comes from, so a batch carries at most EXACT_TEXTS_MAX_BYTES of them (a 500-signal batch
+ * with one 22-digit quantity per signal needs about 23 KiB). A signal whose texts would pass
+ * that budget carries `false` instead ("texts withheld"): the evaluator then refuses a
+ * JSON-number quantity of that signal with a reason (QUANTITY_DIGITS_NOT_KEPT) rather than
+ * price a double; a decimal-string quantity is unaffected.
  */
 import { randomBytes } from 'node:crypto';
 import { Decimal } from 'decimal.js';
@@ -33,6 +40,9 @@ const TOKEN = /"(?:[^"\\]|\\[\s\S])*"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+
 /** Exact texts by path, per signal of the batch (null: none in that signal). */
 export type ExactTexts = Record<string, string>;
 
+/** Most bytes of exact texts (as JSON) one batch carries; beyond, a signal's are withheld. */
+export const EXACT_TEXTS_MAX_BYTES = 32 * 1024;
+
 /** True when the double read from `token` states exactly the value `token` states. */
 export function doubleKeeps(token: string): boolean {
   const n = Number(token);
@@ -41,10 +51,10 @@ export function doubleKeeps(token: string): boolean {
 
 /**
  * For a batch text `{"signals":[…]}` already accepted as JSON: per signal, the texts of the
- * numbers in its `data` that a double does not keep, or null for all signals when there are
- * none (the common case).
+ * numbers in its `data` that a double does not keep (null: none; false: withheld, see the
+ * header), or null for all signals when there are none (the common case).
  */
-export function exactNumberTexts(text: string): (ExactTexts | null)[] | null {
+export function exactNumberTexts(text: string, maxBytes = EXACT_TEXTS_MAX_BYTES): (ExactTexts | null | false)[] | null {
   if (!mayLose(text)) return null;
   // Each lossy number becomes a string carrying a marker that cannot occur in the text by
   // chance; parsing the marked text then says where each one is.
@@ -58,13 +68,17 @@ export function exactNumberTexts(text: string): (ExactTexts | null)[] | null {
   if (!found) return null;
   const parsed = JSON.parse(marked) as { signals?: unknown };
   if (!Array.isArray(parsed.signals)) return null;
+  let budget = maxBytes;
   return parsed.signals.map((s) => {
     const data = isObject(s) ? s.data : undefined;
     if (!isObject(data)) return null;
     const out = new Map<string, string>();
     collect(data, '', marker, out);
+    if (out.size === 0) return null;
     // fromEntries makes own properties, also for a key such as "__proto__".
-    return out.size > 0 ? Object.fromEntries(out) : null;
+    const texts = Object.fromEntries(out);
+    budget -= Buffer.byteLength(JSON.stringify(texts));
+    return budget >= 0 ? texts : false;
   });
 }
 

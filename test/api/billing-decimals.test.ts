@@ -8,6 +8,7 @@ import t from 'tap';
 import { Decimal as DecimalJs } from 'decimal.js';
 import { billed } from '../helpers/bus.js';
 import { createOrg, http, useService, type TestOrg } from '../helpers/service.js';
+import { EXACT_TEXTS_MAX_BYTES } from '../../src/pipeline/exact-numbers.js';
 
 const { iso, svc } = useService(t, 'billing-decimals');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000dec1';
@@ -124,4 +125,21 @@ t.test('a quantity outside the rule is not priced, and fact_unpriced says why', 
   t.same(await query(s.org.test, 'SELECT count() FROM fact_unpriced'), [['0']], 'per mode');
   const other = await createOrg(svc.url);
   t.same(await query(other.live, 'SELECT count() FROM fact_unpriced'), [['0']], 'and per organization');
+});
+
+t.test('a batch too full of long numbers: the quantities whose digits are not kept are not priced, visibly', async (t) => {
+  const s = await setup();
+  const long = '0.10000000000000000001';
+  const data = `{"usage":{"tokens":1234567890.123456789012,"a":${long},"b":${long},"c":${long},"d":${long}}}`;
+  const perSignal = Buffer.byteLength(JSON.stringify({ 'usage.tokens': '1234567890.123456789012', 'usage.a': long, 'usage.b': long, 'usage.c': long, 'usage.d': long }));
+  const kept = Math.floor(EXACT_TEXTS_MAX_BYTES / perSignal);
+  const n = kept + 20;
+  await bulk(s.org.live, Array.from({ length: n }, (_, i) => `{"eventName":"tokens","customerId":"acme","timestamp":"2026-01-10T00:${String(Math.floor(i / 60)).padStart(2, '0')}:${String(i % 60).padStart(2, '0')}Z","data":${data}}`));
+  await bulk(s.org.live, [raw('tokens', 0, '{"usage":{"tokens":"1234567890.123456789012"}}')]);
+  await billed(iso);
+  const cost = exact(new Decimal('1234567890.123456789012').times('0.333333333333'));
+  t.same(await query(s.org.live, 'SELECT count(), toString(min(cost_amount)), toString(max(cost_amount)) FROM fact_cost'), [[String(kept + 1), cost, cost]], `the first ${kept} numbers and the decimal string, exactly; no double's value`);
+  t.same(await query(s.org.live, 'SELECT reason, count(), any(detail) FROM fact_unpriced GROUP BY reason'), [
+    ['QUANTITY_DIGITS_NOT_KEPT', '20', 'data.usage.tokens is a JSON number in a batch with more long numbers than the service keeps the digits of; send it as a decimal string'],
+  ]);
 });

@@ -71,6 +71,8 @@ t.test('a JSON number is taken at the value its text states, not the double', as
   t.equal(reasonOf(0, '0e-99999999999'), 'ok 0');
   t.equal(reasonOf(1500, '1.5e3'), 'ok 1500');
   t.equal(reasonOf(-1, '-1.00000000000000000001'), 'QUANTITY_NEGATIVE');
+  t.same(readQuantity(7.5, false, 'data.q'), { ok: false, reason: 'QUANTITY_DIGITS_NOT_KEPT', detail: 'data.q is a JSON number in a batch with more long numbers than the service keeps the digits of; send it as a decimal string' }, 'texts withheld: a number is not priced at its double');
+  t.equal(reasonOf('7.5', false as unknown as string), 'ok 7.5', 'a decimal string is unaffected');
   t.throws(() => decimalFromJsonNumberText('01'), { code: 'SYNTAX' });
   t.throws(() => decimalFromJsonNumberText('1.'), { code: 'SYNTAX' });
 });
@@ -141,6 +143,9 @@ t.test('exact number texts: found where a double loses them, by path, nowhere el
   );
   t.same(exactNumberTexts(batch(['{"__proto__":0.10000000000000000001}']))?.[0], JSON.parse('{"__proto__":"0.10000000000000000001"}'), 'a key such as __proto__ is an own property');
   t.same(exactNumberTexts(batch(['{"k\\"\\\\":1e400}'])), [{ 'k"\\': '1e400' }], 'escaped keys');
+  const five = Array.from({ length: 5 }, () => '{"q":0.10000000000000000001}');
+  const texts = JSON.stringify({ q: '0.10000000000000000001' });
+  t.same(exactNumberTexts(batch(five), 3 * Buffer.byteLength(texts)), [{ q: '0.10000000000000000001' }, { q: '0.10000000000000000001' }, { q: '0.10000000000000000001' }, false, false], 'past the budget a signal\'s texts are withheld, and it says so');
 });
 
 t.test('property: the exact texts and the parsed data together give every number its written value', async () => {

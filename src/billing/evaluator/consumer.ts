@@ -164,7 +164,7 @@ export function parseBillable(data: Uint8Array): BillableSignal[] {
   for (const line of text.split('\n')) {
     if (line === '') continue;
     const b = JSON.parse(line) as BillableLine;
-    out.push({ id: b.i, eventName: b.e, customerId: b.c, unitId: b.u, ts: b.t, data: b.d, ...(b.x ? { exact: b.x } : {}) });
+    out.push({ id: b.i, eventName: b.e, customerId: b.c, unitId: b.u, ts: b.t, data: b.d, ...(b.x !== undefined ? { exact: b.x } : {}) });
   }
   return out;
 }

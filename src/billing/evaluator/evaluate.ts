@@ -45,8 +45,8 @@ export interface BillableSignal {
   /** Usage time, epoch ms. */
   ts: number;
   data: Record<string, unknown>;
-  /** Texts of numbers in `data` that a double does not keep, by path (src/pipeline/exact-numbers.ts). */
-  exact?: Record<string, string>;
+  /** Texts of numbers in `data` that a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts). */
+  exact?: Record<string, string> | false;
 }
 
 /** Running state of one organization and mode; only the evaluator writes it. Decimals as strings. */
@@ -317,7 +317,7 @@ function big(s: string): Dec {
  * The signal's quantity under the attribute's rule (src/billing/quantity.ts), or why it has
  * none. `exact`: texts of numbers a double does not keep, by path.
  */
-export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>, exact?: Record<string, string>): QuantityResult {
+export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>, exact?: Record<string, string> | false): QuantityResult {
   if (attr.quantity.kind === 'count') return { ok: true, quantity: decimalFromInteger(1) };
   const path = attr.quantity.path;
   let v: unknown = data;
@@ -330,5 +330,5 @@ export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknow
   }
   // ClickHouse's JSON also reads a dotted key as a path: {"a.b": 1} is data.a.b.
   if (v === undefined) v = own(data, path);
-  return readQuantity(v, exact !== undefined ? own(exact, path) : undefined, `data.${path}`);
+  return readQuantity(v, exact === false ? false : exact !== undefined ? own(exact, path) : undefined, `data.${path}`);
 }
