@@ -66,7 +66,65 @@ t.test('pricing: one cost row per priced signal, exact fractional cents', async 
   const { outs } = run(config({ path: 'tokens' }), [[sig({ data: { tokens: 3 } }), sig({ data: { tokens: '0.5' } }), sig({ data: {} }), sig({ customerId: 'acme', data: { tokens: 2 } }), sig({ customerId: 'nobody' }), sig({ eventName: 'other' })]]);
   const costs = outs[0]!.costs;
   t.same(costs.map((c) => [c.quantity, c.cost_amount, c.customer_id]), [['3', '0.0375', 'cus_1'], ['0.5', '0.00625', 'cus_1'], ['2', '0.025', 'cus_1']], 'by service id and by external id');
-  t.equal(outs[0]!.unpriced, 1, 'a signal without the quantity path is not priced');
+  t.same(outs[0]!.unpriced.map((u) => [u.reason, u.detail, u.order_line_attribute_id]), [['QUANTITY_MISSING', 'data.tokens is missing', 'ola_1']], 'a signal without the quantity path is not priced, and says why');
+});
+
+t.test('every digit of a product is kept: costs and credits beyond 12 places', async (t) => {
+  const cfg = config({ granted: '1', path: 'q', creditsPerUnit: '0.000001' });
+  cfg.attributes.ola_1!.unitPrice = '0.333333333333';
+  const { outs, state } = run(cfg, [[sig({ data: { q: 7.5 } }), sig({ data: { q: '0.123456789012' } }), sig({ data: { q: 1234567890.1234567 }, exact: { q: '1234567890.123456789012' } })]]);
+  t.same(outs[0]!.costs.map((c) => [c.quantity, c.unit_price, c.cost_amount]), [
+    ['7.5', '0.333333333333', '2.4999999999975'],
+    ['0.123456789012', '0.333333333333', '0.041152263003958847736996'],
+    ['1234567890.123456789012', '0.333333333333', '411522630.040740740373958847736996'],
+  ], 'quantity × unitPrice to the last of its 24 places (reference: Python decimal at 200 digits); a JSON number at the value its text states');
+  t.same(outs[0]!.consumption.map((c) => [c.credits, c.balance_after]), [
+    ['0.0000075', '0.9999925'],
+    ['0.000000123456789012', '0.999992376543210988'],
+    ['1234.567890123456789012', '-1233.567897746913578024'],
+  ]);
+  t.equal(state.consumed.cp_1, '1234.567897746913578024', 'the pool state: total − last balance_after, exactly');
+});
+
+t.test('a quantity outside the rule is not priced, changes nothing and says why', async (t) => {
+  const cfg = config({ granted: '10', path: 'q', included: '1' });
+  const bad = [
+    sig({ data: { q: 0.1 }, exact: { q: '0.10000000000000000001' } }),
+    sig({ data: { q: '0.0000000000001' } }),
+    sig({ data: { q: '1000000000000000' } }),
+    sig({ data: { q: -2 } }),
+    sig({ data: { q: '1e3' } }),
+    sig({ data: { q: [1] } }),
+    sig({ data: { r: 1 } }),
+  ];
+  const { outs, state } = run(cfg, [bad]);
+  t.same(outs[0]!.costs, [], 'no cost row');
+  t.same(outs[0]!.consumption, [], 'no credits drawn');
+  t.same(outs[0]!.events, [], 'no event');
+  t.same(state, { ...emptyState(), usage: {}, consumed: {} }, 'no state');
+  t.same(outs[0]!.unpriced.map((u) => [u.signal_id, u.reason, u.detail]), [
+    [bad[0]!.id, 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 20 decimal places; at most 12 are allowed'],
+    [bad[1]!.id, 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 13 decimal places; at most 12 are allowed'],
+    [bad[2]!.id, 'QUANTITY_TOO_LARGE', 'data.q has 16 integer digits; at most 15 are allowed'],
+    [bad[3]!.id, 'QUANTITY_NEGATIVE', 'data.q must not be negative'],
+    [bad[4]!.id, 'QUANTITY_NOT_A_NUMBER', 'data.q must be written without an exponent, got "1e3"'],
+    [bad[5]!.id, 'QUANTITY_NOT_A_NUMBER', 'data.q must be a JSON number or a decimal string, got array'],
+    [bad[6]!.id, 'QUANTITY_MISSING', 'data.q is missing'],
+  ]);
+  t.match(outs[0]!.unpriced[0], { org_id: 'org_x', livemode: true, created_at: T0, event_name: 'api_call', customer_id: 'cus_1', unit_id: null, plan_id: 'plan_1', order_line_attribute_id: 'ola_1' });
+});
+
+t.test('a pool balance the store cannot hold leaves the signal unpriced, not the rows inserter stuck', async (t) => {
+  const cfg = config({ granted: '1', path: 'q', creditsPerUnit: '999999999999999999999999999999' });
+  // 10^52 − 10^44 consumed: the balance has 52 integer digits, the most the store holds.
+  const before: BillingState = { ...emptyState(), consumed: { cp_1: '99999999' + '0'.repeat(44) } };
+  const s1 = sig({ data: { q: '1' } });
+  const s2 = sig({ data: { q: '999999999999999' } });
+  const { outs, state } = run(cfg, [[s1, s2]], before);
+  t.same(outs[0]!.consumption.map((c) => [c.signal_id, c.balance_after]), [[s1.id, '-9999999900000000000000999999999999999999999999999998']], 'the first draw fits (balance of 52 digits)');
+  t.same(outs[0]!.costs.map((c) => c.signal_id), [s1.id]);
+  t.same(outs[0]!.unpriced.map((u) => [u.signal_id, u.reason, u.detail]), [[s2.id, 'AMOUNT_OUT_OF_RANGE', 'the balance of pool cp_1 after the draw (53 integer digits, 0 decimal places) would not fit the stored Decimal(76, 24)']]);
+  t.equal(state.consumed.cp_1, '9999999900000000000000999999999999999999999999999999', 'only the first draw is recorded');
 });
 
 t.test('exact depletion: remainingCredits 0, usedCredits that signal alone', async (t) => {

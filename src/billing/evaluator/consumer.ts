@@ -10,7 +10,7 @@
  *     ack and stop.
  *  2. Evaluate in a piscina worker (evaluate.ts): deterministic, so a replay computes the
  *     same rows and events, with the same event ids.
- *  3. Publish the cost and credit-consumption rows to `<P>_BILLING_ROWS` with Nats-Msg-Id =
+ *  3. Publish the cost, credit-consumption and unpriced rows to `<P>_BILLING_ROWS` with Nats-Msg-Id =
  *     rows-<batch id> (stored once); the rows inserter (rows.ts) stores them in bulk, dropping
  *     rows already in the tables on a redelivery.
  *  4. Publish the events to the bus with Nats-Msg-Id = event id, waiting for the stream's
@@ -121,15 +121,15 @@ export class BillingEvaluator {
     const input: EvaluationInput = { orgId, mode, config, state, signals, evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) };
     const out = (await this.pool.run(input, { filename: WORKER_FILE })) as EvaluationOutput;
 
-    const { costs, consumption } = out;
-    if (costs.length > 0 || consumption.length > 0) {
+    const { costs, consumption, unpriced } = out;
+    if (costs.length > 0 || consumption.length > 0 || unpriced.length > 0) {
       // The rows go to a stream (stored once per batch id) and are inserted in bulk by the
       // rows inserter (rows.ts): the engine's insert is the slow part, and it is off this
       // one-at-a-time path. Durable here, before the commit point below.
       const h = natsHeaders();
       h.set(H_ORG, orgId);
       h.set(H_MODE, mode);
-      await publishDurable(this.nats.nc, `${this.names.rowsSubjectPrefix}.${orgId}`, Buffer.from(JSON.stringify({ costs, consumption })), h, `rows-${batchId}`, this.publishTimeoutMs);
+      await publishDurable(this.nats.nc, `${this.names.rowsSubjectPrefix}.${orgId}`, Buffer.from(JSON.stringify({ costs, consumption, unpriced })), h, `rows-${batchId}`, this.publishTimeoutMs);
     }
 
     await Promise.all(
@@ -164,7 +164,7 @@ export function parseBillable(data: Uint8Array): BillableSignal[] {
   for (const line of text.split('\n')) {
     if (line === '') continue;
     const b = JSON.parse(line) as BillableLine;
-    out.push({ id: b.i, eventName: b.e, customerId: b.c, unitId: b.u, ts: b.t, data: b.d });
+    out.push({ id: b.i, eventName: b.e, customerId: b.c, unitId: b.u, ts: b.t, data: b.d, ...(b.x !== undefined ? { exact: b.x } : {}) });
   }
   return out;
 }

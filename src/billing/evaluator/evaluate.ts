@@ -9,9 +9,13 @@
  *     customer's externalId. Unknown customer → not priced.
  *  2. Attribute: the customer's order line attribute for the signal's eventName (at most
  *     one). None → not priced.
- *  3. Quantity: 1, or the number at the attribute's path in the signal's data (a JSON
- *     number or a decimal string, ≥ 0). Missing or not a number → not priced (counted in
- *     `unpriced`). Cost = quantity × unitPrice (exact) → one fact_cost row.
+ *  3. Quantity: 1, or the number at the attribute's path in the signal's data under the
+ *     quantity rule (src/billing/quantity.ts: a JSON number at the value its text states, or a
+ *     decimal string; ≥ 0, ≤ 12 places, ≤ 15 integer digits). Otherwise → not priced: one
+ *     fact_unpriced row with the reason. Cost = quantity × unitPrice (exact) → one fact_cost
+ *     row. Every amount written fits the stored type exactly (src/billing/stored.ts); a
+ *     signal whose amounts would not (in practice a pool balance beyond 10^52) is not priced
+ *     either (AMOUNT_OUT_OF_RANGE), and changes no state.
  *  4. Included quantity: cumulative quantity of the attribute; the signal that takes it
  *     strictly above the included quantity fires OverageUsage (once per crossing).
  *  5. Credits (credit-priced attribute with a pool): consumption = quantity × creditsPerUnit
@@ -23,7 +27,9 @@
  * Times in events (depletedAt, occurredAt, detectedAt) are `evaluatedAt`: the time the
  * batch entered the billable stream, fixed for every replay.
  */
-import { add, compare, decimalFromNumber, mul, parseDecimal, sub, toCanonicalString, ZERO, type Dec } from '../decimal.js';
+import { add, compare, decimalFromInteger, decimalPlaces, integerDigitsOf, mul, parseDecimal, sub, toCanonicalString, ZERO, type Dec } from '../decimal.js';
+import { readQuantity, type QuantityResult, type UnpricedReason } from '../quantity.js';
+import { fitsStored, STORED_DECIMAL } from '../stored.js';
 import { consume } from '../credits.js';
 import { addUsage } from '../overage.js';
 import { spendAgainstCap } from '../caps.js';
@@ -39,6 +45,8 @@ export interface BillableSignal {
   /** Usage time, epoch ms. */
   ts: number;
   data: Record<string, unknown>;
+  /** Texts of numbers in `data` that a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts). */
+  exact?: Record<string, string> | false;
 }
 
 /** Running state of one organization and mode; only the evaluator writes it. Decimals as strings. */
@@ -85,6 +93,21 @@ export interface ConsumptionRow {
   balance_after: string;
 }
 
+/** A signal an attribute applies to that was not priced, and why (quantity.ts). */
+export interface UnpricedRow {
+  org_id: string;
+  livemode: boolean;
+  signal_id: string;
+  created_at: number;
+  event_name: string;
+  customer_id: string;
+  unit_id: string | null;
+  plan_id: string;
+  order_line_attribute_id: string;
+  reason: UnpricedReason;
+  detail: string;
+}
+
 export interface EmittedEvent {
   id: string;
   event: string;
@@ -106,7 +129,7 @@ export interface EvaluationOutput {
   costs: CostRow[];
   consumption: ConsumptionRow[];
   events: EmittedEvent[];
-  unpriced: number;
+  unpriced: UnpricedRow[];
 }
 
 /** Periods of a cap kept in the state: the latest few, enough for signals that arrive late. */
@@ -117,7 +140,7 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
   const scope = `${orgId}:${mode}`;
   const live = mode === 'live';
   const state: BillingState = structuredClone(input.state);
-  const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: 0 };
+  const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [] };
   const at = input.evaluatedAt;
 
   const byExternalId = new Map<string, Customer>();
@@ -135,14 +158,47 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     if (!customer) continue;
     const attr = attributeOf.get(`${customer.id}\u0000${s.eventName}`);
     if (!attr) continue;
-    const quantity = quantityOf(attr, s.data);
-    if (quantity === null) {
-      out.unpriced++;
+    const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+    const notPriced = (reason: UnpricedReason, detail: string): void => {
+      out.unpriced.push({
+        org_id: orgId,
+        livemode: live,
+        signal_id: s.id,
+        created_at: s.ts,
+        event_name: s.eventName,
+        customer_id: customer.id,
+        unit_id: unit ? unit.externalId : s.unitId,
+        plan_id: attr.planId,
+        order_line_attribute_id: attr.id,
+        reason,
+        detail,
+      });
+    };
+    const q = quantityOf(attr, s.data, s.exact);
+    if (!q.ok) {
+      notPriced(q.reason, q.detail);
       continue;
     }
-    const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+    const quantity = q.quantity;
     const plan = own(config.plans, attr.planId);
     const unitPrice = parseDecimal(attr.unitPrice, { maxDecimalPlaces: 12 });
+    const cost = mul(quantity, unitPrice);
+
+    // The credits drawn, worked out before anything is recorded (see 3. above).
+    const pool = attr.creditsCurrencyId !== null && attr.creditsPerUnit !== null ? poolOf.get(`${customer.id}\u0000${attr.id}`) : undefined;
+    let draw: { credits: Dec; consumedBefore: Dec; c: ReturnType<typeof consume> } | null = null;
+    if (pool) {
+      const credits = mul(quantity, parseDecimal(attr.creditsPerUnit!, { maxDecimalPlaces: 12 }));
+      const consumedBefore = state.consumed[pool.id] !== undefined ? big(state.consumed[pool.id]!) : ZERO;
+      draw = { credits, consumedBefore, c: consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits) };
+    }
+    const amounts: [string, Dec | undefined][] = [['cost', cost], ['credits', draw?.credits], [`balance of pool ${pool?.id} after the draw`, draw?.c.after.balance]];
+    const unstorable = amounts.find(([, v]) => v !== undefined && !fitsStored(v));
+    if (unstorable) {
+      const [what, v] = unstorable as [string, Dec];
+      notPriced('AMOUNT_OUT_OF_RANGE', `the ${what} (${integerDigitsOf(v)} integer digits, ${decimalPlaces(v)} decimal places) would not fit the stored ${STORED_DECIMAL}`);
+      continue;
+    }
     out.costs.push({
       org_id: orgId,
       livemode: live,
@@ -155,7 +211,7 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
       order_line_attribute_id: attr.id,
       quantity: toCanonicalString(quantity),
       unit_price: toCanonicalString(unitPrice),
-      cost_amount: toCanonicalString(mul(quantity, unitPrice)),
+      cost_amount: toCanonicalString(cost),
       currency: attr.currency,
     });
 
@@ -178,12 +234,8 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     if (usage.crossed) out.events.push(overageUsageEvent({ ...common, usage }));
 
     // Credits.
-    if (attr.creditsCurrencyId === null || attr.creditsPerUnit === null) continue;
-    const pool = poolOf.get(`${customer.id}\u0000${attr.id}`);
-    if (!pool) continue;
-    const credits = mul(quantity, parseDecimal(attr.creditsPerUnit, { maxDecimalPlaces: 12 }));
-    const consumedBefore = state.consumed[pool.id] !== undefined ? big(state.consumed[pool.id]!) : ZERO;
-    const c = consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits);
+    if (!pool || !draw || attr.creditsCurrencyId === null) continue;
+    const { credits, consumedBefore, c } = draw;
     state.consumed[pool.id] = toCanonicalString(add(consumedBefore, credits));
     out.consumption.push({
       org_id: orgId,
@@ -261,24 +313,22 @@ function big(s: string): Dec {
   return parseDecimal(s, { maxDecimalPlaces: 1000, maxIntegerDigits: 1000, allowNegative: true });
 }
 
-/** The signal's quantity under the attribute's rule, or null when it has none. */
-export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>): Dec | null {
-  if (attr.quantity.kind === 'count') return decimalFromNumber(1);
+/**
+ * The signal's quantity under the attribute's rule (src/billing/quantity.ts), or why it has
+ * none. `exact`: texts of numbers a double does not keep, by path.
+ */
+export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>, exact?: Record<string, string> | false): QuantityResult {
+  if (attr.quantity.kind === 'count') return { ok: true, quantity: decimalFromInteger(1) };
+  const path = attr.quantity.path;
   let v: unknown = data;
-  for (const part of attr.quantity.path.split('.')) {
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
-    v = (v as Record<string, unknown>)[part];
+  for (const part of path.split('.')) {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+      v = undefined;
+      break;
+    }
+    v = own(v as Record<string, unknown>, part);
   }
   // ClickHouse's JSON also reads a dotted key as a path: {"a.b": 1} is data.a.b.
-  if (v === undefined) v = data[attr.quantity.path];
-  try {
-    if (typeof v === 'number') {
-      const d = decimalFromNumber(v, { maxDecimalPlaces: 12, maxIntegerDigits: 30 });
-      return compare(d, ZERO) >= 0 ? d : null;
-    }
-    if (typeof v === 'string') return parseDecimal(v, { maxDecimalPlaces: 12 });
-  } catch {
-    return null;
-  }
-  return null;
+  if (v === undefined) v = own(data, path);
+  return readQuantity(v, exact === false ? false : exact !== undefined ? own(exact, path) : undefined, `data.${path}`);
 }

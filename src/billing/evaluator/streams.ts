@@ -10,7 +10,7 @@
  *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
  *                 days; the webhook dispatcher (issue 6) reads it.
  *   <P>_billing_state  KV: the evaluator's running state per organization and mode.
- *   <P>_BILLING_ROWS   work queue: fact_cost / fact_credit_consumption rows per evaluated
+ *   <P>_BILLING_ROWS   work queue: fact_cost / fact_credit_consumption / fact_unpriced rows per evaluated
  *                 batch (Nats-Msg-Id rows-<batch id>), inserted in bulk by rows.ts.
  */
 import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
