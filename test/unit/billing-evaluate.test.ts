@@ -257,3 +257,14 @@ t.test('a unit id of any characters gets its own period key', async (t) => {
   t.equal(new Set(keys).size, odd.length);
   t.ok(keys.every((k) => /^[-/_=.A-Za-z0-9]+$/.test(k)));
 });
+
+t.test('OverageCredit re-arms only after a top-up brings the balance back to zero or above', async (t) => {
+  const kinds = (outs: EvaluationOutput[]) => events(outs, 'billing-overage-incurred').length;
+  const first = run(config({ granted: '2' }), [[sig(), sig(), sig(), sig()]]);
+  t.equal(kinds(first.outs), 1, 'crossing below zero fires once; the 4th signal, still below, does not');
+  const short = run(config({ granted: '2', topUps: ['1'] }), [[sig()]], first.state);
+  t.equal(kinds(short.outs), 0, 'a top-up leaving the balance below zero does not re-arm');
+  const back = run(config({ granted: '2', topUps: ['1', '4'] }), [[sig(), sig(), sig(), sig()]], short.state);
+  t.equal(kinds(back.outs), 1, 'balance back at 2: the next crossing fires again, once');
+  t.same(back.outs[0]!.consumption.map((c) => c.balance_after), ['1', '0', '-1', '-2']);
+});
