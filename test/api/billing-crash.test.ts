@@ -60,7 +60,9 @@ function exitOf(p: ServiceProcess): Promise<{ code: number | null; signal: strin
 }
 
 async function killedAt(t: Test, p: ServiceProcess, exited: Promise<{ code: number | null; signal: string | null }>, point: string): Promise<FaultLine> {
-  const how = await Promise.race([exited, new Promise<null>((r) => setTimeout(() => r(null), 90_000))]);
+  let timer: NodeJS.Timeout | undefined;
+  const how = await Promise.race([exited, new Promise<null>((r) => (timer = setTimeout(() => r(null), 90_000)))]);
+  clearTimeout(timer);
   t.same(how, { code: null, signal: 'SIGKILL' }, `the evaluating process killed itself at ${point}`);
   const line = faultLine(p.output);
   t.match(line, { point, action: 'kill' }, 'at the requested point, on a batch with events');
