@@ -5,7 +5,10 @@
  */
 import t from 'tap';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
+import { connect } from '@nats-io/transport-node';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { NATS_URL, createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'billing');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
@@ -134,4 +137,25 @@ t.test('a late signal in an old period reaches its cap, once, whatever came in b
   t.same(periods.filter((p) => (p as { reached: boolean }).reached), [{ used: '8', reached: true }], 'P0 keeps its exact total and its flag in its own key');
   t.equal(periods.length, 6, 'one key per period spent in');
   t.same(await query(s.org.live, "SELECT toString(sum(credits)) FROM fact_credit_consumption WHERE created_at < '2026-04-02 00:00:00'"), [['8']], 'the rows agree');
+});
+
+t.test('a state written by the former layout (periods inside the state) keeps its period totals and flags', async (t) => {
+  const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-06-01T00:00:00Z' });
+  const capKey = JSON.stringify([s.customerId, 'root', CUR]);
+  // As the former evaluator left it: day 1 at 4 credits, day 2 reached (and fired) at 5.
+  const legacy = { lastSeq: 0, consumed: {}, usage: {}, caps: { [capKey]: { '2026-06-01T00:00:00Z': { used: '4', reached: false }, '2026-06-02T00:00:00Z': { used: '5', reached: true } } } };
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing_state`);
+    await kv.create(`st.${s.org.id}.live`, JSON.stringify(legacy));
+  } finally {
+    await nc.close();
+  }
+  const at = (day: number, key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-06-0${day}T12:00:00Z`, idempotencyKey: key });
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(1, 'a'), at(2, 'b'), at(3, 'c')] }), [202]);
+  await billed(iso);
+  const caps = (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => [e.data.period.start, e.data.usedDecimal]);
+  t.same(caps, [['2026-06-01T00:00:00Z', '5']], 'day 1 goes on from 4 and fires at 5; day 2 does not fire again; day 3 starts at 0');
+  const totals = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: { used: string } }).after.used).sort();
+  t.same(totals, ['1', '5', '6']);
 });
