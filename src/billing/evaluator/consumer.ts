@@ -16,12 +16,13 @@
  * Commit order for the message of stream sequence S, and why a crash anywhere repeats
  * nothing, loses nothing and bills the same:
  *  1. Read the state. `lastSeq` ≥ S: S was committed before a crash that lost the ack: ack.
- *  2. Pin the configuration. The pin names S: a replay, use its document. It names a later
- *     sequence: S was acked by another holder (a later message is only delivered after S's
- *     ack): ack. Otherwise read the configuration; with no order line attribute nothing is
- *     priced and nothing is written: ack. Else write the pin (compare-and-set). From here on
- *     S is evaluated against this document only, whatever changes in the configuration
- *     before its replay: rows and events depend only on the batch and that revision.
+ *  2. Pin the configuration (the pin is read together with the state in 1). The pin names S:
+ *     a replay, use its document. It names a later sequence: S was acked by another holder (a
+ *     later message is only delivered after S's ack): ack. Otherwise read the configuration
+ *     and write the pin (compare-and-set). From here on S is evaluated against this document
+ *     only, whatever changes in the configuration before its replay: rows and events depend
+ *     only on the batch and that revision. With no order line attribute in it nothing is
+ *     priced: ack.
  *  3. List the cap periods S touches (capPeriods, in the worker) and read their keys. A
  *     period's total before S is `before` when the key's seq is S (S wrote it, then crashed
  *     before its commit) and `after` otherwise (the key's batch committed: batches commit in
@@ -52,7 +53,7 @@
  */
 import { Piscina } from 'piscina';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
-import type { KV } from '@nats-io/kv';
+import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import type { Nats } from '../../nats/connection.js';
 import { publishDurable } from '../../nats/publish.js';
@@ -168,7 +169,8 @@ export class BillingEvaluator {
 
     // 1. The state, and whether S is already committed.
     const stateKey = `st.${orgId}.${mode}`;
-    const entry = await this.state.get(stateKey);
+    // The pin is read with it (step 2 needs it; the two reads are independent).
+    const [entry, pinEntry] = await Promise.all([this.state.get(stateKey), this.state.get(PIN_KEY)]);
     const state: BillingState = entry && entry.length > 0 ? (entry.json() as BillingState) : emptyState();
     const revision = entry && entry.length > 0 ? entry.revision : 0;
     if (state.lastSeq >= m.seq) {
@@ -177,18 +179,19 @@ export class BillingEvaluator {
     }
 
     // 2. The configuration S is evaluated against.
-    const pinned = await this.pin(m.seq, orgId, mode);
+    const pinned = await this.pin(m.seq, orgId, mode, pinEntry);
     if (pinned === 'acked-elsewhere') {
       log.warn('billable message already finished by another holder', { seq: m.seq });
       m.ack();
       return;
     }
-    if (pinned === 'nothing-priced') {
+    const { config } = pinned;
+    if (Object.keys(config.attributes).length === 0) {
+      // Nothing is priced for this organization and mode (in the pinned revision): nothing to apply.
       m.ack();
       this.stats.messages++;
       return;
     }
-    const { config } = pinned;
     const signals = parseBillable(m.data);
     const evaluatedAt = Math.floor(m.info.timestampNanos / 1e6);
 
@@ -261,14 +264,13 @@ export class BillingEvaluator {
    * S is acked, i.e. after S no longer needs its pin (so it is overwritten, never deleted:
    * no tombstone per batch).
    */
-  private async pin(seq: number, orgId: string, mode: 'live' | 'test'): Promise<Pin | 'acked-elsewhere' | 'nothing-priced'> {
-    const e = await this.state.get(PIN_KEY);
+  private async pin(seq: number, orgId: string, mode: 'live' | 'test', e: KvEntry | null): Promise<Pin | 'acked-elsewhere'> {
     const current = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as Pin) : null;
     if (current && current.seq === seq) return current;
     if (current && current.seq > seq) return 'acked-elsewhere';
+    // Pinned even when nothing is priced (a small document): a replay after a lost ack must
+    // not bill a batch that its first evaluation did not.
     const { config, revision } = await this.configs.get(orgId, mode);
-    // Nothing priced: nothing is written, so there is nothing a replay could contradict.
-    if (Object.keys(config.attributes).length === 0) return 'nothing-priced';
     const pin: Pin = { seq, orgId, mode, configRevision: revision, config };
     const bytes = JSON.stringify(pin);
     if (e) await this.state.update(PIN_KEY, bytes, e.revision);
