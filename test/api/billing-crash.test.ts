@@ -10,6 +10,8 @@
  * a dead process comes back quickly.
  */
 import t, { type Test } from 'tap';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { TcpProxy } from '../helpers/proxy.js';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
 import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
@@ -268,4 +270,28 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   t.same(caps, ['5'], 'the cap fires on the 5th credit of the next batch');
   const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
   t.match(pools.creditPools, [{ totalCredits: '110', consumedCredits: '17', balance: '93' }]);
+});
+
+t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existing one included', async (t) => {
+  const iso = isolation('billackwait');
+  t.teardown(() => cleanup(iso));
+  const ackWaits = async (): Promise<number[]> => {
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const a = await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE`, 'billing');
+      const b = await jsm.consumers.info(`${iso.natsPrefix}_BILLING_ROWS`, 'billing-rows');
+      return [(a.config.ack_wait ?? 0) / 1e6, (b.config.ack_wait ?? 0) / 1e6];
+    } finally {
+      await nc.close();
+    }
+  };
+  for (const [env, expected] of [[{}, 60_000], [{ BILLING_ACK_WAIT_MS: '2000' }, 2_000], [{ BILLING_ACK_WAIT_MS: '45000' }, 45_000]] as const) {
+    const p = new ServiceProcess(iso, { ROLE: 'pipeline', ...env });
+    await p.start();
+    await p.stop();
+    t.same(await ackWaits(), [expected, expected], JSON.stringify(env));
+  }
+  const bad = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_ACK_WAIT_MS: '500' });
+  await t.rejects(bad.start(), /BILLING_ACK_WAIT_MS=500: must be between 1000 and 3600000/, 'a bad value stops the start with a message naming it');
 });
