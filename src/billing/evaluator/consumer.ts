@@ -61,7 +61,7 @@ import { log } from '../../log.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../pipeline/message.js';
 import type { BillingConfig } from '../model.js';
 import type { BillableLine } from '../../../workers/rows.js';
-import { ZERO_PERIOD, emptyState, type BillableSignal, type BillingState, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodTotal } from './evaluate.js';
+import { emptyState, startingTotal, type BillableSignal, type BillingState, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import type { BillingNames } from './streams.js';
 import { FaultHook, type FaultContext } from './fault.js';
 
@@ -78,14 +78,6 @@ export interface Pin {
   mode: 'live' | 'test';
   configRevision: number;
   config: BillingConfig;
-}
-
-/** The value of a period key `cp.…`. */
-export interface PeriodEntry {
-  /** Stream sequence of the batch that last changed the period. */
-  seq: number;
-  before: PeriodTotal;
-  after: PeriodTotal;
 }
 
 export const PIN_KEY = 'pin';
@@ -203,7 +195,7 @@ export class BillingEvaluator {
     refs.forEach((r, i) => {
       const e = entries[i];
       const stored = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as PeriodEntry) : null;
-      periods[r.key] = stored ? (stored.seq === m.seq ? stored.before : stored.after) : (state.caps?.[r.capKey]?.[r.start] ?? ZERO_PERIOD);
+      periods[r.key] = startingTotal(stored, m.seq, state.caps?.[r.capKey]?.[r.start]);
     });
 
     // 4. Evaluate.

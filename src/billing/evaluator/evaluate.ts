@@ -73,6 +73,25 @@ export interface PeriodTotal {
 
 export const ZERO_PERIOD: PeriodTotal = Object.freeze({ used: '0', reached: false });
 
+/** The value of a period key (consumer.ts): the batch that last changed it, its totals before and after. */
+export interface PeriodEntry {
+  /** Stream sequence of the batch that last changed the period. */
+  seq: number;
+  before: PeriodTotal;
+  after: PeriodTotal;
+}
+
+/**
+ * A period's total before batch `seq`: the key's `before` when `seq` itself wrote it (a replay
+ * after a crash between that write and the commit), its `after` when an earlier batch did
+ * (committed: batches commit in stream order); no key: what a state of the former layout kept
+ * for it, or zero.
+ */
+export function startingTotal(stored: PeriodEntry | null, seq: number, legacy?: PeriodTotal): PeriodTotal {
+  if (stored) return stored.seq === seq ? stored.before : stored.after;
+  return legacy ?? ZERO_PERIOD;
+}
+
 /** A cap period a batch touches. */
 export interface CapPeriodRef {
   /** Its key in the state bucket (`periodKey`). */
