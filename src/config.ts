@@ -15,6 +15,10 @@ import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { Resolver } from 'node:dns';
 
+/** Points of the billing evaluator's commit order where the test-only fault hook can act. */
+export const BILLING_FAULT_POINTS = ['after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const;
+export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
+
 export type Role = 'all' | 'ingress' | 'pipeline' | 'dispatcher';
 export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline', 'dispatcher'];
 
@@ -57,6 +61,18 @@ export interface Config {
     flushIdleMs: number;
     maxAckPending: number;
     ackWaitMs: number;
+  };
+  billing: {
+    /** Ack wait of the billing consumers (billable batches, billing rows): redelivery after a holder died. */
+    ackWaitMs: number;
+    /**
+     * Test-only fault hook of the billing evaluator (src/billing/evaluator/fault.ts): the point
+     * of the commit order where it acts, null (the default) for none.
+     */
+    faultPoint: BillingFaultPoint | null;
+    /** What the hook does there: `kill` (SIGKILL of this process) or `pause` (log, wait faultPauseMs, go on). */
+    faultAction: 'kill' | 'pause';
+    faultPauseMs: number;
   };
   webhooks: {
     /** WEBHOOK_ENCRYPTION_KEY: seals signing secrets at rest; null disables webhooks. */
@@ -214,6 +230,12 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       flushIdleMs: r.int('PIPELINE_FLUSH_IDLE_MS', 10, 1, 60_000),
       maxAckPending: r.int('PIPELINE_MAX_ACK_PENDING', 256, 1, 100_000),
       ackWaitMs: r.int('PIPELINE_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
+    },
+    billing: {
+      ackWaitMs: r.int('BILLING_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
+      faultPoint: r.optional('BILLING_FAULT_POINT') === null ? null : r.oneOf<BillingFaultPoint>('BILLING_FAULT_POINT', 'after-pin', BILLING_FAULT_POINTS),
+      faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause'] as const),
+      faultPauseMs: r.int('BILLING_FAULT_PAUSE_MS', 5_000, 10, 600_000),
     },
     webhooks: {
       encryptionKey: null,

@@ -22,6 +22,7 @@ import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
 import { Piscina } from 'piscina';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
+import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import type { BillingState } from './billing/evaluator/evaluate.js';
 import { WebhookStore } from './webhooks/store.js';
@@ -82,7 +83,7 @@ export async function start(cfg: Config): Promise<Running> {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.pipeline.ackWaitMs));
+    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.billing.ackWaitMs));
     const deliveryLog = once(async () => {
       const l = new DeliveryLog(n, cfg.natsPrefix);
       await l.ensure();
@@ -157,7 +158,11 @@ export async function start(cfg: Config): Promise<Running> {
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
+      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {
+        publishTimeoutMs: cfg.publishTimeoutMs,
+        ackWaitMs: cfg.billing.ackWaitMs,
+        fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
+      });
       await evaluator.start();
       billingRows = new BillingRowsInserter(nats, billing, store);
       await billingRows.start();

@@ -23,7 +23,10 @@
  *     billing-credits-depleted; going below zero fires OverageCredit (see credits.ts).
  *  6. Caps: the consumption counts for the caps on the signal's unit and every ancestor
  *     of it, in the cap's period containing the signal's time; reaching the amount fires
- *     billing-credit-cap-reached once per cap and period.
+ *     billing-credit-cap-reached once per cap and period. Period totals are not part of the
+ *     running state: each cap period has its own KV key (`periodKey`), any number of periods
+ *     back. `capPeriods` lists the periods a batch touches; the caller reads those keys and
+ *     passes their totals in `periods`, and gets the new totals back in `periods`.
  * Times in events (depletedAt, occurredAt, detectedAt) are `evaluatedAt`: the time the
  * batch entered the billable stream, fixed for every replay.
  */
@@ -35,7 +38,9 @@ import { addUsage } from '../overage.js';
 import { spendAgainstCap } from '../caps.js';
 import { periodContaining } from '../periods.js';
 import { creditCapReachedEvent, creditsDepletedEvent, overageCreditEvent, overageUsageEvent } from '../events.js';
-import { capKey, type BillingConfig, type Customer, type OrderLineAttribute } from '../model.js';
+import { capKey, type BillingConfig, type CreditCap, type Customer, type OrderLineAttribute, type Unit } from '../model.js';
+import { createHash } from 'node:crypto';
+import type { Period } from '../periods.js';
 
 export interface BillableSignal {
   id: string;
@@ -57,11 +62,52 @@ export interface BillingState {
   consumed: Record<string, string>;
   /** Cumulative quantity per order line attribute id. */
   usage: Record<string, string>;
-  /** Per cap key: spend per period start (the latest few periods), and whether it was reached. */
-  caps: Record<string, Record<string, { used: string; reached: boolean }>>;
+  /**
+   * Written by versions that kept the latest four periods of each cap in the state (per cap
+   * key, per period start). Never written now; read only as the starting total of a period
+   * that has no key of its own yet (consumer.ts), so an upgrade neither restarts nor
+   * re-fires those periods.
+   */
+  caps?: Record<string, Record<string, PeriodTotal>>;
 }
 
-export const emptyState = (): BillingState => ({ lastSeq: 0, consumed: {}, usage: {}, caps: {} });
+export const emptyState = (): BillingState => ({ lastSeq: 0, consumed: {}, usage: {} });
+
+/** Spend of one cap period so far, and whether billing-credit-cap-reached has fired for it. */
+export interface PeriodTotal {
+  used: string;
+  reached: boolean;
+}
+
+export const ZERO_PERIOD: PeriodTotal = Object.freeze({ used: '0', reached: false });
+
+/** The value of a period key (consumer.ts): the batch that last changed it, its totals before and after. */
+export interface PeriodEntry {
+  /** Stream sequence of the batch that last changed the period. */
+  seq: number;
+  before: PeriodTotal;
+  after: PeriodTotal;
+}
+
+/**
+ * A period's total before batch `seq`: the key's `before` when `seq` itself wrote it (a replay
+ * after a crash between that write and the commit), its `after` when an earlier batch did
+ * (committed: batches commit in stream order); no key: what a state of the former layout kept
+ * for it, or zero.
+ */
+export function startingTotal(stored: PeriodEntry | null, seq: number, legacy?: PeriodTotal): PeriodTotal {
+  if (stored) return stored.seq === seq ? stored.before : stored.after;
+  return legacy ?? ZERO_PERIOD;
+}
+
+/** A cap period a batch touches. */
+export interface CapPeriodRef {
+  /** Its key in the state bucket (`periodKey`). */
+  key: string;
+  /** The cap (`capKey`) and the period start (canonical RFC 3339): where a legacy state kept it. */
+  capKey: string;
+  start: string;
+}
 
 export interface CostRow {
   org_id: string;
@@ -122,7 +168,14 @@ export interface EvaluationInput {
   signals: BillableSignal[];
   /** Epoch ms the batch entered the billable stream (same on every replay). */
   evaluatedAt: number;
+  /**
+   * The total so far of every cap period the batch touches (`capPeriods`), by period key
+   * (`ZERO_PERIOD` for a period never spent in). A touched period missing here is an error.
+   */
+  periods: Record<string, PeriodTotal>;
 }
+
+export type CapPeriodsInput = Pick<EvaluationInput, 'orgId' | 'mode' | 'config' | 'signals'>;
 
 export interface EvaluationOutput {
   state: BillingState;
@@ -130,19 +183,28 @@ export interface EvaluationOutput {
   consumption: ConsumptionRow[];
   events: EmittedEvent[];
   unpriced: UnpricedRow[];
+  /** The new totals of the cap periods the batch touched, by period key. */
+  periods: Record<string, PeriodTotal>;
 }
 
-/** Periods of a cap kept in the state: the latest few, enough for signals that arrive late. */
-const CAP_PERIODS_KEPT = 4;
+/**
+ * The KV key of one cap period: organization, mode, the cap (a hash of `capKey`: unit ids
+ * may hold any character, KV keys may not) and the period's start and end in epoch ms, the
+ * same parts as the event id of `billing-credit-cap-reached` (events.ts), so one key holds
+ * the total and the "fired" flag of exactly one possible event.
+ */
+export function periodKey(orgId: string, mode: 'live' | 'test', cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
+  return `cp.${orgId}.${mode}.${createHash('sha256').update(cap).digest('base64url')}.${period.startMs}.${period.endMs}`;
+}
 
-export function evaluate(input: EvaluationInput): EvaluationOutput {
-  const { config, orgId, mode } = input;
-  const scope = `${orgId}:${mode}`;
-  const live = mode === 'live';
-  const state: BillingState = structuredClone(input.state);
-  const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [] };
-  const at = input.evaluatedAt;
+/** The lookups of one configuration. */
+interface Lookups {
+  byExternalId: Map<string, Customer>;
+  attributeOf: Map<string, OrderLineAttribute>;
+  poolOf: Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>;
+}
 
+function lookups(config: BillingConfig): Lookups {
   const byExternalId = new Map<string, Customer>();
   for (const c of Object.values(config.customers)) if (c.externalId !== null) byExternalId.set(c.externalId, c);
   const attributeOf = new Map<string, OrderLineAttribute>();
@@ -152,13 +214,71 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     const total = p.topUps.reduce((s, t) => add(s, parseDecimal(t.credits, { maxDecimalPlaces: 6 })), parseDecimal(p.granted, { maxDecimalPlaces: 6 }));
     poolOf.set(`${p.customerId}\u0000${p.orderLineAttributeId}`, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
   }
+  return { byExternalId, attributeOf, poolOf };
+}
+
+/** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
+function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): { customer: Customer; attr: OrderLineAttribute; quantity: QuantityResult; unit: Unit | null } | null {
+  const customer = own(config.customers, s.customerId) ?? l.byExternalId.get(s.customerId);
+  if (!customer) return null;
+  const attr = l.attributeOf.get(`${customer.id}\u0000${s.eventName}`);
+  if (!attr) return null;
+  const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+  return { customer, attr, quantity: quantityOf(attr, s.data, s.exact), unit };
+}
+
+/** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
+function capsHit(config: BillingConfig, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
+  const hits: { key: string; cap: CreditCap; unit: Unit; period: Period }[] = [];
+  const seen = new Set<string>();
+  for (let u: Unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
+    seen.add(u.externalId);
+    const key = capKey(customer.id, u.externalId, currency);
+    const cap = own(config.caps, key);
+    if (!cap) continue;
+    const period = periodContaining(cap.effectiveFrom, cap.frequency, ts);
+    if (period) hits.push({ key, cap, unit: u, period });
+  }
+  return hits;
+}
+
+/**
+ * The cap periods a batch touches (each once, in first-touch order): those `evaluate` needs
+ * in `periods`. Same resolution as `evaluate`: a priced, credit-priced signal with a pool, a
+ * known unit and a positive draw touches the period containing its time of every cap on its
+ * unit and the unit's ancestors.
+ */
+export function capPeriods(input: CapPeriodsInput): CapPeriodRef[] {
+  const { config } = input;
+  const out = new Map<string, CapPeriodRef>();
+  if (Object.keys(config.caps).length === 0) return [];
+  const l = lookups(config);
+  for (const s of input.signals) {
+    const r = resolve(config, l, s);
+    if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
+    if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
+    for (const h of capsHit(config, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
+      const key = periodKey(input.orgId, input.mode, h.key, h.period);
+      if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
+    }
+  }
+  return [...out.values()];
+}
+
+export function evaluate(input: EvaluationInput): EvaluationOutput {
+  const { config, orgId, mode } = input;
+  const scope = `${orgId}:${mode}`;
+  const live = mode === 'live';
+  const state: BillingState = structuredClone(input.state);
+  const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [], periods: {} };
+  const at = input.evaluatedAt;
+  const l = lookups(config);
+  const { poolOf } = l;
 
   for (const s of input.signals) {
-    const customer = own(config.customers, s.customerId) ?? byExternalId.get(s.customerId);
-    if (!customer) continue;
-    const attr = attributeOf.get(`${customer.id}\u0000${s.eventName}`);
-    if (!attr) continue;
-    const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+    const r = resolve(config, l, s);
+    if (!r) continue;
+    const { customer, attr, unit } = r;
     const notPriced = (reason: UnpricedReason, detail: string): void => {
       out.unpriced.push({
         org_id: orgId,
@@ -174,12 +294,11 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
         detail,
       });
     };
-    const q = quantityOf(attr, s.data, s.exact);
-    if (!q.ok) {
-      notPriced(q.reason, q.detail);
+    if (!r.quantity.ok) {
+      notPriced(r.quantity.reason, r.quantity.detail);
       continue;
     }
-    const quantity = q.quantity;
+    const quantity = r.quantity.quantity;
     const plan = own(config.plans, attr.planId);
     const unitPrice = parseDecimal(attr.unitPrice, { maxDecimalPlaces: 12 });
     const cost = mul(quantity, unitPrice);
@@ -269,30 +388,21 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
 
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
-    const currency = attr.creditsCurrencyId;
-    const seen = new Set<string>();
-    for (let u: typeof unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
-      seen.add(u.externalId);
-      const key = capKey(customer.id, u.externalId, currency);
-      const cap = own(config.caps, key);
-      if (!cap) continue;
-      const period = periodContaining(cap.effectiveFrom, cap.frequency, s.ts);
-      if (!period) continue;
-      const periods = (state.caps[key] ??= {});
-      const slot = periods[period.start] ?? { used: '0', reached: false };
-      const amount = parseDecimal(cap.amount, { maxDecimalPlaces: 6 });
+    for (const h of capsHit(config, customer, unit, attr.creditsCurrencyId, s.ts)) {
+      const pk = periodKey(orgId, mode, h.key, h.period);
+      const slot = out.periods[pk] ?? (Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null);
+      if (slot === null) throw new Error(`cap period ${pk} was not supplied (capPeriods lists every period a batch touches)`);
+      const amount = parseDecimal(h.cap.amount, { maxDecimalPlaces: 6 });
       const step = spendAgainstCap({ amount, usedBefore: big(slot.used), spend: credits, alreadyReached: slot.reached });
-      periods[period.start] = { used: toCanonicalString(step.usedAfter), reached: slot.reached || step.reached };
-      const starts = Object.keys(periods).sort();
-      for (const old of starts.slice(0, Math.max(0, starts.length - CAP_PERIODS_KEPT))) delete periods[old];
+      out.periods[pk] = { used: toCanonicalString(step.usedAfter), reached: slot.reached || step.reached };
       if (step.reached) {
         out.events.push(
           creditCapReachedEvent({
             organizationId: scope,
             customer: { id: customer.id, externalId: customer.externalId },
-            cap: { creditsCurrencyId: cap.creditsCurrencyId, amount, frequency: cap.frequency, effectiveFrom: cap.effectiveFrom },
-            breachedUnit: { externalId: u.externalId, externalType: u.externalType },
-            period,
+            cap: { creditsCurrencyId: h.cap.creditsCurrencyId, amount, frequency: h.cap.frequency, effectiveFrom: h.cap.effectiveFrom },
+            breachedUnit: { externalId: h.unit.externalId, externalType: h.unit.externalType },
+            period: h.period,
             step,
             at,
           }),
