@@ -11,6 +11,13 @@ import path from 'node:path';
 import { parseEncryptionKey } from './webhooks/secret-box.js';
 import { compileAllowedNetworks } from './webhooks/ssrf.js';
 import { DEFAULT_RETRY_SCHEDULE_MS } from './webhooks/retry.js';
+import { readFileSync } from 'node:fs';
+import { X509Certificate } from 'node:crypto';
+import { Resolver } from 'node:dns';
+
+/** Points of the billing evaluator's commit order where the test-only fault hook can act. */
+export const BILLING_FAULT_POINTS = ['after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const;
+export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
 
 export type Role = 'all' | 'ingress' | 'pipeline' | 'dispatcher';
 export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline', 'dispatcher'];
@@ -55,6 +62,18 @@ export interface Config {
     maxAckPending: number;
     ackWaitMs: number;
   };
+  billing: {
+    /** Ack wait of the billing consumers (billable batches, billing rows): redelivery after a holder died. */
+    ackWaitMs: number;
+    /**
+     * Test-only fault hook of the billing evaluator (src/billing/evaluator/fault.ts): the point
+     * of the commit order where it acts, null (the default) for none.
+     */
+    faultPoint: BillingFaultPoint | null;
+    /** What the hook does there: `kill` (SIGKILL of this process) or `pause` (log, wait faultPauseMs, go on). */
+    faultAction: 'kill' | 'pause';
+    faultPauseMs: number;
+  };
   webhooks: {
     /** WEBHOOK_ENCRYPTION_KEY: seals signing secrets at rest; null disables webhooks. */
     encryptionKey: Buffer | null;
@@ -62,6 +81,13 @@ export interface Config {
     allowedNetworks: string[];
     timeoutMs: number;
     retryScheduleMs: number[];
+    /** WEBHOOK_CA_FILE: PEM certificates trusted in addition to Node's default roots. */
+    caFile: string | null;
+    extraCaPem: string[];
+    /** WEBHOOK_DNS_SERVERS: resolve receiver host names with these servers (empty: the system resolver). */
+    dnsServers: string[];
+    /** DISPATCHER_ACK_WAIT_MS: an unacknowledged event is handed out again after this. */
+    dispatcherAckWaitMs: number;
   };
   logLevel: 'debug' | 'info' | 'warn' | 'error';
 }
@@ -205,12 +231,22 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       maxAckPending: r.int('PIPELINE_MAX_ACK_PENDING', 256, 1, 100_000),
       ackWaitMs: r.int('PIPELINE_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
     },
+    billing: {
+      ackWaitMs: r.int('BILLING_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
+      faultPoint: r.optional('BILLING_FAULT_POINT') === null ? null : r.oneOf<BillingFaultPoint>('BILLING_FAULT_POINT', 'after-pin', BILLING_FAULT_POINTS),
+      faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause'] as const),
+      faultPauseMs: r.int('BILLING_FAULT_PAUSE_MS', 5_000, 10, 600_000),
+    },
     webhooks: {
       encryptionKey: null,
       allowHttp: r.oneOf('WEBHOOK_ALLOW_HTTP', 'false', ['true', 'false'] as const) === 'true',
       allowedNetworks: r.str('WEBHOOK_ALLOWED_NETWORKS', '').split(',').map((x) => x.trim()).filter((x) => x !== ''),
       timeoutMs: r.int('WEBHOOK_TIMEOUT_MS', 10_000, 100, 60_000),
       retryScheduleMs: [...DEFAULT_RETRY_SCHEDULE_MS],
+      caFile: r.optional('WEBHOOK_CA_FILE'),
+      extraCaPem: [],
+      dnsServers: r.str('WEBHOOK_DNS_SERVERS', '').split(',').map((x) => x.trim()).filter((x) => x !== ''),
+      dispatcherAckWaitMs: 0,
     },
     logLevel: r.oneOf('LOG_LEVEL', 'info', ['debug', 'info', 'warn', 'error'] as const),
   };
@@ -231,6 +267,23 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       r.problems.push(`WEBHOOK_RETRY_SCHEDULE_MS=${JSON.stringify(schedule)}: a comma-separated list of 1 to 50 delays in milliseconds, each from 10 to 604800000`);
     } else cfg.webhooks.retryScheduleMs = parts;
   }
+  if (cfg.webhooks.caFile !== null) {
+    const loaded = readCaFile(cfg.webhooks.caFile);
+    if (typeof loaded === 'string') r.problems.push(`WEBHOOK_CA_FILE=${JSON.stringify(cfg.webhooks.caFile)}: ${loaded}`);
+    else cfg.webhooks.extraCaPem = loaded;
+  }
+  if (cfg.webhooks.dnsServers.length > 0) {
+    try {
+      new Resolver().setServers(cfg.webhooks.dnsServers);
+    } catch (err) {
+      r.problems.push(`WEBHOOK_DNS_SERVERS=${JSON.stringify(cfg.webhooks.dnsServers.join(','))}: comma-separated DNS servers such as 10.0.0.2, 127.0.0.1:5353 or [::1]:53 (${(err as Error).message})`);
+    }
+  }
+  const minAckWait = cfg.webhooks.timeoutMs + 1_000;
+  cfg.webhooks.dispatcherAckWaitMs = r.int('DISPATCHER_ACK_WAIT_MS', cfg.webhooks.timeoutMs * 2 + 10_000, 1_000, 3_600_000);
+  if (cfg.webhooks.dispatcherAckWaitMs < minAckWait) {
+    r.problems.push(`DISPATCHER_ACK_WAIT_MS=${cfg.webhooks.dispatcherAckWaitMs}: must be at least WEBHOOK_TIMEOUT_MS + 1000 (${minAckWait}), or an event would be handed out again while its attempt still runs`);
+  }
   const reserved = ['system', 'information_schema', 'default'];
   if (cfg.analytics.database.toLowerCase() === cfg.clickhouseDatabase.toLowerCase()) {
     r.problems.push(`ANALYTICS_DATABASE=${JSON.stringify(cfg.analytics.database)}: must differ from CLICKHOUSE_DATABASE (it holds only the analytics views)`);
@@ -240,6 +293,29 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
   }
   if (r.problems.length > 0) throw new ConfigError(r.problems);
   return cfg;
+}
+
+/**
+ * The PEM certificates of a CA file, each checked to parse as an X.509 certificate; or a
+ * sentence saying what is wrong with the file.
+ */
+function readCaFile(file: string): string[] | string {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    return `cannot be read (${(err as NodeJS.ErrnoException).code ?? (err as Error).message})`;
+  }
+  const blocks = text.match(/-----BEGIN CERTIFICATE-----[\s\S]+?-----END CERTIFICATE-----/g) ?? [];
+  if (blocks.length === 0) return 'contains no PEM certificate (-----BEGIN CERTIFICATE-----)';
+  for (const [i, pem] of blocks.entries()) {
+    try {
+      new X509Certificate(pem);
+    } catch {
+      return `certificate ${i + 1} of ${blocks.length} is not a valid X.509 certificate`;
+    }
+  }
+  return blocks;
 }
 
 export const hasIngress = (role: Role): boolean => role === 'all' || role === 'ingress';

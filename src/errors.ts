@@ -8,6 +8,7 @@ export const ERRORS = {
   UNAUTHORIZED: { status: 401, error: 'Unauthorized' },
   NOT_FOUND: { status: 404, error: 'Not Found' },
   METHOD_NOT_ALLOWED: { status: 405, error: 'Method Not Allowed' },
+  INVALID_PATH: { status: 400, error: 'Bad Request' },
   INVALID_JSON: { status: 400, error: 'Bad Request' },
   INVALID_BODY: { status: 400, error: 'Bad Request' },
   BATCH_EMPTY: { status: 400, error: 'Bad Request' },

@@ -22,12 +22,15 @@ import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
 import { Piscina } from 'piscina';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
+import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import type { BillingState } from './billing/evaluator/evaluate.js';
 import { WebhookStore } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
 import { Dispatcher } from './webhooks/dispatcher.js';
+import { Deliverer } from './webhooks/deliver.js';
+import { dnsServersResolver } from './webhooks/ssrf.js';
 import { publishExternalEvent, validateExternalEvent } from './webhooks/external-events.js';
 import { parseJson } from './ingress/validate.js';
 import { ApiError } from './errors.js';
@@ -80,7 +83,7 @@ export async function start(cfg: Config): Promise<Running> {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.pipeline.ackWaitMs));
+    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.billing.ackWaitMs));
     const deliveryLog = once(async () => {
       const l = new DeliveryLog(n, cfg.natsPrefix);
       await l.ensure();
@@ -89,7 +92,13 @@ export async function start(cfg: Config): Promise<Running> {
     const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
     const configStore = once(async () => new BillingConfigStore(await n.billingBucket(), n.maxPayload));
     const billingState = once(() => stateBucket(n, billing));
-    const webhookPolicy = { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks };
+    // One deliverer (URL check + the one attempt function) for test deliveries and the dispatcher.
+    const deliverer = new Deliverer({
+      policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
+      timeoutMs: cfg.webhooks.timeoutMs,
+      extraCaPem: cfg.webhooks.extraCaPem,
+      ...(cfg.webhooks.dnsServers.length > 0 ? { resolver: dnsServersResolver(cfg.webhooks.dnsServers) } : {}),
+    });
 
     if (hasIngress(cfg.role)) {
       const redis = new Redis(cfg.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
@@ -111,8 +120,7 @@ export async function start(cfg: Config): Promise<Running> {
       server.addWebhooks(
         new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
-          policy: webhookPolicy,
-          timeoutMs: cfg.webhooks.timeoutMs,
+          deliverer,
           eventStream: billing.eventStream,
           eventSubjectPrefix: billing.eventSubjectPrefix,
           publishTimeoutMs: cfg.publishTimeoutMs,
@@ -150,7 +158,11 @@ export async function start(cfg: Config): Promise<Running> {
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, cfg.publishTimeoutMs);
+      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {
+        publishTimeoutMs: cfg.publishTimeoutMs,
+        ackWaitMs: cfg.billing.ackWaitMs,
+        fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
+      });
       await evaluator.start();
       billingRows = new BillingRowsInserter(nats, billing, store);
       await billingRows.start();
@@ -184,10 +196,10 @@ export async function start(cfg: Config): Promise<Running> {
         await billingStreams();
         dispatcher = new Dispatcher(nats, await webhookStore(), await deliveryLog(), {
           key: cfg.webhooks.encryptionKey,
-          policy: webhookPolicy,
-          timeoutMs: cfg.webhooks.timeoutMs,
+          deliverer,
           retryScheduleMs: cfg.webhooks.retryScheduleMs,
           eventStream: billing.eventStream,
+          ackWaitMs: cfg.webhooks.dispatcherAckWaitMs,
         });
         await dispatcher.start();
       }

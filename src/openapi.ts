@@ -373,7 +373,7 @@ const WEBHOOK_PATHS = {
   },
 };
 
-export const OPENAPI = {
+const DOCUMENT = {
   openapi: '3.1.0',
   info: { title: 'usage-billing', version: '2.0.0', description: 'Usage signals, rate limits and the operator API. See README.md.' },
   components: {
@@ -540,6 +540,7 @@ export const OPENAPI = {
         responses: {
           200: json({ type: 'object', properties: { signals: { type: 'object', properties: { live: { type: 'integer' }, test: { type: 'integer' } } } } }, 'Row counts.'),
           401: operatorErrors[401],
+          404: error('The id is not shaped like an organization id (a well-formed unknown id counts zero).', ['NOT_FOUND']),
           503: error('The store is unreachable.', ['STORE_UNAVAILABLE']),
         },
       },
@@ -557,3 +558,24 @@ export const OPENAPI = {
     '/openapi.json': { get: { summary: 'This document', responses: { 200: json({ type: 'object' }, 'OpenAPI 3.1.') } } },
   },
 } as const;
+
+/**
+ * Every operation with a path parameter can answer 400 INVALID_PATH (a malformed
+ * percent-escape, refused by the HTTP layer before the handler runs): added here once rather
+ * than written into each operation.
+ */
+function withInvalidPath<T>(doc: T): T {
+  const copy = JSON.parse(JSON.stringify(doc)) as { paths: Record<string, Record<string, { responses: Record<string, any> }>> };
+  for (const [path, ops] of Object.entries(copy.paths)) {
+    if (!path.includes('{')) continue;
+    for (const op of Object.values(ops)) {
+      const existing = op.responses['400'];
+      const codes: string[] | undefined = existing?.content?.['application/json']?.schema?.allOf?.[1]?.properties?.code?.enum;
+      if (codes) codes.push('INVALID_PATH');
+      else op.responses['400'] = error('A path parameter is not valid percent-encoded UTF-8 (details name it).', ['INVALID_PATH']);
+    }
+  }
+  return copy as T;
+}
+
+export const OPENAPI = withInvalidPath(DOCUMENT);

@@ -7,6 +7,7 @@ import { createHash } from 'node:crypto';
 import type { BatchMeta } from '../src/pipeline/message.js';
 import { signalIdPrefix } from '../src/pipeline/message.js';
 import { parseRfc3339 } from '../src/ingress/validate.js';
+import { exactNumberTexts, type ExactTexts } from '../src/pipeline/exact-numbers.js';
 
 export interface RowsTask {
   body: Uint8Array;
@@ -31,6 +32,8 @@ export interface BillableLine {
   u: string | null;
   t: number;
   d: Record<string, unknown>;
+  /** Texts of numbers in `d` a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts); absent when none. */
+  x?: ExactTexts | false;
 }
 
 interface Signal {
@@ -73,8 +76,10 @@ export function dedupeKey(meta: BatchMeta, idempotencyKey: string): string {
 }
 
 export default function rows({ body, meta }: RowsTask): RowsResult {
-  const parsed = JSON.parse(Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8')) as { signals: Signal[] };
+  const text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
+  const parsed = JSON.parse(text) as { signals: Signal[] };
   const signals = parsed.signals;
+  const exact = exactNumberTexts(text);
   const prefix = signalIdPrefix(meta.batchId);
   const live = meta.mode === 'live';
   const orgJson = JSON.stringify(meta.orgId);
@@ -99,7 +104,8 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
       `"event_name":${event},"customer_id":${customer},` +
       `"unit_id":${unit},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
       `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${data}}`;
-    billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}}`;
+    const x = exact?.[i] ?? null;
+    billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}${x === null ? '' : `,"x":${JSON.stringify(x)}`}}`;
   }
   return { lines, ids, claimKeys, billable };
 }

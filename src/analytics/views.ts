@@ -19,6 +19,9 @@
  * (that would change results), so the caller's expressions only ever see scoped rows. The
  * service also switches the pushdown optimizations off per query (defence in depth).
  */
+import { STORED_DECIMAL } from '../billing/stored.js';
+import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, UNPRICED_REASONS } from '../billing/quantity.js';
+
 export interface ViewColumn {
   name: string;
   type: string;
@@ -75,9 +78,9 @@ export const VIEWS: readonly ViewDef[] = [
       { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit, if the signal named one.' },
       { name: 'plan_id', expr: 'plan_id', type: 'String', description: 'The plan whose price applied.' },
       { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that priced the signal.' },
-      { name: 'quantity', expr: 'quantity', type: 'Decimal(38, 12)', description: 'Quantity the signal counted for.' },
-      { name: 'unit_price', expr: 'unit_price', type: 'Decimal(38, 12)', description: 'Price per unit in minor units (fractional cents allowed).' },
-      { name: 'cost_amount', expr: 'cost_amount', type: 'Decimal(38, 12)', description: 'quantity × unit_price in minor units (cents), an exact fractional-cent decimal.' },
+      { name: 'quantity', expr: 'quantity', type: STORED_DECIMAL, description: `Quantity the signal counted for (at most ${QUANTITY_MAX_INTEGER_DIGITS} integer digits and ${QUANTITY_MAX_DECIMAL_PLACES} decimal places; others are in fact_unpriced).` },
+      { name: 'unit_price', expr: 'unit_price', type: STORED_DECIMAL, description: 'Price per unit in minor units (fractional cents allowed).' },
+      { name: 'cost_amount', expr: 'cost_amount', type: STORED_DECIMAL, description: 'quantity × unit_price in minor units (cents), exact: every digit of the product is stored, so sum(cost_amount) is the exact total.' },
       { name: 'currency', expr: 'currency', type: 'LowCardinality(String)', description: 'ISO 4217 currency of unit_price and cost_amount.' },
     ],
   },
@@ -93,8 +96,24 @@ export const VIEWS: readonly ViewDef[] = [
       { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that priced the signal in credits.' },
       { name: 'pool_id', expr: 'pool_id', type: 'String', description: 'The credit pool (cp_…) drawn from.' },
       { name: 'credits_currency_id', expr: 'credits_currency_id', type: 'Nullable(String)', description: 'The credits currency (UUID) of the pool, if scoped to one.' },
-      { name: 'credits', expr: 'credits', type: 'Decimal(38, 12)', description: 'Credits this signal consumed (quantity × credits per unit), exact.' },
-      { name: 'balance_after', expr: 'balance_after', type: 'Decimal(38, 12)', description: 'The pool balance after this signal; negative once usage went past the pool.' },
+      { name: 'credits', expr: 'credits', type: STORED_DECIMAL, description: 'Credits this signal consumed (quantity × credits per unit), exact to the last digit.' },
+      { name: 'balance_after', expr: 'balance_after', type: STORED_DECIMAL, description: 'The pool balance after this signal, exact; negative once usage went past the pool.' },
+    ],
+  },
+  {
+    name: 'fact_unpriced',
+    description: 'One row per signal that an order line attribute applies to but that was not priced, with the reason (filled by the billing engine).',
+    table: 'unpriced',
+    columns: [
+      { name: 'signal_id', expr: 'signal_id', type: 'String', description: 'The signal that was not priced (fact_signal.id).' },
+      { name: 'created_at', expr: 'created_at', type: "DateTime64(3, 'UTC')", description: 'When the usage happened (the signal\'s created_at).' },
+      { name: 'event_name', expr: 'event_name', type: 'LowCardinality(String)', description: 'The signal\'s event name.' },
+      { name: 'customer_id', expr: 'customer_id', type: 'String', description: 'The customer the signal names.' },
+      { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit, if the signal named one.' },
+      { name: 'plan_id', expr: 'plan_id', type: 'String', description: 'The plan of the attribute.' },
+      { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that applies to the signal.' },
+      { name: 'reason', expr: 'reason', type: 'LowCardinality(String)', description: `Why it was not priced: ${UNPRICED_REASONS.join(', ')}.` },
+      { name: 'detail', expr: 'detail', type: 'String', description: 'The problem in words, naming the data path (e.g. "data.usage.tokens has 13 decimal places; at most 12 are allowed").' },
     ],
   },
 ];

@@ -128,13 +128,55 @@ export function decimalFromNumber(n: number, options: ParseOptions = {}): Dec {
   if (!Number.isFinite(n)) fail('NOT_FINITE', `must be a finite number, got ${n}`, field);
   const value = normalizeZero(new D(String(n)) as Dec);
   if (value.isNeg() && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
+  checkLimits(value, maxDecimalPlaces, maxIntegerDigits, field);
+  return value;
+}
+
+const JSON_NUMBER = /^(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([-+]?)([0-9]+))?$/;
+/** Beyond this exponent a non-zero value is refused from the text alone (decimal.js would overflow or underflow). */
+const MAX_TEXT_EXPONENT = 1e9;
+
+/**
+ * The exact value of a JSON number's text as written (`0.10000000000000000001`, `1.5e-7`,
+ * `-0`), for numbers whose text a double would not keep (src/billing/quantity.ts). JSON's
+ * grammar, exponents included; the same limits as `parseDecimal`, checked on the exact value
+ * (trailing zeros of the fraction do not count as places), so `1e400` has 401 integer digits
+ * and `1e-400` 400 decimal places: never Infinity, never 0.
+ */
+export function decimalFromJsonNumberText(text: string, options: ParseOptions = {}): Dec {
+  const { maxDecimalPlaces = 6, maxIntegerDigits = 30, allowNegative = false, field } = options;
+  if (typeof text !== 'string') fail('WRONG_TYPE', `must be a string, got ${typeof text}`, field);
+  const m = JSON_NUMBER.exec(text);
+  if (m === null) fail('SYNTAX', `must be a JSON number, got ${JSON.stringify(text.slice(0, 64))}`, field);
+  const [, minus = '', intPart = '', frac = '', expSign = '', expDigits = ''] = m;
+  const zero = /^0*$/.test(intPart + frac);
+  if (minus !== '' && !zero && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
+  if (!zero && expDigits.length > 0 && Number(expDigits) > MAX_TEXT_EXPONENT) {
+    if (expSign === '-') fail('TOO_MANY_DECIMAL_PLACES', `has more than ${MAX_TEXT_EXPONENT} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
+    fail('TOO_MANY_INTEGER_DIGITS', `has more than ${MAX_TEXT_EXPONENT} integer digits; at most ${maxIntegerDigits} are allowed`, field);
+  }
+  const value = zero ? ZERO : normalizeZero(new D(text) as Dec);
+  checkLimits(value, maxDecimalPlaces, maxIntegerDigits, field);
+  return value;
+}
+
+function checkLimits(value: Dec, maxDecimalPlaces: number, maxIntegerDigits: number, field: string | undefined): void {
   if (value.dp() > maxDecimalPlaces) {
     fail('TOO_MANY_DECIMAL_PLACES', `has ${value.dp()} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
   }
   if (integerDigits(value) > maxIntegerDigits) {
     fail('TOO_MANY_INTEGER_DIGITS', `has ${integerDigits(value)} integer digits; at most ${maxIntegerDigits} are allowed`, field);
   }
-  return value;
+}
+
+/** Digits after the point of `d` (0 for an integer). */
+export function decimalPlaces(d: Dec): number {
+  return d.dp();
+}
+
+/** Digits before the point of |d| (0 for |d| < 1). */
+export function integerDigitsOf(d: Dec): number {
+  return integerDigits(d);
 }
 
 /** Zero, one and any safe integer as exact decimals. */

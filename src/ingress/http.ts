@@ -16,6 +16,10 @@ export interface Request {
   method: string;
   url: string;
   query: string;
+  /**
+   * The path parameters (the `:name` segments of the route pattern, in order), each
+   * percent-decoded exactly once, here. Handlers must not decode them again.
+   */
   params: string[];
   authorization: string;
   contentType: string;
@@ -73,15 +77,26 @@ function errorReply(err: unknown, req: Request): Reply {
   return { status: r.status, body: r.body, headers: r.headers };
 }
 
-/** Wraps a route handler into a uWS handler. */
-export function wrap(handler: Handler, opts: RouteOptions = {}, paramCount = 0): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
+/**
+ * Wraps a route handler into a uWS handler. `pattern` is the route's uWS pattern: its
+ * `:name` segments are the path parameters, decoded here once (a malformed escape answers
+ * 400 INVALID_PATH naming the parameter, after the `before` hook, so an unauthenticated
+ * request still gets its 401).
+ */
+export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
+  const names = paramNames(pattern);
   return (res, uReq) => {
     const state = { done: false };
     res.onAborted(() => {
       state.done = true;
     });
     const params: string[] = [];
-    for (let i = 0; i < paramCount; i++) params.push(safeDecode(uReq.getParameter(i) ?? ''));
+    let badParam: ApiError | null = null;
+    names.forEach((name, i) => {
+      const decoded = decodePathSegment(name, uReq.getParameter(i) ?? '');
+      if (decoded instanceof ApiError) badParam ??= decoded;
+      else params.push(decoded);
+    });
     const req: Request = {
       method: uReq.getCaseSensitiveMethod(),
       url: uReq.getUrl(),
@@ -104,6 +119,7 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, paramCount = 0):
           const early = await opts.before(req);
           if (early) return send(res, state, early);
         }
+        if (badParam) throw badParam;
         if (body) req.body = await body;
         if (state.done) return;
         send(res, state, await handler(req));
@@ -115,16 +131,22 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, paramCount = 0):
   };
 }
 
-function safeDecode(s: string): string {
+/**
+ * One path segment, percent-decoded strictly (RFC 3986 escapes of UTF-8): a malformed escape
+ * (`%ZZ`, a lone `%`, a truncated or overlong UTF-8 sequence such as `%C0%AF`) is refused
+ * rather than taken literally or decoded a second time.
+ */
+export function decodePathSegment(name: string, raw: string): string | ApiError {
   try {
-    return decodeURIComponent(s);
+    return decodeURIComponent(raw);
   } catch {
-    return s;
+    const shown = raw.length > 80 ? `${raw.slice(0, 80)}…` : raw;
+    return new ApiError('INVALID_PATH', `${name}: the path segment ${JSON.stringify(shown)} is not valid percent-encoded UTF-8`);
   }
 }
 
-/** Number of `:name` segments of a uWS route pattern. */
-export const countParams = (pattern: string): number => pattern.split('/').filter((seg) => seg.startsWith(':')).length;
+/** The `:name` segments of a uWS route pattern, in order. */
+export const paramNames = (pattern: string): string[] => pattern.split('/').filter((seg) => seg.startsWith(':')).map((seg) => seg.slice(1));
 
 /**
  * Collects the body. With a Content-Length the buffer is allocated once; a declared or

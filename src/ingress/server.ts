@@ -11,6 +11,7 @@ import { ApiError } from '../errors.js';
 import { log } from '../log.js';
 import { OPENAPI } from '../openapi.js';
 import type { OrgRegistry } from '../orgs/registry.js';
+import { ORG_ID_PATTERN } from '../orgs/keys.js';
 import type { SignalIngress } from './signals.js';
 import type { AdminApi } from '../admin/routes.js';
 import { operatorGuard } from '../admin/routes.js';
@@ -19,7 +20,7 @@ import type { AnalyticsService } from '../analytics/service.js';
 import type { WebhookApi } from '../webhooks/api.js';
 import { settingsPageRoutes } from '../webhooks/settings-page/index.js';
 import type { BillingConfigApi } from '../billing/config/api.js';
-import { countParams, uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
+import { uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
 export interface Readiness {
   /** name → check; a check throws (or rejects) when its dependency is down. */
@@ -84,7 +85,7 @@ export class Server {
   }
 
   private add(method: Method, pattern: string, handler: Handler, opts?: RouteOptions): void {
-    this.app[method === 'delete' ? 'del' : method](pattern, wrap(handler, opts, countParams(pattern)));
+    this.app[method === 'delete' ? 'del' : method](pattern, wrap(handler, opts, pattern));
     let allowed = this.methods.get(pattern);
     if (!allowed) {
       const set = new Set<string>();
@@ -173,6 +174,9 @@ export class Server {
   addStore(store: Store): void {
     if (!this.operator) return;
     this.add('get', '/admin/v1/organizations/:id/stats', async (req) => {
+      // Counts are read from the store without the registry (ROLE=pipeline has none): an
+      // unknown but well-formed id counts zero; anything not shaped like an id is no organization.
+      if (!ORG_ID_PATTERN.test(req.params[0]!)) throw new ApiError('NOT_FOUND', `no organization ${JSON.stringify(req.params[0])}`);
       try {
         return { status: 200, body: { signals: await store.countSignals(req.params[0]!) } };
       } catch (err) {

@@ -41,8 +41,12 @@ export class SignalIngress {
 
   async v1(req: Request, principal: Principal): Promise<Reply> {
     const receivedAt = Date.now();
-    const signals = validateV1(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body));
-    return this.accept(principal, signals.length, Buffer.from(JSON.stringify({ signals })), receivedAt);
+    const parsed = parseJson(req.body);
+    const signals = validateV1(parsed, receivedAt, mayHaveSurrogates(req.body));
+    // Wrapped as text, not re-serialized: numbers keep the digits the sender wrote (a double
+    // would not keep them all; src/pipeline/exact-numbers.ts reads them from this text).
+    const [open, close] = Array.isArray(parsed) ? ['{"signals":', '}'] : ['{"signals":[', ']}'];
+    return this.accept(principal, signals.length, Buffer.concat([Buffer.from(open), req.body, Buffer.from(close)]), receivedAt);
   }
 
   private async accept(p: Principal, count: number, body: Buffer, receivedAt: number): Promise<Reply> {

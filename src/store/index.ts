@@ -13,7 +13,7 @@ export interface SignalCounts {
 
 export interface Store {
   readonly kind: 'chdb' | 'clickhouse';
-  /** Creates the database and tables when missing (idempotent). */
+  /** Creates the database and tables when missing and widens old decimal columns (idempotent). */
   init(): Promise<void>;
   /** Inserts rows given as JSONEachRow text (one JSON object per line). */
   insertSignals(rows: Buffer): Promise<void>;
@@ -23,9 +23,12 @@ export interface Store {
   /** Billing rows (JSONEachRow): one per priced signal, one per credit consumption. */
   insertCosts(rows: Buffer): Promise<void>;
   insertConsumption(rows: Buffer): Promise<void>;
-  /** Which of these signal ids of an organization already have a cost / consumption row. */
+  /** Rows of signals an attribute applies to that were not priced, with the reason. */
+  insertUnpriced(rows: Buffer): Promise<void>;
+  /** Which of these signal ids of an organization already have a cost / consumption / unpriced row. */
   existingCostIds(orgId: string, ids: string[]): Promise<Set<string>>;
   existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>>;
+  existingUnpricedIds(orgId: string, ids: string[]): Promise<Set<string>>;
   /** The engine as the analytics operations use it (read-only, in the analytics database). */
   readonly analytics: AnalyticsEngine;
   ping(): Promise<void>;

@@ -9,6 +9,8 @@
  * - `data` is ClickHouse's JSON type, so `data.<path>::<Type>` works in analytics queries.
  * - Plain MergeTree: no reliance on background merges for exact counts (Lago #4725).
  */
+import { STORED_DECIMAL } from '../billing/stored.js';
+
 export const SIGNAL_COLUMNS = [
   'org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'unit_id',
   'idempotency_key', 'timestamp', 'received_at', 'data',
@@ -34,7 +36,8 @@ export function schemaStatements(db: string): string[] {
     PARTITION BY toYYYYMM(timestamp)
     ORDER BY (org_id, livemode, timestamp, signal_id)`,
     // One row per priced signal, written by the billing engine (issue 5); read through the
-    // analytics view fact_cost. cost_amount is in minor units with fractional cents.
+    // analytics view fact_cost. cost_amount is in minor units with fractional cents. Every
+    // decimal is STORED_DECIMAL, which holds every product exactly (src/billing/stored.ts).
     `CREATE TABLE IF NOT EXISTS ${db}.costs (
       org_id LowCardinality(String),
       livemode Bool,
@@ -45,9 +48,9 @@ export function schemaStatements(db: string): string[] {
       unit_id Nullable(String),
       plan_id String,
       order_line_attribute_id String,
-      quantity Decimal(38, 12),
-      unit_price Decimal(38, 12),
-      cost_amount Decimal(38, 12),
+      quantity ${STORED_DECIMAL},
+      unit_price ${STORED_DECIMAL},
+      cost_amount ${STORED_DECIMAL},
       currency LowCardinality(String)
     ) ENGINE = MergeTree
     PARTITION BY toYYYYMM(created_at)
@@ -63,16 +66,61 @@ export function schemaStatements(db: string): string[] {
       order_line_attribute_id String,
       pool_id String,
       credits_currency_id Nullable(String),
-      credits Decimal(38, 12),
-      balance_after Decimal(38, 12)
+      credits ${STORED_DECIMAL},
+      balance_after ${STORED_DECIMAL}
+    ) ENGINE = MergeTree
+    PARTITION BY toYYYYMM(created_at)
+    ORDER BY (org_id, livemode, created_at, signal_id)`,
+    // One row per signal an attribute applies to that was not priced, with the reason
+    // (src/billing/quantity.ts); read through the analytics view fact_unpriced.
+    `CREATE TABLE IF NOT EXISTS ${db}.unpriced (
+      org_id LowCardinality(String),
+      livemode Bool,
+      signal_id String,
+      created_at DateTime64(3, 'UTC'),
+      event_name LowCardinality(String),
+      customer_id String,
+      unit_id Nullable(String),
+      plan_id String,
+      order_line_attribute_id String,
+      reason LowCardinality(String),
+      detail String
     ) ENGINE = MergeTree
     PARTITION BY toYYYYMM(created_at)
     ORDER BY (org_id, livemode, created_at, signal_id)`,
   ];
 }
 
+/**
+ * Decimal columns whose type changed after data directories were created: before issue 10
+ * they were Decimal(38, 12), which cut products to 12 places. Start-up reads their types
+ * (DECIMAL_TYPES_SQL) and widens each one that is not STORED_DECIMAL yet; values already
+ * stored are kept as they are (widening loses nothing), and a second start changes nothing.
+ */
+export const STORED_DECIMAL_COLUMNS: readonly { table: 'costs' | 'credit_consumption'; column: string }[] = [
+  { table: 'costs', column: 'quantity' },
+  { table: 'costs', column: 'unit_price' },
+  { table: 'costs', column: 'cost_amount' },
+  { table: 'credit_consumption', column: 'credits' },
+  { table: 'credit_consumption', column: 'balance_after' },
+];
+
+/** The current types of STORED_DECIMAL_COLUMNS: rows {table, name, type}. */
+export const DECIMAL_TYPES_SQL =
+  `SELECT table, name, type FROM system.columns WHERE database = {db:String} AND table IN ('costs', 'credit_consumption')`;
+
+/** The ALTER statements that bring the decimal columns to STORED_DECIMAL, given their current types. */
+export function decimalMigrations(db: string, current: readonly { table: string; name: string; type: string }[]): string[] {
+  return STORED_DECIMAL_COLUMNS.filter(({ table, column }) => {
+    const found = current.find((c) => c.table === table && c.name === column);
+    return found !== undefined && found.type !== STORED_DECIMAL;
+  }).map(({ table, column }) => `ALTER TABLE ${db}.${table} MODIFY COLUMN ${column} ${STORED_DECIMAL}`);
+}
+
 /** Which of these signal ids of an organization a table already holds (redelivery checks). */
-export const EXISTING_IN_SQL = (db: string, table: 'signals' | 'costs' | 'credit_consumption'): string =>
+export type RowTable = 'signals' | 'costs' | 'credit_consumption' | 'unpriced';
+
+export const EXISTING_IN_SQL = (db: string, table: RowTable): string =>
   `SELECT signal_id FROM ${db}.${table} WHERE org_id = {org:String} AND signal_id IN {ids:Array(String)}`;
 
 export const INSERT_SETTINGS = { max_partitions_per_insert_block: '0' };

@@ -24,21 +24,19 @@ import { H_MODE, H_ORG } from '../pipeline/message.js';
 import { WEBHOOK_EVENTS, isWebhookEvent, type WebhookEvent } from './event-names.js';
 import { open, seal } from './secret-box.js';
 import { newSigningSecret } from './signature.js';
-import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog } from './delivery-log.js';
-import { attempt } from './deliver.js';
+import type { Deliverer } from './deliver.js';
 import { samplePayload } from './samples.js';
 
 export interface WebhookOptions {
   /** WEBHOOK_ENCRYPTION_KEY; null: the webhook routes answer 503. */
   key: Buffer | null;
-  policy: WebhookUrlPolicy;
-  timeoutMs: number;
+  /** URL checks and test deliveries (the same attempt function as the dispatcher's). */
+  deliverer: Deliverer;
   eventStream: string;
   eventSubjectPrefix: string;
   publishTimeoutMs: number;
-  resolver?: Resolver;
 }
 
 export type WebhookMethod = 'get' | 'post' | 'patch';
@@ -95,7 +93,7 @@ export class WebhookApi {
   }
 
   private eventParam(req: Request): WebhookEvent {
-    const event = decodeURIComponent(req.params[0] ?? '');
+    const event = req.params[0] ?? '';
     if (!isWebhookEvent(event)) throw new ApiError('NOT_FOUND', `no webhook event "${event}"; the events are ${WEBHOOK_EVENTS.join(', ')}`);
     return event;
   }
@@ -114,7 +112,7 @@ export class WebhookApi {
       if (b.url === null) url = null;
       else if (typeof b.url !== 'string') throw new ApiError('INVALID_WEBHOOK', 'url: must be a string (an absolute HTTPS URL) or null');
       else {
-        const check = await checkWebhookUrl(b.url, this.opts.policy, this.opts.resolver);
+        const check = await this.opts.deliverer.check(b.url);
         if (!check.ok) throw new ApiError('INVALID_WEBHOOK', `url: ${check.reason}`);
         url = check.url.href;
       }
@@ -150,7 +148,7 @@ export class WebhookApi {
     const now = new Date();
     const payload = Buffer.from(JSON.stringify({ event, timestamp: now.toISOString(), isTest: true, data: samplePayload(event, now) }));
     const deliveryId = `whd_test_${randomBytes(12).toString('base64url')}`;
-    const outcome = await attempt(w.url, this.opts.policy, payload, secret, this.opts.timeoutMs, this.opts.resolver);
+    const outcome = await this.opts.deliverer.attempt(w.url, payload, secret);
     await this.log.record(who.org.id, who.mode, {
       deliveryId, attempt: 1, event, eventId: deliveryId, eventSeq: null, isTest: true, at: now.toISOString(), url: w.url,
       statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, outcome: outcome.ok ? 'delivered' : 'failed', error: outcome.error, nextAttemptAt: null,
@@ -166,7 +164,7 @@ export class WebhookApi {
   }
 
   private async resend(req: Request, who: Principal): Promise<Reply> {
-    const deliveryId = decodeURIComponent(req.params[0] ?? '');
+    const deliveryId = req.params[0] ?? '';
     const rec = (await this.log.list(who.org.id, who.mode, 1000)).find((r) => r.deliveryId === deliveryId);
     if (!rec) throw new ApiError('NOT_FOUND', `deliveryId: no delivery "${deliveryId}" in the log`);
     if (rec.eventSeq === null) throw new ApiError('INVALID_WEBHOOK', 'deliveryId: a test delivery cannot be resent; send a new test');

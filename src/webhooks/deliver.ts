@@ -1,16 +1,32 @@
 /**
- * One delivery attempt: POST the envelope bytes to the receiver, signed afresh with the
- * current secret and time (spec 5.2), to an address the public-address guard vetted.
- * The connection goes to that address only (a custom lookup: the name is never resolved
- * again, so DNS rebinding cannot redirect it), with the URL's host kept for TLS SNI, the
- * certificate check and the Host header. Redirects are not followed (a 3xx is a failure),
- * any 2xx is success, and the whole attempt is bounded by a timeout.
+ * Webhook delivery: the one attempt function behind test deliveries (POST
+ * /api/v2/webhooks/:event/test) and the dispatcher's real deliveries.
+ *
+ * One attempt: the configured URL is checked again now with the public-address guard
+ * (ssrf.ts: the host name is resolved ONCE and every address it resolves to must pass, or the
+ * attempt is refused), then the envelope bytes are POSTed, signed afresh with the current
+ * secret and time (spec 5.2), to the vetted addresses only:
+ *
+ * - the request keeps the URL's host name (Host header; for HTTPS the TLS SNI name and the
+ *   certificate check are against the host name, never an IP address), while the socket's
+ *   `lookup` is pinned to the vetted addresses, so the name is never resolved a second time
+ *   (DNS rebinding cannot redirect the connection);
+ * - when a name has several vetted addresses they are tried in turn when a connection fails
+ *   or does not complete within {@link ATTEMPT_CONNECT_MS} (Node's `autoSelectFamily`,
+ *   alternating IPv6 and IPv4 starting with the family of the first address); once a
+ *   connection is made the request is sent once, never to a second address;
+ * - extra trusted CA certificates (`WEBHOOK_CA_FILE`) are added to Node's default roots, never
+ *   replacing them;
+ * - redirects are not followed (a 3xx is a failure), any 2xx is success, and the whole attempt
+ *   (resolution excluded, connection included) is bounded by the timeout.
  */
 import http from 'node:http';
 import https from 'node:https';
-import { isIP } from 'node:net';
+import tls from 'node:tls';
+import { isIP, type LookupFunction } from 'node:net';
+import type { LookupAddress } from 'node:dns';
 import { signatureHeader } from './signature.js';
-import { checkWebhookUrl, type Resolver, type WebhookUrlPolicy } from './ssrf.js';
+import { checkWebhookUrl, systemResolver, type Resolver, type WebhookUrlCheck, type WebhookUrlPolicy } from './ssrf.js';
 
 export interface DeliveryOutcome {
   ok: boolean;
@@ -22,28 +38,119 @@ export interface DeliveryOutcome {
 
 export interface Target {
   url: URL;
-  /** Vetted addresses (ssrf.ts); the first one is used. */
+  /** Vetted addresses (ssrf.ts), in the order to try them. */
   addresses: string[];
 }
 
-const MAX_RESPONSE_BYTES = 64 * 1024;
+export interface DeliverySettings {
+  policy: WebhookUrlPolicy;
+  /** Upper bound of one attempt (WEBHOOK_TIMEOUT_MS). */
+  timeoutMs: number;
+  /** Resolves host names for the check; default: the operating system's resolver. */
+  resolver?: Resolver;
+  /** PEM certificates trusted in addition to Node's default roots (WEBHOOK_CA_FILE). */
+  extraCaPem?: readonly string[];
+}
 
-export function deliver(target: Target, body: Buffer, secret: string, timeoutMs: number, now = Date.now()): Promise<DeliveryOutcome> {
-  const started = performance.now();
-  const address = target.addresses[0]!;
-  const family = isIP(address);
-  const lib = target.url.protocol === 'https:' ? https : http;
-  return new Promise((resolve) => {
-    let settled = false;
-    const done = (o: Omit<DeliveryOutcome, 'latencyMs'>): void => {
-      if (settled) return;
-      settled = true;
-      clearTimeout(timer);
-      resolve({ ...o, latencyMs: Math.round((performance.now() - started) * 10) / 10 });
-    };
-    const req = lib.request(
-      target.url,
-      {
+const MAX_RESPONSE_BYTES = 64 * 1024;
+/** How long one address may take to connect before the next vetted address is tried. */
+export const ATTEMPT_CONNECT_MS = 1_000;
+
+/**
+ * A `lookup` for `net`/`tls` that answers only the vetted addresses (never resolving
+ * anything). Node calls it with `{all: true}` when it may try several addresses
+ * (`autoSelectFamily`) and expects an array of `{address, family}`; otherwise with a single
+ * answer `(address, family)`. `family` 4 or 6 restricts the answer to that family; no vetted
+ * address of the family is an ENOTFOUND error. Answers asynchronously, like `dns.lookup`.
+ */
+export function pinnedLookup(addresses: readonly string[]): LookupFunction {
+  const entries: LookupAddress[] = addresses.map((address) => ({ address, family: isIP(address) }));
+  for (const e of entries) if (e.family !== 4 && e.family !== 6) throw new TypeError(`not an IP address: ${JSON.stringify(e.address)}`);
+  return (hostname, options, callback) => {
+    const f = (options as { family?: unknown }).family;
+    const want = f === 4 || f === 'IPv4' ? 4 : f === 6 || f === 'IPv6' ? 6 : 0;
+    const matching = entries.filter((e) => want === 0 || e.family === want);
+    const all = (options as { all?: boolean }).all === true;
+    process.nextTick(() => {
+      if (matching.length === 0) {
+        const err = Object.assign(new Error(`no vetted ${want ? `IPv${want} ` : ''}address for ${hostname}`), { code: 'ENOTFOUND', hostname }) as NodeJS.ErrnoException;
+        (callback as (err: NodeJS.ErrnoException, address: string, family: number) => void)(err, '', 0);
+        return;
+      }
+      if (all) (callback as (err: null, addresses: LookupAddress[]) => void)(null, matching.map((e) => ({ ...e })));
+      else (callback as (err: null, address: string, family: number) => void)(null, matching[0]!.address, matching[0]!.family);
+    });
+  };
+}
+
+const TLS_CODE = /^(ERR_TLS_|ERR_SSL_|ERR_OSSL_|UNABLE_TO_|CERT_|SELF_SIGNED_|DEPTH_ZERO_|HOSTNAME_MISMATCH|INVALID_CA|PATH_LENGTH_EXCEEDED|INVALID_PURPOSE)/;
+
+function where(e: { address?: unknown; port?: unknown }): string {
+  if (typeof e.address !== 'string') return '';
+  const host = e.address.includes(':') ? `[${e.address}]` : e.address;
+  return typeof e.port === 'number' ? ` ${host}:${e.port}` : ` ${host}`;
+}
+
+/** A short, truthful text for a failed connection (each address tried, or the TLS reason). */
+export function describeConnectionError(err: unknown): string {
+  const e = err as NodeJS.ErrnoException & { errors?: unknown[]; address?: unknown; port?: unknown };
+  const code = typeof e?.code === 'string' ? e.code : undefined;
+  if (code && TLS_CODE.test(code)) return `TLS handshake failed: ${code}: ${e.message}`;
+  if (Array.isArray(e?.errors) && e.errors.length > 0) {
+    return `connection failed: ${e.errors.map((x) => { const xe = x as NodeJS.ErrnoException & { address?: unknown; port?: unknown }; return `${xe.code ?? xe.message}${where(xe)}`; }).join('; ')}`;
+  }
+  return `connection failed: ${code ?? e?.message ?? String(err)}${where(e ?? {})}`;
+}
+
+/**
+ * Delivers webhook envelopes. Built once per process from the configuration; both the
+ * webhook API (URL checks, test deliveries) and the dispatcher use the same instance.
+ */
+export class Deliverer {
+  private readonly secureContext: tls.SecureContext | undefined;
+  readonly timeoutMs: number;
+
+  constructor(private readonly settings: DeliverySettings) {
+    this.timeoutMs = settings.timeoutMs;
+    this.secureContext = settings.extraCaPem && settings.extraCaPem.length > 0
+      ? tls.createSecureContext({ ca: [...tls.rootCertificates, ...settings.extraCaPem] })
+      : undefined;
+  }
+
+  /** The public-address guard with this process's policy and resolver. */
+  check(url: string): Promise<WebhookUrlCheck> {
+    return checkWebhookUrl(url, this.settings.policy, this.settings.resolver ?? systemResolver);
+  }
+
+  /** One attempt at a configured URL: checked again now (it may resolve elsewhere than when it was set), then delivered to the vetted addresses. */
+  async attempt(url: string, body: Buffer, secret: string): Promise<DeliveryOutcome> {
+    const started = performance.now();
+    let timer: NodeJS.Timeout | undefined;
+    const expired = new Promise<null>((r) => {
+      timer = setTimeout(() => r(null), this.timeoutMs);
+    });
+    const check = await Promise.race([this.check(url), expired]).finally(() => clearTimeout(timer));
+    if (check === null) return { ok: false, statusCode: null, latencyMs: this.timeoutMs, error: `url: the host could not be resolved within ${this.timeoutMs} ms` };
+    if (!check.ok) return { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+    // The resolution counts against the attempt's time (it stays bounded by the timeout).
+    return this.deliver(check, body, secret, Math.max(1, Math.round(this.timeoutMs - (performance.now() - started))));
+  }
+
+  /** POSTs to a target the guard has vetted (use `attempt`, which vets it first). */
+  deliver(target: Target, body: Buffer, secret: string, timeoutMs = this.timeoutMs): Promise<DeliveryOutcome> {
+    const started = performance.now();
+    const now = Date.now();
+    const secure = target.url.protocol === 'https:';
+    const hostname = target.url.hostname.startsWith('[') ? target.url.hostname.slice(1, -1) : target.url.hostname;
+    return new Promise((resolve) => {
+      let settled = false;
+      const done = (o: Omit<DeliveryOutcome, 'latencyMs'>): void => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve({ ...o, latencyMs: Math.round((performance.now() - started) * 10) / 10 });
+      };
+      const options: https.RequestOptions & Pick<tls.ConnectionOptions, 'secureContext'> & { autoSelectFamily?: boolean; autoSelectFamilyAttemptTimeout?: number } = {
         method: 'POST',
         headers: {
           'Content-Type': 'application/json',
@@ -51,11 +158,19 @@ export function deliver(target: Target, body: Buffer, secret: string, timeoutMs:
           'User-Agent': 'usage-billing-webhooks/1',
           'x-webhook-signature': signatureHeader(secret, body, now),
         },
-        // Connect to the vetted address only.
-        lookup: (_host, _opts, cb) => (cb as (err: Error | null, address: string, family: number) => void)(null, address, family),
+        // Connect to the vetted addresses only, each in turn while connections fail.
+        lookup: pinnedLookup(target.addresses),
+        autoSelectFamily: true,
+        autoSelectFamilyAttemptTimeout: ATTEMPT_CONNECT_MS,
         agent: false,
-      },
-      (res) => {
+      };
+      if (secure) {
+        // SNI and the certificate check against the host name; an IP literal sends no SNI
+        // ('' turns it off) and its certificate is checked against the address.
+        options.servername = isIP(hostname) === 0 ? hostname : '';
+        if (this.secureContext) options.secureContext = this.secureContext;
+      }
+      const onResponse = (res: http.IncomingMessage): void => {
         let seen = 0;
         res.on('data', (chunk: Buffer) => {
           seen += chunk.length;
@@ -67,20 +182,14 @@ export function deliver(target: Target, body: Buffer, secret: string, timeoutMs:
           done({ ok: code >= 200 && code < 300, statusCode: code, error: code >= 200 && code < 300 ? null : code >= 300 && code < 400 ? `redirect (${code}) not followed` : `receiver answered ${code}` });
         });
         res.resume();
-      },
-    );
-    const timer = setTimeout(() => {
-      done({ ok: false, statusCode: null, error: `no answer within ${timeoutMs} ms` });
-      req.destroy();
-    }, timeoutMs);
-    req.on('error', (err) => done({ ok: false, statusCode: null, error: `connection failed: ${(err as NodeJS.ErrnoException).code ?? err.message}` }));
-    req.end(body);
-  });
-}
-
-/** One attempt at a configured URL: checked again now (it may resolve elsewhere than when it was set), then delivered to the vetted address. */
-export async function attempt(url: string, policy: WebhookUrlPolicy, body: Buffer, secret: string, timeoutMs: number, resolver?: Resolver): Promise<DeliveryOutcome> {
-  const check = await checkWebhookUrl(url, policy, resolver);
-  if (!check.ok) return { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
-  return deliver(check, body, secret, timeoutMs);
+      };
+      const req = secure ? https.request(target.url, options, onResponse) : http.request(target.url, options, onResponse);
+      const timer = setTimeout(() => {
+        done({ ok: false, statusCode: null, error: `no answer within ${timeoutMs} ms` });
+        req.destroy();
+      }, timeoutMs);
+      req.on('error', (err) => done({ ok: false, statusCode: null, error: describeConnectionError(err) }));
+      req.end(body);
+    });
+  }
 }

@@ -7,9 +7,11 @@
  *   timestamp is the event's time), so every attempt sends the same bytes; each attempt is
  *   signed afresh with the organization's current secret (read at delivery time: a rotation
  *   applies from the next attempt on).
- * - The URL is checked again at delivery time and the connection goes to the vetted address
- *   only (deliver.ts); redirects are not followed; any 2xx is success; each attempt is bounded
+ * - The URL is checked again at delivery time and the connection goes to the vetted addresses
+ *   only (deliver.ts, the same attempt function as test deliveries); redirects are not followed; any 2xx is success; each attempt is bounded
  *   by WEBHOOK_TIMEOUT_MS.
+ * - Ack wait: DISPATCHER_ACK_WAIT_MS (default 2 × WEBHOOK_TIMEOUT_MS + 10 s, always longer than
+ *   one attempt), after which an event held by a dispatcher that died is handed out again.
  * - Retries: a failed attempt naks the message with the next delay of WEBHOOK_RETRY_SCHEDULE
  *   (default 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h: 8 attempts over ~27.6 hours), each
  *   delay with ±20% random jitter; after
@@ -31,8 +33,7 @@ import { isWebhookEvent } from './event-names.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.js';
 import { open } from './secret-box.js';
-import type { Resolver, WebhookUrlPolicy } from './ssrf.js';
-import { attempt as attemptDelivery } from './deliver.js';
+import type { Deliverer } from './deliver.js';
 import { secretContext } from './api.js';
 export { DEFAULT_RETRY_SCHEDULE_MS } from './retry.js';
 
@@ -50,11 +51,12 @@ interface BusEvent {
 
 export interface DispatcherOptions {
   key: Buffer;
-  policy: WebhookUrlPolicy;
-  timeoutMs: number;
+  /** The one attempt function (deliver.ts), shared with test deliveries. */
+  deliverer: Deliverer;
   retryScheduleMs: number[];
   eventStream: string;
-  resolver?: Resolver;
+  /** How long an unacknowledged event waits before JetStream hands it out again (DISPATCHER_ACK_WAIT_MS). */
+  ackWaitMs: number;
 }
 
 export class Dispatcher {
@@ -73,13 +75,16 @@ export class Dispatcher {
     const config = {
       durable_name: 'dispatcher',
       ack_policy: AckPolicy.Explicit,
-      // Longer than one attempt; a dispatcher that died gives its events back after this.
-      ack_wait: (this.opts.timeoutMs * 2 + 10_000) * NS_PER_MS,
+      // Longer than one attempt (configuration checks it); a dispatcher that died gives its
+      // events back after this.
+      ack_wait: this.opts.ackWaitMs * NS_PER_MS,
       max_ack_pending: 10_000,
       max_deliver: -1,
     };
     try {
-      await this.nats.jsm.consumers.info(this.opts.eventStream, config.durable_name);
+      const info = await this.nats.jsm.consumers.info(this.opts.eventStream, config.durable_name);
+      // The consumer outlives the process: a changed DISPATCHER_ACK_WAIT_MS applies on restart.
+      if (info.config.ack_wait !== config.ack_wait) await this.nats.jsm.consumers.update(this.opts.eventStream, config.durable_name, { ack_wait: config.ack_wait });
     } catch (err) {
       if (!isNotFound(err)) throw err;
       await this.nats.jsm.consumers.add(this.opts.eventStream, config);
@@ -127,7 +132,7 @@ export class Dispatcher {
 
     const secret = open(this.opts.key, doc.secret, secretContext(e.organizationId, mode));
     const body = Buffer.from(JSON.stringify({ event: e.event, timestamp: e.occurredAt, isTest: false, data: e.data }));
-    const outcome = await attemptDelivery(w.url, this.opts.policy, body, secret, this.opts.timeoutMs, this.opts.resolver);
+    const outcome = await this.opts.deliverer.attempt(w.url, body, secret);
     const schedule = this.opts.retryScheduleMs;
     // ±20% jitter, so receivers that failed together are not retried in lockstep.
     const retryIn = outcome.ok || attempt > schedule.length ? null : Math.round(schedule[attempt - 1]! * (0.8 + Math.random() * 0.4));

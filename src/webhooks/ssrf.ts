@@ -2,9 +2,9 @@
  * The public-address guard for webhook URLs (issue 6, spec 2.3: "HTTPS receiver URL,
  * publicly reachable"). A webhook URL is accepted only when it is an absolute http(s) URL
  * whose host is, or resolves only to, publicly routable unicast addresses. The function
- * returns the vetted addresses: the dispatcher must connect to one of THOSE (with the URL's
- * host name kept for TLS SNI, certificate checks and the Host header) and never resolve the
- * name again, or a DNS answer that changes between check and connect (DNS rebinding) would
+ * returns the vetted addresses: deliveries connect to THOSE only (deliver.ts pins them in the
+ * socket's lookup, keeping the URL's host name for TLS SNI, certificate checks and the Host
+ * header) and never resolve the name again, or a DNS answer that changes between check and connect (DNS rebinding) would
  * defeat the check. Deliveries must also not follow redirects (issue 6), or the first hop
  * could send them anywhere.
  *
@@ -28,7 +28,8 @@
  * all become `127.0.0.1`) and canonicalizes IPv6 literals (`[::ffff:127.0.0.1]` becomes
  * `[::ffff:7f00:1]`); the guard relies on that AND classifies the result. An IP literal is
  * classified as is; a name is resolved (default resolver: `dns.promises.lookup(host,
- * {all: true, verbatim: true})`, i.e. what the operating system would connect to) and EVERY
+ * {all: true, verbatim: true})`, i.e. what the operating system would connect to; with
+ * WEBHOOK_DNS_SERVERS, `dnsServersResolver`: AAAA and A records from those servers) and EVERY
  * address it resolves to must pass: one non-public answer among public ones refuses the URL.
  * A resolution error or an empty answer refuses it too. `localhost` is not special-cased:
  * it resolves to loopback addresses and is refused like them.
@@ -335,6 +336,27 @@ export function compileAllowedNetworks(cidrs: readonly string[]): BlockList {
 
 /** `dns.promises.lookup(host, {all: true, verbatim: true})`: what the OS would connect to. */
 export const systemResolver: Resolver = async (host) => (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
+
+/**
+ * A resolver that asks the given DNS servers (`WEBHOOK_DNS_SERVERS`, e.g. `10.0.0.2` or
+ * `127.0.0.1:5353`, via `node:dns` `Resolver.setServers`) for the name's AAAA and A records,
+ * in parallel, and answers the IPv6 addresses first, then the IPv4 ones (the default
+ * preference of RFC 6724), each in the order the server gave. The name is not looked up in
+ * /etc/hosts. One family without records (ENODATA) is fine; when neither family has an
+ * address the resolution fails with the first error (NXDOMAIN is ENOTFOUND).
+ * `setServers` throws a TypeError for a malformed server (configuration checks with it).
+ */
+export function dnsServersResolver(servers: readonly string[]): Resolver {
+  const resolver = new dns.Resolver({ timeout: 2_000, tries: 2 });
+  resolver.setServers([...servers]);
+  return async (host) => {
+    const [v6, v4] = await Promise.allSettled([resolver.resolve6(host), resolver.resolve4(host)]);
+    const addresses = [...(v6.status === 'fulfilled' ? v6.value : []), ...(v4.status === 'fulfilled' ? v4.value : [])];
+    if (addresses.length > 0) return addresses;
+    const failures = [v6, v4].filter((r): r is PromiseRejectedResult => r.status === 'rejected').map((r) => r.reason as NodeJS.ErrnoException);
+    throw failures.find((e) => e.code !== 'ENODATA') ?? failures[0] ?? Object.assign(new Error(`${host} has no address`), { code: 'ENODATA' });
+  };
+}
 
 const a = (word: string): string => `${/^[aeiou]/.test(word) ? 'an' : 'a'} ${word}`;
 

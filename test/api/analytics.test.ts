@@ -124,7 +124,7 @@ t.test('no organization column, and the views the schema operation lists', async
   t.match(r.body.details, /unknown column "org_id" .*\(at 1:8\)/);
   const schema = await http(svc.url, 'GET', '/api/v2/analytics/schema', { token: A.live });
   t.equal(schema.status, 200);
-  t.same(schema.body.views.map((v: { name: string }) => v.name), ['fact_signal', 'fact_cost', 'fact_credit_consumption']);
+  t.same(schema.body.views.map((v: { name: string }) => v.name), ['fact_signal', 'fact_cost', 'fact_credit_consumption', 'fact_unpriced']);
   for (const view of schema.body.views as { name: string; description: string; columns: { name: string; type: string; description: string }[] }[]) {
     t.ok(view.description.length > 0);
     for (const c of view.columns) t.ok(c.description.length > 0, `${view.name}.${c.name} is described`);

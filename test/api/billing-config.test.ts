@@ -193,8 +193,8 @@ t.test('units: percent-encoded ids', async (t) => {
   t.same((await c.get(U)).body.units.map((u: { externalId: string }) => u.externalId), ids);
   const child = await c.put(`${U}/child`, { parentExternalId: 'team/α β' });
   t.equal(child.status, 201, 'a parent named in the body is the decoded id');
-  await refused(t, c, () => c.put(`${U}/bad%E0%A4%A`, {}), 400, 'INVALID_BILLING_CONFIG', 'unitExternalId');
-  await refused(t, c, () => c.put(`${U}/%FF`, {}), 400, 'INVALID_BILLING_CONFIG', 'unitExternalId');
+  await refused(t, c, () => c.put(`${U}/bad%E0%A4%A`, {}), 400, 'INVALID_PATH', 'unitExternalId');
+  await refused(t, c, () => c.put(`${U}/%FF`, {}), 400, 'INVALID_PATH', 'unitExternalId');
   const capPath = `${U}/${enc('team/α β')}/credit-caps/${CUR}`;
   const cap = await c.put(capPath, { amount: '10', frequency: 'DAILY', effectiveFrom: '2024-01-01T00:00:00Z' });
   t.equal(cap.status, 201);

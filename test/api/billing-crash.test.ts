@@ -1,45 +1,90 @@
 /**
- * Billing under failure and concurrency: kill -9 of the process evaluating billing, twice,
- * mid-stream; two pipeline processes evaluating one organization's stream at once; and the
- * NATS connection cut while evaluations run.
- * Afterwards the balances, rows and events are exactly those of one orderly run.
+ * Billing under failure and concurrency: the evaluating process killed at precise points of
+ * the commit order (the test-only fault hook, src/billing/evaluator/fault.ts), twice on the
+ * same batch; two pipeline processes evaluating one organization's stream at once; the NATS
+ * connection cut while an evaluation is held between its events and its commit; and a
+ * configuration change between a crashed evaluation and its replay.
+ * Every fault is checked to have happened where it was meant to (events published, state not
+ * committed, …). Afterwards the balances, rows and events are exactly those of one orderly run.
+ * The billing consumers run with a 2 s ack wait (BILLING_ACK_WAIT_MS), so a message held by
+ * a dead process comes back quickly.
  */
 import t, { type Test } from 'tap';
 import { connect } from '@nats-io/transport-node';
-import { jetstream } from '@nats-io/jetstream';
-import { Kvm } from '@nats-io/kv';
+import { jetstreamManager } from '@nats-io/jetstream';
 import { TcpProxy } from '../helpers/proxy.js';
-import { billed, busEvents } from '../helpers/bus.js';
-import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, sleep, type Isolation, type TestOrg } from '../helpers/service.js';
+import { billed, busEvents, stateKeys } from '../helpers/bus.js';
+import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
+const ACK_WAIT = { BILLING_ACK_WAIT_MS: '2000' };
 
+interface State {
+  lastSeq: number;
+  consumed: Record<string, string>;
+}
 
+async function stateOf(i: Isolation, orgId: string): Promise<State | undefined> {
+  return (await stateKeys(i, `st.${orgId}.live`))[`st.${orgId}.live`] as State | undefined;
+}
 
 async function consumedInState(i: Isolation, orgId: string): Promise<string | undefined> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const kv = await new Kvm(jetstream(nc)).open(`${i.natsPrefix}_billing_state`);
-    const e = await kv.get(`st.${orgId}.live`);
-    const state = e?.json<{ consumed: Record<string, string> }>();
-    return state ? Object.values(state.consumed)[0] : undefined;
-  } finally {
-    await nc.close();
+  const state = await stateOf(i, orgId);
+  return state ? Object.values(state.consumed)[0] : undefined;
+}
+
+/** The cap period keys of an organization: {seq, before, after} by key. */
+async function periodsOf(i: Isolation, orgId: string): Promise<{ seq: number; before: { used: string; reached: boolean }; after: { used: string; reached: boolean } }[]> {
+  return Object.values(await stateKeys(i, `cp.${orgId}.live.`)) as never;
+}
+
+interface FaultLine {
+  point: string;
+  seq: number;
+  orgId: string;
+  events: number;
+}
+
+/** The fault hook's log line in a process's output, if it has acted. */
+function faultLine(output: string): FaultLine | undefined {
+  for (const line of output.split('\n')) {
+    if (!line.includes('billing fault point reached')) continue;
+    return JSON.parse(line) as FaultLine;
   }
+  return undefined;
+}
+
+/** Resolves when the process exits on its own (the fault hook's SIGKILL), with how. */
+function exitOf(p: ServiceProcess): Promise<{ code: number | null; signal: string | null }> {
+  const proc = p.proc!;
+  if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve({ code: proc.exitCode, signal: proc.signalCode });
+  return new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+}
+
+async function killedAt(t: Test, p: ServiceProcess, exited: Promise<{ code: number | null; signal: string | null }>, point: string): Promise<FaultLine> {
+  let timer: NodeJS.Timeout | undefined;
+  const how = await Promise.race([exited, new Promise<null>((r) => (timer = setTimeout(() => r(null), 90_000)))]);
+  clearTimeout(timer);
+  t.same(how, { code: null, signal: 'SIGKILL' }, `the evaluating process killed itself at ${point}`);
+  const line = faultLine(p.output);
+  t.match(line, { point, action: 'kill' }, 'at the requested point, on a batch with events');
+  if (!line) throw new Error(`no fault line in:\n${p.output}`);
+  return line;
+}
+
+async function call(base: string, org: TestOrg, method: string, path: string, body?: unknown): Promise<any> {
+  const r = await http(base, method, path, { token: org.live, body });
+  if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
+  return r.body;
 }
 
 async function configure(base: string, org: TestOrg, granted: string): Promise<void> {
-  const call = async (method: string, path: string, body?: unknown): Promise<any> => {
-    const r = await http(base, method, path, { token: org.live, body });
-    if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
-    return r.body;
-  };
-  const c = await call('POST', '/api/v2/customers', { externalId: 'acme' });
-  await call('PUT', `/api/v2/customers/${c.id}/units/root`, {});
-  const plan = await call('POST', '/api/v2/plans', { name: 'Pro' });
-  const ola = await call('POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.001', currency: 'EUR', includedQuantity: '1000', creditsCurrencyId: CUR, creditsPerUnit: '0.5' });
-  await call('POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: granted });
-  await call('PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '400', frequency: 'YEARLY', effectiveFrom: '2026-01-01T00:00:00Z' });
+  const c = await call(base, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  await call(base, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
+  const plan = await call(base, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const ola = await call(base, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.001', currency: 'EUR', includedQuantity: '1000', creditsCurrencyId: CUR, creditsPerUnit: '0.5' });
+  await call(base, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: granted });
+  await call(base, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '400', frequency: 'YEARLY', effectiveFrom: '2026-01-01T00:00:00Z' });
 }
 
 const batch = (b: number, n: number) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `b${b}-${i}` })) });
@@ -61,11 +106,11 @@ const BATCHES = 60;
 const PER = 40;
 const GRANTED = '600';
 
-t.test('kill -9 of the evaluating process, twice, mid-stream', async (t) => {
+t.test('kill -9 of the evaluating process after its events, then of the replay after its period writes', async (t) => {
   const iso = isolation('billcrash');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
-  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '20' };
-  let pipeline = new ServiceProcess(iso, env);
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '20', ...ACK_WAIT };
+  let pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
   t.teardown(async () => {
     await ingress.stop();
     await pipeline.stop();
@@ -73,20 +118,38 @@ t.test('kill -9 of the evaluating process, twice, mid-stream', async (t) => {
   });
   await ingress.start();
   await pipeline.start();
+  let exited = exitOf(pipeline);
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   await configure(ingress.url, org, GRANTED);
-  for (let kill = 0; kill < 2; kill++) {
-    const sends = Array.from({ length: BATCHES / 2 }, (_, i) => sendBatch(ingress.url, org.live, batch(kill * 100 + i, PER)));
-    await sleep(150 + kill * 100);
-    await pipeline.kill9();
-    t.ok((await Promise.all(sends)).every((r) => r.status === 202), 'the ingress kept accepting');
-    pipeline = new ServiceProcess(iso, env);
-    await pipeline.start();
-  }
+  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
+  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+
+  // 1. Killed after publishing a batch's events, before its period keys and state.
+  const first = await killedAt(t, pipeline, exited, 'after-events');
+  t.equal(first.orgId, org.id);
+  t.equal((await busEvents(iso, org.id)).length, first.events, "the batch's events were on the bus when it died (it is the first batch with events)");
+  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < first.seq, 'its state was not committed');
+  t.same((await periodsOf(iso, org.id)).filter((p) => p.seq === first.seq), [], 'nor its cap period');
+
+  // 2. The replay of that batch killed after writing its period key, before the state.
+  pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'before-state-write' });
+  await pipeline.start();
+  exited = exitOf(pipeline);
+  const second = await killedAt(t, pipeline, exited, 'before-state-write');
+  t.equal(second.seq, first.seq, 'the held batch came back first and was replayed');
+  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < second.seq, 'its state was not committed');
+  const written = (await periodsOf(iso, org.id)).filter((p) => p.seq === second.seq);
+  t.equal(written.length, 1, 'its cap period key was written');
+  t.equal(written[0]?.after.reached, true, 'with the cap reached in it');
+
+  // 3. A process without faults replays it once more (its own period write undone) and finishes.
+  pipeline = new ServiceProcess(iso, env);
+  await pipeline.start();
   await billed(iso);
   const events = await busEvents(iso, org.id);
   checkEvents(t, events);
   t.equal(await consumedInState(iso, org.id), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
+  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once, the twice-replayed batch included");
   // Analytics are served by ROLE=all with the embedded engine: read the pipeline's data directory through one.
   await pipeline.stop();
   const all = new ServiceProcess(iso, { ROLE: 'all' });
@@ -102,8 +165,8 @@ t.test('two pipeline processes evaluating at once', async (t) => {
   // Two pipeline processes need two engines (chdb has one owner per data directory): rows
   // split between them, but balances (KV) and events (bus) are shared and must be exact.
   const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
-  const p1 = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10' });
-  const p2 = new ServiceProcess(isoB, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10' });
+  const p1 = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
+  const p2 = new ServiceProcess(isoB, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
   t.teardown(async () => {
     await ingress.stop();
     await p1.stop();
@@ -121,13 +184,14 @@ t.test('two pipeline processes evaluating at once', async (t) => {
   t.equal(await consumedInState(iso, org.id), '1200');
 });
 
-t.test('NATS cut while billing evaluates: retried in place, nothing lost or doubled', async (t) => {
+t.test('NATS cut while an evaluation is held between its events and its commit: retried in place, nothing lost or doubled', async (t) => {
   const target = new URL(NATS_URL);
   const proxy = new TcpProxy(target.hostname, Number(target.port || 4222));
   await proxy.start();
   const iso = isolation('billcut');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
-  const pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', NATS_URL: `nats://127.0.0.1:${proxy.port}`, PIPELINE_FLUSH_MS: '20' });
+  // The first batch with events pauses 3 s after publishing them: the cut happens then.
+  const pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', NATS_URL: `nats://127.0.0.1:${proxy.port}`, PIPELINE_FLUSH_MS: '20', ...ACK_WAIT, BILLING_FAULT_POINT: 'after-events', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '3000' });
   t.teardown(async () => {
     await ingress.stop();
     await proxy.start(proxy.port).catch(() => undefined);
@@ -140,12 +204,94 @@ t.test('NATS cut while billing evaluates: retried in place, nothing lost or doub
   await configure(ingress.url, org, GRANTED);
   const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
   t.ok(sent.every((r) => r.status === 202));
-  await sleep(200);
+  const paused = await waitFor(async () => faultLine(pipeline.output), (l) => l !== undefined, 60_000);
+  t.match(paused, { point: 'after-events', action: 'pause', orgId: org.id }, 'an evaluation is held after publishing its events');
+  const seq = paused!.seq;
   await proxy.cut();
-  await sleep(1_500);
+  t.equal((await busEvents(iso, org.id)).length, paused!.events, 'when NATS was cut its events were published');
+  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < seq, 'and its state was not committed');
+  const retried = new RegExp(`billing evaluation failed; retrying in place[^\\n]*"seq":${seq}\\b`);
+  const sawRetry = await waitFor(async () => retried.test(pipeline.output.slice(pipeline.output.indexOf('billing fault point reached'))), (x) => x, 30_000);
+  t.ok(sawRetry, 'the held evaluation failed without NATS and was retried in place');
   await proxy.start(proxy.port);
   await billed(iso);
   t.match(pipeline.output, /nats disconnected[\s\S]*nats reconnected/, 'the pipeline process lost NATS and got it back');
+  t.equal(((await stateOf(iso, org.id))?.lastSeq ?? 0) >= seq, true, 'the held batch was committed after the reconnection');
   checkEvents(t, await busEvents(iso, org.id));
   t.equal(await consumedInState(iso, org.id), '1200');
+  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }]);
+});
+
+t.test('a configuration change between a crashed evaluation and its replay does not change what the batch bills', async (t) => {
+  const iso = isolation('billpin');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '20', ...ACK_WAIT };
+  let pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
+  t.teardown(async () => {
+    await ingress.stop();
+    await pipeline.stop();
+    await cleanup(iso);
+  });
+  await Promise.all([ingress.start(), pipeline.start()]);
+  const exited = exitOf(pipeline);
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
+  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
+  const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '10' });
+  const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
+
+  // 12 credits from a pool of 10: depleted and OverageCredit. Killed once those are published.
+  t.equal((await sendBatch(ingress.url, org.live, signals(12, 'a'))).status, 202);
+  const crash = await killedAt(t, pipeline, exited, 'after-events');
+  t.equal(crash.events, 2);
+  const pin = (await stateKeys(iso, 'pin')).pin as { seq: number; config: { caps: Record<string, unknown> } };
+  t.equal(pin.seq, crash.seq, 'the crashed batch has its configuration pinned');
+  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < crash.seq, 'its state was not committed');
+
+  // Meanwhile: a top-up that covers the whole batch and a cap the batch alone would reach.
+  await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools/${pool.id}/top-ups`, { credits: '100' });
+  await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '5', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
+  t.same(pin.config.caps, {}, 'the pin holds the document as it was');
+
+  pipeline = new ServiceProcess(iso, env);
+  await pipeline.start();
+  await billed(iso);
+  const afterReplay = await busEvents(iso, org.id);
+  t.same(afterReplay.map((e) => e.event).sort(), ['billing-credits-depleted', 'billing-overage-incurred'], 'the replay billed against the pinned revision: no cap event, nothing new');
+  t.same(await periodsOf(iso, org.id), [], 'and spent in no cap period');
+  t.equal(await consumedInState(iso, org.id), '12');
+
+  // The next batch is evaluated against the new configuration: the cap counts from it on.
+  t.equal((await sendBatch(ingress.url, org.live, signals(5, 'b'))).status, 202);
+  await billed(iso);
+  const caps = (await busEvents(iso, org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => e.data.usedDecimal);
+  t.same(caps, ['5'], 'the cap fires on the 5th credit of the next batch');
+  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
+  t.match(pools.creditPools, [{ totalCredits: '110', consumedCredits: '17', balance: '93' }]);
+});
+
+t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existing one included', async (t) => {
+  const iso = isolation('billackwait');
+  t.teardown(() => cleanup(iso));
+  const ackWaits = async (): Promise<number[]> => {
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      const jsm = await jetstreamManager(nc);
+      const a = await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE`, 'billing');
+      const b = await jsm.consumers.info(`${iso.natsPrefix}_BILLING_ROWS`, 'billing-rows');
+      return [(a.config.ack_wait ?? 0) / 1e6, (b.config.ack_wait ?? 0) / 1e6];
+    } finally {
+      await nc.close();
+    }
+  };
+  for (const [env, expected] of [[{}, 60_000], [{ BILLING_ACK_WAIT_MS: '2000' }, 2_000], [{ BILLING_ACK_WAIT_MS: '45000' }, 45_000]] as const) {
+    const p = new ServiceProcess(iso, { ROLE: 'pipeline', ...env });
+    await p.start();
+    await p.stop();
+    t.same(await ackWaits(), [expected, expected], JSON.stringify(env));
+  }
+  const bad = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_ACK_WAIT_MS: '500' });
+  await t.rejects(bad.start(), /BILLING_ACK_WAIT_MS=500: must be between 1000 and 3600000/, 'a bad value stops the start with a message naming it');
 });

@@ -4,8 +4,11 @@
  * rows read back through the analytics API.
  */
 import t from 'tap';
-import { billed, busEvents } from '../helpers/bus.js';
-import { createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
+import { billed, busEvents, stateKeys } from '../helpers/bus.js';
+import { connect } from '@nats-io/transport-node';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { NATS_URL, createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'billing');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
@@ -26,7 +29,7 @@ interface Setup {
 }
 
 /** A customer `acme` with units root > team > dev, one credit-priced attribute for api_call, a pool and a cap on root. */
-async function setup(opts: { granted: string; included?: string; capAmount?: string; capFrequency?: string; capFrom?: string; unitPrice?: string }): Promise<Setup> {
+async function setup(opts: { granted: string; included?: string; capAmount?: string; capFrequency?: string; capFrom?: string; unitPrice?: string; path?: string }): Promise<Setup> {
   const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const call = (method: string, path: string, body?: unknown) => http(svc.url, method, path, { token: org.live, body });
   const customer = await ok(call('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme Inc' }));
@@ -38,6 +41,7 @@ async function setup(opts: { granted: string; included?: string; capAmount?: str
     call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, {
       planId: plan.id,
       eventName: 'api_call',
+      ...(opts.path ? { quantity: { kind: 'path', path: opts.path } } : {}),
       unitPrice: opts.unitPrice ?? '0.5',
       currency: 'USD',
       includedQuantity: opts.included ?? null,
@@ -108,4 +112,50 @@ t.test('a cap fires once in each period across a boundary', async (t) => {
   await billed(iso);
   const caps = (await busEvents(iso)).filter((e) => e.organizationId === s.org.id && e.event === 'billing-credit-cap-reached').map((e) => e.data);
   t.same(caps.map((c) => [c.period.start, c.usedDecimal]), [['2026-03-01T06:00:00Z', '2'], ['2026-03-02T06:00:00Z', '2']], 'a spend before effectiveFrom counts in no period');
+});
+
+t.test('a late signal in an old period reaches its cap, once, whatever came in between (issue 10)', async (t) => {
+  // DAILY cap 5 on root: 3 credits in P0, 1 in each of the next four periods, then a late
+  // signal of 3 credits timestamped in P0: P0's spend is 6 and its cap event must fire.
+  const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-04-01T00:00:00Z', path: 'credits' });
+  const at = (day: number, credits: number, key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-04-0${1 + day}T12:00:00Z`, data: { credits }, idempotencyKey: key });
+  const capEvents = async () => (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => [e.data.period.start, e.data.usedDecimal]);
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 3, 'p0')] }), [202]);
+  await billed(iso);
+  for (let d = 1; d <= 4; d++) {
+    await ok(sendBatch(svc.url, s.org.live, { signals: [at(d, 1, `p${d}`)] }), [202]);
+    await billed(iso); // one batch at a time: the late signal below is evaluated after all four
+  }
+  t.same(await capEvents(), [], 'no period reached yet');
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 3, 'late')] }), [202]);
+  await billed(iso);
+  t.same(await capEvents(), [['2026-04-01T00:00:00Z', '6']], 'fires for P0 with used 6');
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 2, 'later'), at(5, 1, 'p5')] }), [202]);
+  await billed(iso);
+  t.same(await capEvents(), [['2026-04-01T00:00:00Z', '6']], 'P0 never fires twice');
+  const periods = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: unknown }).after);
+  t.same(periods.filter((p) => (p as { reached: boolean }).reached), [{ used: '8', reached: true }], 'P0 keeps its exact total and its flag in its own key');
+  t.equal(periods.length, 6, 'one key per period spent in');
+  t.same(await query(s.org.live, "SELECT toString(sum(credits)) FROM fact_credit_consumption WHERE created_at < '2026-04-02 00:00:00'"), [['8']], 'the rows agree');
+});
+
+t.test('a state written by the former layout (periods inside the state) keeps its period totals and flags', async (t) => {
+  const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-06-01T00:00:00Z' });
+  const capKey = JSON.stringify([s.customerId, 'root', CUR]);
+  // As the former evaluator left it: day 1 at 4 credits, day 2 reached (and fired) at 5.
+  const legacy = { lastSeq: 0, consumed: {}, usage: {}, caps: { [capKey]: { '2026-06-01T00:00:00Z': { used: '4', reached: false }, '2026-06-02T00:00:00Z': { used: '5', reached: true } } } };
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing_state`);
+    await kv.create(`st.${s.org.id}.live`, JSON.stringify(legacy));
+  } finally {
+    await nc.close();
+  }
+  const at = (day: number, key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-06-0${day}T12:00:00Z`, idempotencyKey: key });
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(1, 'a'), at(2, 'b'), at(3, 'c')] }), [202]);
+  await billed(iso);
+  const caps = (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => [e.data.period.start, e.data.usedDecimal]);
+  t.same(caps, [['2026-06-01T00:00:00Z', '5']], 'day 1 goes on from 4 and fires at 5; day 2 does not fire again; day 3 starts at 0');
+  const totals = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: { used: string } }).after.used).sort();
+  t.same(totals, ['1', '5', '6']);
 });

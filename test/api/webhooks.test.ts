@@ -268,3 +268,27 @@ t.test('payment events from the operator API: validated, delivered once, and a s
   t.same(got[0]!.envelope.data.payment, payment('pay_fast'));
   t.ok(hanging.got.length >= 5, 'the slow receiver was tried');
 });
+
+t.test('path parameters are decoded once (issue 10): %25ZZ is the text %ZZ, a malformed escape is 400 INVALID_PATH', async (t) => {
+  const org = await createOrg(svc.url);
+  const cases: [string, string, number, string, RegExp][] = [
+    ['PATCH', '/api/v2/webhooks/%25ZZ', 404, 'NOT_FOUND', /^no webhook event "%ZZ"/],
+    ['POST', '/api/v2/webhooks/%25ZZ/test', 404, 'NOT_FOUND', /^no webhook event "%ZZ"/],
+    ['POST', '/api/v2/webhook-deliveries/%25ZZ/resend', 404, 'NOT_FOUND', /^deliveryId: no delivery "%ZZ"/],
+    ['PATCH', '/api/v2/webhooks/%ZZ', 400, 'INVALID_PATH', /^event: the path segment "%ZZ" is not valid percent-encoded UTF-8/],
+    ['POST', '/api/v2/webhooks/%E0%A4%A/test', 400, 'INVALID_PATH', /^event: /],
+    ['POST', '/api/v2/webhook-deliveries/%C0%AF/resend', 400, 'INVALID_PATH', /^deliveryId: /],
+  ];
+  for (const [method, p, status, code, details] of cases) {
+    const r = await call(svc.url, method, p, { token: org.live, body: method === 'PATCH' ? { enabled: true } : {} });
+    t.equal(r.status, status, `${method} ${p}`);
+    t.equal(r.body.code, code, `${method} ${p}`);
+    t.match(r.body.details, details, `${method} ${p}`);
+  }
+  const list = (await call(svc.url, 'GET', '/api/v2/webhooks', { token: org.live })).body.webhooks as { enabled: boolean }[];
+  t.ok(list.every((w) => !w.enabled), 'nothing changed');
+  // An event name written with escapes is the same event: decoded once, it matches.
+  const r = await call(svc.url, 'PATCH', '/api/v2/webhooks/billing%2Dpayment%2Dfailed', { token: org.live, body: { enabled: false } });
+  t.equal(r.status, 200);
+  t.equal(r.body.event, 'billing-payment-failed');
+});

@@ -5,6 +5,7 @@
  */
 import { connect } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
 import { NATS_URL, drained, sleep, type Isolation } from './service.js';
 
 export interface BusEvent {
@@ -49,6 +50,23 @@ export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
       if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending + ri.num_pending} pending, ${ci.num_ack_pending + ri.num_ack_pending} unacked`);
       await sleep(100);
     }
+  } finally {
+    await nc.close();
+  }
+}
+
+/** The billing state bucket's entries (JSON) whose key starts with `prefix`, by key. */
+export async function stateKeys(i: Isolation, prefix: string): Promise<Record<string, unknown>> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const kv = await new Kvm(jetstream(nc)).open(`${i.natsPrefix}_billing_state`);
+    const out: Record<string, unknown> = {};
+    for await (const k of await kv.keys()) {
+      if (!k.startsWith(prefix)) continue;
+      const e = await kv.get(k);
+      if (e && e.operation === 'PUT' && e.length > 0) out[k] = e.json();
+    }
+    return out;
   } finally {
     await nc.close();
   }

@@ -49,9 +49,22 @@ t.test('no included quantity: never an overage', async (t) => {
   t.equal(crossesIncluded(ZERO, dec('5'), null), false);
 });
 
-t.test('a window starting again from zero can cross again', async (t) => {
-  t.equal(addUsage(ZERO, dec('11'), dec('10')).crossed, true);
-  t.equal(addUsage(ZERO, dec('11'), dec('10')).crossed, true);
+t.test('re-arming: after a crossing it fires again only once usage is back at or below the included quantity', async (t) => {
+  // One running usage, carried from step to step as the evaluator carries it in its state.
+  let usage = ZERO;
+  const step = (q: string, included: string): boolean => {
+    const s = addUsage(usage, dec(q), dec(included));
+    usage = s.after;
+    return s.crossed;
+  };
+  t.same([step('6', '10'), step('5', '10'), step('1', '10'), step('100', '10')], [false, true, false, false], 'crosses once; more usage without a re-arm never fires again');
+  t.equal(str(usage), '112');
+  t.same([step('1', '50')], [false], 'an included quantity still below the usage is no new crossing');
+  t.equal(str(usage), '113');
+  t.same([step('87', '200'), step('0.000001', '200'), step('5', '200')], [false, true, false], 'an included quantity raised to or above the usage re-arms: reaching 200 is included, 200.000001 fires, once');
+  t.equal(str(usage), '205.000001');
+  usage = ZERO;
+  t.same([step('150', '150'), step('1', '150'), step('1', '150')], [false, true, false], 'a window starting again from zero re-arms: fires once more');
 });
 
 t.test('refusals: negative quantity or included quantity', async (t) => {

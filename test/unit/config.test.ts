@@ -5,7 +5,20 @@
 import t from 'tap';
 import os from 'node:os';
 import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { ConfigError, loadConfig, hasDispatcher, hasIngress, hasPipeline } from '../../src/config.js';
+
+// CA files for WEBHOOK_CA_FILE: a real certificate (openssl CLI), a file without PEM, a file
+// with a good and a corrupt certificate.
+const caDir = mkdtempSync(path.join(os.tmpdir(), 'config-ca-'));
+t.teardown(() => rmSync(caDir, { recursive: true, force: true }));
+execFileSync('/usr/bin/openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'ca.key', '-out', 'ca.pem', '-days', '2', '-subj', '/CN=Config Test CA'], { cwd: caDir, stdio: 'pipe' });
+const GOOD_PEM = path.join(caDir, 'ca.pem');
+const NOT_PEM = path.join(caDir, 'not.pem');
+const BAD_PEM = path.join(caDir, 'bad.pem');
+writeFileSync(NOT_PEM, 'just text\n');
+writeFileSync(BAD_PEM, `${readFileSync(GOOD_PEM, 'utf8')}\n-----BEGIN CERTIFICATE-----\nTm90IGEgY2VydGlmaWNhdGU=\n-----END CERTIFICATE-----\n`);
 
 const TOKEN = 'operator-token-0123456789';
 const base = { OPERATOR_TOKEN: TOKEN };
@@ -37,7 +50,11 @@ t.test('defaults', async (t) => {
     clickhousePassword: '',
     clickhouseDatabase: 'billing',
     analytics: { database: 'analytics', timeoutMs: 30_000, maxMemoryBytes: 2 * 1024 ** 3, rateLimited: false, user: null, password: '' },
-    webhooks: { encryptionKey: null, allowHttp: false, allowedNetworks: [], timeoutMs: 10_000, retryScheduleMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000] },
+    billing: { ackWaitMs: 60_000, faultPoint: null, faultAction: 'kill', faultPauseMs: 5_000 },
+    webhooks: {
+      encryptionKey: null, allowHttp: false, allowedNetworks: [], timeoutMs: 10_000, retryScheduleMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
+      caFile: null, extraCaPem: [], dnsServers: [], dispatcherAckWaitMs: 30_000,
+    },
     dataDir: path.resolve(process.cwd(), '.data'),
     dedupeWindowDays: 7,
     defaultLimits: { burst: 10_000, refillPerSecond: 1_000, analyticsConcurrency: 4 },
@@ -93,7 +110,17 @@ t.test('values are read', async (t) => {
   t.same(cfg.defaultLimits, { burst: 500, refillPerSecond: 0.5, analyticsConcurrency: 1 });
   t.equal(cfg.logLevel, 'debug');
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '0.001' }, []).defaultLimits.refillPerSecond, 0.001, 'the minimum refill rate is accepted');
+  t.same(loadConfig({ ...base, BILLING_ACK_WAIT_MS: '2000', BILLING_FAULT_POINT: 'before-state-write', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '3000' }, []).billing, { ackWaitMs: 2_000, faultPoint: 'before-state-write', faultAction: 'pause', faultPauseMs: 3_000 }, 'billing settings are read');
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '1000000000' }, []).defaultLimits.refillPerSecond, 1e9, 'the maximum refill rate is accepted');
+});
+
+t.test('webhook delivery settings are read', async (t) => {
+  const cfg = loadConfig({ ...base, WEBHOOK_CA_FILE: GOOD_PEM, WEBHOOK_DNS_SERVERS: ' 127.0.0.1:5353 , [::1]:53,10.0.0.2 ', WEBHOOK_TIMEOUT_MS: '1000', DISPATCHER_ACK_WAIT_MS: '2000' }, []);
+  t.equal(cfg.webhooks.caFile, GOOD_PEM);
+  t.same(cfg.webhooks.extraCaPem, [readFileSync(GOOD_PEM, 'utf8').trim()], 'the PEM certificate of the file');
+  t.same(cfg.webhooks.dnsServers, ['127.0.0.1:5353', '[::1]:53', '10.0.0.2']);
+  t.equal(cfg.webhooks.dispatcherAckWaitMs, 2_000);
+  t.equal(loadConfig({ ...base, WEBHOOK_TIMEOUT_MS: '2000' }, []).webhooks.dispatcherAckWaitMs, 14_000, 'default: 2 × WEBHOOK_TIMEOUT_MS + 10 s');
 });
 
 t.test('--role on the command line overrides ROLE', async (t) => {
@@ -113,6 +140,13 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ WEBHOOK_ENCRYPTION_KEY: 'short' }, 'WEBHOOK_ENCRYPTION_KEY: must be 32 bytes, as 64 hex characters or base64'],
     [{ WEBHOOK_TIMEOUT_MS: '50' }, 'WEBHOOK_TIMEOUT_MS=50: must be between 100 and 60000'],
     [{ WEBHOOK_ALLOW_HTTP: 'yes' }, 'WEBHOOK_ALLOW_HTTP="yes": must be one of true, false'],
+    [{ WEBHOOK_DNS_SERVERS: '127.0.0.1:5353,nonsense' }, 'WEBHOOK_DNS_SERVERS="127.0.0.1:5353,nonsense": comma-separated DNS servers such as 10.0.0.2, 127.0.0.1:5353 or [::1]:53 (Invalid IP address: nonsense)'],
+    [{ WEBHOOK_CA_FILE: '/nonexistent/ca.pem' }, 'WEBHOOK_CA_FILE="/nonexistent/ca.pem": cannot be read (ENOENT)'],
+    [{ WEBHOOK_CA_FILE: NOT_PEM }, `WEBHOOK_CA_FILE=${JSON.stringify(NOT_PEM)}: contains no PEM certificate (-----BEGIN CERTIFICATE-----)`],
+    [{ WEBHOOK_CA_FILE: BAD_PEM }, `WEBHOOK_CA_FILE=${JSON.stringify(BAD_PEM)}: certificate 2 of 2 is not a valid X.509 certificate`],
+    [{ DISPATCHER_ACK_WAIT_MS: '999' }, 'DISPATCHER_ACK_WAIT_MS=999: must be between 1000 and 3600000'],
+    [{ DISPATCHER_ACK_WAIT_MS: '10999' }, 'DISPATCHER_ACK_WAIT_MS=10999: must be at least WEBHOOK_TIMEOUT_MS + 1000 (11000), or an event would be handed out again while its attempt still runs'],
+    [{ WEBHOOK_TIMEOUT_MS: '5000', DISPATCHER_ACK_WAIT_MS: '5999' }, 'DISPATCHER_ACK_WAIT_MS=5999: must be at least WEBHOOK_TIMEOUT_MS + 1000 (6000), or an event would be handed out again while its attempt still runs'],
     [{ WEBHOOK_RETRY_SCHEDULE_MS: '5,abc' }, 'WEBHOOK_RETRY_SCHEDULE_MS="5,abc": a comma-separated list of 1 to 50 delays in milliseconds, each from 10 to 604800000'],
     [{ ROLE: 'ALL' }, 'ROLE="ALL": must be one of all, ingress, pipeline, dispatcher'],
     [{ PORT: 'abc' }, 'PORT="abc": must be a whole number between 0 and 65535'],
@@ -144,6 +178,11 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ MAX_BODY_BYTES: '1000' }, 'MAX_BODY_BYTES=1000: must be between 65536 and 67108864'],
     [{ PIPELINE_WORKERS: '0' }, 'PIPELINE_WORKERS=0: must be between 1 and 256'],
     [{ PIPELINE_ACK_WAIT_MS: '999' }, 'PIPELINE_ACK_WAIT_MS=999: must be between 1000 and 3600000'],
+    [{ BILLING_ACK_WAIT_MS: '999' }, 'BILLING_ACK_WAIT_MS=999: must be between 1000 and 3600000'],
+    [{ BILLING_ACK_WAIT_MS: '2s' }, 'BILLING_ACK_WAIT_MS="2s": must be a whole number between 1000 and 3600000'],
+    [{ BILLING_FAULT_POINT: 'somewhere' }, 'BILLING_FAULT_POINT="somewhere": must be one of after-pin, after-events, before-state-write, after-state-write'],
+    [{ BILLING_FAULT_ACTION: 'crash' }, 'BILLING_FAULT_ACTION="crash": must be one of kill, pause'],
+    [{ BILLING_FAULT_PAUSE_MS: '5' }, 'BILLING_FAULT_PAUSE_MS=5: must be between 10 and 600000'],
     [{ LOG_LEVEL: 'trace' }, 'LOG_LEVEL="trace": must be one of debug, info, warn, error'],
     [{ ANALYTICS_TIMEOUT_MS: '30001' }, 'ANALYTICS_TIMEOUT_MS=30001: must be between 100 and 30000'],
     [{ ANALYTICS_RATE_LIMITED: 'yes' }, 'ANALYTICS_RATE_LIMITED="yes": must be one of true, false'],

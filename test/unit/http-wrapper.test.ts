@@ -48,3 +48,27 @@ t.test('unexpected errors: 500 without internals', async (t) => {
   t.notMatch(text, /secret|\/etc/);
   t.same(JSON.parse(text), { error: 'Internal Server Error', code: 'INTERNAL', details: 'An unexpected error occurred; it has been logged.' });
 });
+
+// Path parameters: decoded once, here; a malformed escape is 400 INVALID_PATH naming the parameter.
+const app2 = uWS.App();
+app2.get('/things/:thingId/parts/:partId', wrap((req) => ({ status: 200, body: { params: req.params } }), {}, '/things/:thingId/parts/:partId'));
+app2.get('/guarded/:thingId', wrap(() => ({ status: 200 }), { before: () => { throw new ApiError('UNAUTHORIZED', 'no key'); } }, '/guarded/:thingId'));
+const port2 = await new Promise<number>((resolve) => app2.listen('127.0.0.1', 0, (s) => resolve(uWS.us_socket_local_port(s))));
+t.teardown(() => app2.close());
+
+t.test('path parameters are decoded exactly once', async (t) => {
+  const get = async (p: string) => {
+    const r = await fetch(`http://127.0.0.1:${port2}${p}`);
+    return { status: r.status, body: (await r.json()) as { params?: string[]; code?: string; details?: string } };
+  };
+  t.same((await get('/things/a%2Fb/parts/%2525ZZ')).body.params, ['a/b', '%25ZZ'], 'one decode: %2F is a slash inside the value, %2525 stays %25');
+  t.same((await get('/things/%E2%82%AC/parts/x')).body.params, ['€', 'x']);
+  for (const [p, name] of [['/things/%ZZ/parts/x', 'thingId'], ['/things/x/parts/%', 'partId'], ['/things/x/parts/%C0%AF', 'partId'], ['/things/%E0%A4%A/parts/%ZZ', 'thingId']] as const) {
+    const r = await get(p);
+    t.equal(r.status, 400, p);
+    t.equal(r.body.code, 'INVALID_PATH', p);
+    t.match(r.body.details, new RegExp(`^${name}: the path segment`), p);
+  }
+  const guarded = await get('/guarded/%ZZ');
+  t.equal(guarded.status, 401, 'authentication answers before the path is judged');
+});

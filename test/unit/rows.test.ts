@@ -83,6 +83,17 @@ t.test('one JSONEachRow line per signal, columns in schema order', async (t) => 
   t.equal(parse(rows({ body: encode(signals), meta: meta({ mode: 'test' }) }).lines[0]!).livemode, false, 'test mode');
 });
 
+t.test('billable lines carry the texts of numbers a double does not keep, and only those', async (t) => {
+  const raw = '{"signals":[{"eventName":"e","customerId":"c","data":{"q":0.10000000000000000001,"k":7.5,"s":"12345678901234567890"}},{"eventName":"e","customerId":"c","data":{"q":7.5}}]}';
+  const r = rows({ body: new TextEncoder().encode(raw), meta: meta() });
+  const b = r.billable.map(parse);
+  t.same(b[0]!.x, { q: '0.10000000000000000001' }, 'the written text, by path');
+  t.same(b[0]!.d, { q: 0.1, k: 7.5, s: '12345678901234567890' }, 'data itself as parsed');
+  t.notOk('x' in b[1]!, 'nothing extra for a signal without such numbers');
+  const plain = rows({ body: encode([{ eventName: 'e', customerId: 'c', data: { q: 7.5 } }]), meta: meta() });
+  t.notOk('x' in parse(plain.billable[0]!), 'nor for a batch without any');
+});
+
 t.test('signal ids derive from a real batch id; body may be a view into a larger buffer', async (t) => {
   const batchId = newBatchId(RECEIVED);
   const json = JSON.stringify({ signals: [{ eventName: 'a', customerId: 'b' }, { eventName: 'c', customerId: 'd' }] });

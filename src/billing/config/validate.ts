@@ -137,22 +137,19 @@ export function quantityRule(v: unknown, field: string): QuantityRule {
 }
 
 /**
- * Path parameter `index` (0-based among the `:name` segments of `pattern`), percent-decoded
- * strictly from the raw URL: a malformed escape is refused rather than taken literally.
+ * Path parameters by name: `:name` segments of `pattern`, read from `req.params`, which the
+ * HTTP layer (src/ingress/http.ts) has already percent-decoded once (a malformed escape never
+ * reaches a handler: it answers 400 INVALID_PATH there). Nothing is decoded here.
  */
 export function pathParams(pattern: string): (req: Request, name: string) => string {
   const positions = new Map<string, number>();
-  pattern.split('/').forEach((seg, i) => {
-    if (seg.startsWith(':')) positions.set(seg.slice(1), i);
-  });
+  pattern
+    .split('/')
+    .filter((seg) => seg.startsWith(':'))
+    .forEach((seg, i) => positions.set(seg.slice(1), i));
   return (req, name) => {
     const i = positions.get(name);
     if (i === undefined) throw new Error(`route ${pattern} has no parameter ${name}`);
-    const raw = req.url.split('/')[i] ?? '';
-    try {
-      return decodeURIComponent(raw);
-    } catch {
-      throw bad(name, `path segment ${JSON.stringify(raw)} is not valid percent-encoded UTF-8`);
-    }
+    return req.params[i] ?? '';
   };
 }

@@ -9,9 +9,13 @@
  *     customer's externalId. Unknown customer → not priced.
  *  2. Attribute: the customer's order line attribute for the signal's eventName (at most
  *     one). None → not priced.
- *  3. Quantity: 1, or the number at the attribute's path in the signal's data (a JSON
- *     number or a decimal string, ≥ 0). Missing or not a number → not priced (counted in
- *     `unpriced`). Cost = quantity × unitPrice (exact) → one fact_cost row.
+ *  3. Quantity: 1, or the number at the attribute's path in the signal's data under the
+ *     quantity rule (src/billing/quantity.ts: a JSON number at the value its text states, or a
+ *     decimal string; ≥ 0, ≤ 12 places, ≤ 15 integer digits). Otherwise → not priced: one
+ *     fact_unpriced row with the reason. Cost = quantity × unitPrice (exact) → one fact_cost
+ *     row. Every amount written fits the stored type exactly (src/billing/stored.ts); a
+ *     signal whose amounts would not (in practice a pool balance beyond 10^52) is not priced
+ *     either (AMOUNT_OUT_OF_RANGE), and changes no state.
  *  4. Included quantity: cumulative quantity of the attribute; the signal that takes it
  *     strictly above the included quantity fires OverageUsage (once per crossing).
  *  5. Credits (credit-priced attribute with a pool): consumption = quantity × creditsPerUnit
@@ -19,17 +23,24 @@
  *     billing-credits-depleted; going below zero fires OverageCredit (see credits.ts).
  *  6. Caps: the consumption counts for the caps on the signal's unit and every ancestor
  *     of it, in the cap's period containing the signal's time; reaching the amount fires
- *     billing-credit-cap-reached once per cap and period.
+ *     billing-credit-cap-reached once per cap and period. Period totals are not part of the
+ *     running state: each cap period has its own KV key (`periodKey`), any number of periods
+ *     back. `capPeriods` lists the periods a batch touches; the caller reads those keys and
+ *     passes their totals in `periods`, and gets the new totals back in `periods`.
  * Times in events (depletedAt, occurredAt, detectedAt) are `evaluatedAt`: the time the
  * batch entered the billable stream, fixed for every replay.
  */
-import { add, compare, decimalFromNumber, mul, parseDecimal, sub, toCanonicalString, ZERO, type Dec } from '../decimal.js';
+import { add, compare, decimalFromInteger, decimalPlaces, integerDigitsOf, mul, parseDecimal, sub, toCanonicalString, ZERO, type Dec } from '../decimal.js';
+import { readQuantity, type QuantityResult, type UnpricedReason } from '../quantity.js';
+import { fitsStored, STORED_DECIMAL } from '../stored.js';
 import { consume } from '../credits.js';
 import { addUsage } from '../overage.js';
 import { spendAgainstCap } from '../caps.js';
 import { periodContaining } from '../periods.js';
 import { creditCapReachedEvent, creditsDepletedEvent, overageCreditEvent, overageUsageEvent } from '../events.js';
-import { capKey, type BillingConfig, type Customer, type OrderLineAttribute } from '../model.js';
+import { capKey, type BillingConfig, type CreditCap, type Customer, type OrderLineAttribute, type Unit } from '../model.js';
+import { createHash } from 'node:crypto';
+import type { Period } from '../periods.js';
 
 export interface BillableSignal {
   id: string;
@@ -39,6 +50,8 @@ export interface BillableSignal {
   /** Usage time, epoch ms. */
   ts: number;
   data: Record<string, unknown>;
+  /** Texts of numbers in `data` that a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts). */
+  exact?: Record<string, string> | false;
 }
 
 /** Running state of one organization and mode; only the evaluator writes it. Decimals as strings. */
@@ -49,11 +62,52 @@ export interface BillingState {
   consumed: Record<string, string>;
   /** Cumulative quantity per order line attribute id. */
   usage: Record<string, string>;
-  /** Per cap key: spend per period start (the latest few periods), and whether it was reached. */
-  caps: Record<string, Record<string, { used: string; reached: boolean }>>;
+  /**
+   * Written by versions that kept the latest four periods of each cap in the state (per cap
+   * key, per period start). Never written now; read only as the starting total of a period
+   * that has no key of its own yet (consumer.ts), so an upgrade neither restarts nor
+   * re-fires those periods.
+   */
+  caps?: Record<string, Record<string, PeriodTotal>>;
 }
 
-export const emptyState = (): BillingState => ({ lastSeq: 0, consumed: {}, usage: {}, caps: {} });
+export const emptyState = (): BillingState => ({ lastSeq: 0, consumed: {}, usage: {} });
+
+/** Spend of one cap period so far, and whether billing-credit-cap-reached has fired for it. */
+export interface PeriodTotal {
+  used: string;
+  reached: boolean;
+}
+
+export const ZERO_PERIOD: PeriodTotal = Object.freeze({ used: '0', reached: false });
+
+/** The value of a period key (consumer.ts): the batch that last changed it, its totals before and after. */
+export interface PeriodEntry {
+  /** Stream sequence of the batch that last changed the period. */
+  seq: number;
+  before: PeriodTotal;
+  after: PeriodTotal;
+}
+
+/**
+ * A period's total before batch `seq`: the key's `before` when `seq` itself wrote it (a replay
+ * after a crash between that write and the commit), its `after` when an earlier batch did
+ * (committed: batches commit in stream order); no key: what a state of the former layout kept
+ * for it, or zero.
+ */
+export function startingTotal(stored: PeriodEntry | null, seq: number, legacy?: PeriodTotal): PeriodTotal {
+  if (stored) return stored.seq === seq ? stored.before : stored.after;
+  return legacy ?? ZERO_PERIOD;
+}
+
+/** A cap period a batch touches. */
+export interface CapPeriodRef {
+  /** Its key in the state bucket (`periodKey`). */
+  key: string;
+  /** The cap (`capKey`) and the period start (canonical RFC 3339): where a legacy state kept it. */
+  capKey: string;
+  start: string;
+}
 
 export interface CostRow {
   org_id: string;
@@ -85,6 +139,21 @@ export interface ConsumptionRow {
   balance_after: string;
 }
 
+/** A signal an attribute applies to that was not priced, and why (quantity.ts). */
+export interface UnpricedRow {
+  org_id: string;
+  livemode: boolean;
+  signal_id: string;
+  created_at: number;
+  event_name: string;
+  customer_id: string;
+  unit_id: string | null;
+  plan_id: string;
+  order_line_attribute_id: string;
+  reason: UnpricedReason;
+  detail: string;
+}
+
 export interface EmittedEvent {
   id: string;
   event: string;
@@ -99,27 +168,43 @@ export interface EvaluationInput {
   signals: BillableSignal[];
   /** Epoch ms the batch entered the billable stream (same on every replay). */
   evaluatedAt: number;
+  /**
+   * The total so far of every cap period the batch touches (`capPeriods`), by period key
+   * (`ZERO_PERIOD` for a period never spent in). A touched period missing here is an error.
+   */
+  periods: Record<string, PeriodTotal>;
 }
+
+export type CapPeriodsInput = Pick<EvaluationInput, 'orgId' | 'mode' | 'config' | 'signals'>;
 
 export interface EvaluationOutput {
   state: BillingState;
   costs: CostRow[];
   consumption: ConsumptionRow[];
   events: EmittedEvent[];
-  unpriced: number;
+  unpriced: UnpricedRow[];
+  /** The new totals of the cap periods the batch touched, by period key. */
+  periods: Record<string, PeriodTotal>;
 }
 
-/** Periods of a cap kept in the state: the latest few, enough for signals that arrive late. */
-const CAP_PERIODS_KEPT = 4;
+/**
+ * The KV key of one cap period: organization, mode, the cap (a hash of `capKey`: unit ids
+ * may hold any character, KV keys may not) and the period's start and end in epoch ms, the
+ * same parts as the event id of `billing-credit-cap-reached` (events.ts), so one key holds
+ * the total and the "fired" flag of exactly one possible event.
+ */
+export function periodKey(orgId: string, mode: 'live' | 'test', cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
+  return `cp.${orgId}.${mode}.${createHash('sha256').update(cap).digest('base64url')}.${period.startMs}.${period.endMs}`;
+}
 
-export function evaluate(input: EvaluationInput): EvaluationOutput {
-  const { config, orgId, mode } = input;
-  const scope = `${orgId}:${mode}`;
-  const live = mode === 'live';
-  const state: BillingState = structuredClone(input.state);
-  const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: 0 };
-  const at = input.evaluatedAt;
+/** The lookups of one configuration. */
+interface Lookups {
+  byExternalId: Map<string, Customer>;
+  attributeOf: Map<string, OrderLineAttribute>;
+  poolOf: Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>;
+}
 
+function lookups(config: BillingConfig): Lookups {
   const byExternalId = new Map<string, Customer>();
   for (const c of Object.values(config.customers)) if (c.externalId !== null) byExternalId.set(c.externalId, c);
   const attributeOf = new Map<string, OrderLineAttribute>();
@@ -129,20 +214,110 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     const total = p.topUps.reduce((s, t) => add(s, parseDecimal(t.credits, { maxDecimalPlaces: 6 })), parseDecimal(p.granted, { maxDecimalPlaces: 6 }));
     poolOf.set(`${p.customerId}\u0000${p.orderLineAttributeId}`, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
   }
+  return { byExternalId, attributeOf, poolOf };
+}
+
+/** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
+function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): { customer: Customer; attr: OrderLineAttribute; quantity: QuantityResult; unit: Unit | null } | null {
+  const customer = own(config.customers, s.customerId) ?? l.byExternalId.get(s.customerId);
+  if (!customer) return null;
+  const attr = l.attributeOf.get(`${customer.id}\u0000${s.eventName}`);
+  if (!attr) return null;
+  const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+  return { customer, attr, quantity: quantityOf(attr, s.data, s.exact), unit };
+}
+
+/** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
+function capsHit(config: BillingConfig, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
+  const hits: { key: string; cap: CreditCap; unit: Unit; period: Period }[] = [];
+  const seen = new Set<string>();
+  for (let u: Unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
+    seen.add(u.externalId);
+    const key = capKey(customer.id, u.externalId, currency);
+    const cap = own(config.caps, key);
+    if (!cap) continue;
+    const period = periodContaining(cap.effectiveFrom, cap.frequency, ts);
+    if (period) hits.push({ key, cap, unit: u, period });
+  }
+  return hits;
+}
+
+/**
+ * The cap periods a batch touches (each once, in first-touch order): those `evaluate` needs
+ * in `periods`. Same resolution as `evaluate`: a priced, credit-priced signal with a pool, a
+ * known unit and a positive draw touches the period containing its time of every cap on its
+ * unit and the unit's ancestors.
+ */
+export function capPeriods(input: CapPeriodsInput): CapPeriodRef[] {
+  const { config } = input;
+  const out = new Map<string, CapPeriodRef>();
+  if (Object.keys(config.caps).length === 0) return [];
+  const l = lookups(config);
+  for (const s of input.signals) {
+    const r = resolve(config, l, s);
+    if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
+    if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
+    for (const h of capsHit(config, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
+      const key = periodKey(input.orgId, input.mode, h.key, h.period);
+      if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
+    }
+  }
+  return [...out.values()];
+}
+
+export function evaluate(input: EvaluationInput): EvaluationOutput {
+  const { config, orgId, mode } = input;
+  const scope = `${orgId}:${mode}`;
+  const live = mode === 'live';
+  const state: BillingState = structuredClone(input.state);
+  const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [], periods: {} };
+  const at = input.evaluatedAt;
+  const l = lookups(config);
+  const { poolOf } = l;
 
   for (const s of input.signals) {
-    const customer = own(config.customers, s.customerId) ?? byExternalId.get(s.customerId);
-    if (!customer) continue;
-    const attr = attributeOf.get(`${customer.id}\u0000${s.eventName}`);
-    if (!attr) continue;
-    const quantity = quantityOf(attr, s.data);
-    if (quantity === null) {
-      out.unpriced++;
+    const r = resolve(config, l, s);
+    if (!r) continue;
+    const { customer, attr, unit } = r;
+    const notPriced = (reason: UnpricedReason, detail: string): void => {
+      out.unpriced.push({
+        org_id: orgId,
+        livemode: live,
+        signal_id: s.id,
+        created_at: s.ts,
+        event_name: s.eventName,
+        customer_id: customer.id,
+        unit_id: unit ? unit.externalId : s.unitId,
+        plan_id: attr.planId,
+        order_line_attribute_id: attr.id,
+        reason,
+        detail,
+      });
+    };
+    if (!r.quantity.ok) {
+      notPriced(r.quantity.reason, r.quantity.detail);
       continue;
     }
-    const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+    const quantity = r.quantity.quantity;
     const plan = own(config.plans, attr.planId);
     const unitPrice = parseDecimal(attr.unitPrice, { maxDecimalPlaces: 12 });
+    const cost = mul(quantity, unitPrice);
+
+    // The credits drawn, worked out before anything is recorded (see 3. above).
+    const pool = attr.creditsCurrencyId !== null && attr.creditsPerUnit !== null ? poolOf.get(`${customer.id}\u0000${attr.id}`) : undefined;
+    let draw: { credits: Dec; consumedBefore: Dec; c: ReturnType<typeof consume> } | null = null;
+    if (pool) {
+      const credits = mul(quantity, parseDecimal(attr.creditsPerUnit!, { maxDecimalPlaces: 12 }));
+      const consumedBefore = state.consumed[pool.id] !== undefined ? big(state.consumed[pool.id]!) : ZERO;
+      draw = { credits, consumedBefore, c: consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits) };
+    }
+    const amounts: [string, Dec | undefined][] = [['cost', cost], ['credits', draw?.credits], [`balance of pool ${pool?.id} after the draw`, draw?.c.after.balance]];
+    const unstorable = amounts.find(([, v]) => v !== undefined && !fitsStored(v));
+    if (unstorable) {
+      const [what, v] = unstorable as [string, Dec];
+      notPriced('AMOUNT_OUT_OF_RANGE', `the ${what} (${integerDigitsOf(v)} integer digits, ${decimalPlaces(v)} decimal places) would not fit the stored ${STORED_DECIMAL}`);
+      continue;
+    }
     out.costs.push({
       org_id: orgId,
       livemode: live,
@@ -155,7 +330,7 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
       order_line_attribute_id: attr.id,
       quantity: toCanonicalString(quantity),
       unit_price: toCanonicalString(unitPrice),
-      cost_amount: toCanonicalString(mul(quantity, unitPrice)),
+      cost_amount: toCanonicalString(cost),
       currency: attr.currency,
     });
 
@@ -178,12 +353,8 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     if (usage.crossed) out.events.push(overageUsageEvent({ ...common, usage }));
 
     // Credits.
-    if (attr.creditsCurrencyId === null || attr.creditsPerUnit === null) continue;
-    const pool = poolOf.get(`${customer.id}\u0000${attr.id}`);
-    if (!pool) continue;
-    const credits = mul(quantity, parseDecimal(attr.creditsPerUnit, { maxDecimalPlaces: 12 }));
-    const consumedBefore = state.consumed[pool.id] !== undefined ? big(state.consumed[pool.id]!) : ZERO;
-    const c = consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits);
+    if (!pool || !draw || attr.creditsCurrencyId === null) continue;
+    const { credits, consumedBefore, c } = draw;
     state.consumed[pool.id] = toCanonicalString(add(consumedBefore, credits));
     out.consumption.push({
       org_id: orgId,
@@ -217,30 +388,21 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
 
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
-    const currency = attr.creditsCurrencyId;
-    const seen = new Set<string>();
-    for (let u: typeof unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
-      seen.add(u.externalId);
-      const key = capKey(customer.id, u.externalId, currency);
-      const cap = own(config.caps, key);
-      if (!cap) continue;
-      const period = periodContaining(cap.effectiveFrom, cap.frequency, s.ts);
-      if (!period) continue;
-      const periods = (state.caps[key] ??= {});
-      const slot = periods[period.start] ?? { used: '0', reached: false };
-      const amount = parseDecimal(cap.amount, { maxDecimalPlaces: 6 });
+    for (const h of capsHit(config, customer, unit, attr.creditsCurrencyId, s.ts)) {
+      const pk = periodKey(orgId, mode, h.key, h.period);
+      const slot = out.periods[pk] ?? (Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null);
+      if (slot === null) throw new Error(`cap period ${pk} was not supplied (capPeriods lists every period a batch touches)`);
+      const amount = parseDecimal(h.cap.amount, { maxDecimalPlaces: 6 });
       const step = spendAgainstCap({ amount, usedBefore: big(slot.used), spend: credits, alreadyReached: slot.reached });
-      periods[period.start] = { used: toCanonicalString(step.usedAfter), reached: slot.reached || step.reached };
-      const starts = Object.keys(periods).sort();
-      for (const old of starts.slice(0, Math.max(0, starts.length - CAP_PERIODS_KEPT))) delete periods[old];
+      out.periods[pk] = { used: toCanonicalString(step.usedAfter), reached: slot.reached || step.reached };
       if (step.reached) {
         out.events.push(
           creditCapReachedEvent({
             organizationId: scope,
             customer: { id: customer.id, externalId: customer.externalId },
-            cap: { creditsCurrencyId: cap.creditsCurrencyId, amount, frequency: cap.frequency, effectiveFrom: cap.effectiveFrom },
-            breachedUnit: { externalId: u.externalId, externalType: u.externalType },
-            period,
+            cap: { creditsCurrencyId: h.cap.creditsCurrencyId, amount, frequency: h.cap.frequency, effectiveFrom: h.cap.effectiveFrom },
+            breachedUnit: { externalId: h.unit.externalId, externalType: h.unit.externalType },
+            period: h.period,
             step,
             at,
           }),
@@ -261,24 +423,22 @@ function big(s: string): Dec {
   return parseDecimal(s, { maxDecimalPlaces: 1000, maxIntegerDigits: 1000, allowNegative: true });
 }
 
-/** The signal's quantity under the attribute's rule, or null when it has none. */
-export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>): Dec | null {
-  if (attr.quantity.kind === 'count') return decimalFromNumber(1);
+/**
+ * The signal's quantity under the attribute's rule (src/billing/quantity.ts), or why it has
+ * none. `exact`: texts of numbers a double does not keep, by path.
+ */
+export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>, exact?: Record<string, string> | false): QuantityResult {
+  if (attr.quantity.kind === 'count') return { ok: true, quantity: decimalFromInteger(1) };
+  const path = attr.quantity.path;
   let v: unknown = data;
-  for (const part of attr.quantity.path.split('.')) {
-    if (typeof v !== 'object' || v === null || Array.isArray(v)) return null;
-    v = (v as Record<string, unknown>)[part];
+  for (const part of path.split('.')) {
+    if (typeof v !== 'object' || v === null || Array.isArray(v)) {
+      v = undefined;
+      break;
+    }
+    v = own(v as Record<string, unknown>, part);
   }
   // ClickHouse's JSON also reads a dotted key as a path: {"a.b": 1} is data.a.b.
-  if (v === undefined) v = data[attr.quantity.path];
-  try {
-    if (typeof v === 'number') {
-      const d = decimalFromNumber(v, { maxDecimalPlaces: 12, maxIntegerDigits: 30 });
-      return compare(d, ZERO) >= 0 ? d : null;
-    }
-    if (typeof v === 'string') return parseDecimal(v, { maxDecimalPlaces: 12 });
-  } catch {
-    return null;
-  }
-  return null;
+  if (v === undefined) v = own(data, path);
+  return readQuantity(v, exact === false ? false : exact !== undefined ? own(exact, path) : undefined, `data.${path}`);
 }

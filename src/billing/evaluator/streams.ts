@@ -9,8 +9,9 @@
  *   <P>_EVENTS    the bus of billing events, subject <P>.events.<org>.<mode>.<event>,
  *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
  *                 days; the webhook dispatcher (issue 6) reads it.
- *   <P>_billing_state  KV: the evaluator's running state per organization and mode.
- *   <P>_BILLING_ROWS   work queue: fact_cost / fact_credit_consumption rows per evaluated
+ *   <P>_billing_state  KV: the evaluator's running state per organization and mode, the
+ *                 cap period totals and the pin of the batch in flight (consumer.ts).
+ *   <P>_BILLING_ROWS   work queue: fact_cost / fact_credit_consumption / fact_unpriced rows per evaluated
  *                 batch (Nats-Msg-Id rows-<batch id>), inserted in bulk by rows.ts.
  */
 import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
@@ -79,25 +80,25 @@ export async function ensureBillingStreams(nats: Nats, n: BillingNames, ackWaitM
     max_msg_size: nats.maxPayload,
     duplicate_window: DAY_MS * NS_PER_MS,
   });
-  try {
-    await nats.jsm.consumers.info(n.rowsStream, n.rowsConsumer);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-    await nats.jsm.consumers.add(n.rowsStream, { durable_name: n.rowsConsumer, ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_ack_pending: 1_000, max_deliver: -1 });
-  }
-  const consumer = {
+  // Both billing consumers take BILLING_ACK_WAIT_MS; an existing consumer is updated to it.
+  const upsertConsumer = async (stream: string, config: { durable_name: string; ack_policy: AckPolicy; ack_wait: number; max_ack_pending: number; max_deliver: number }): Promise<void> => {
+    try {
+      await nats.jsm.consumers.info(stream, config.durable_name);
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      await nats.jsm.consumers.add(stream, config);
+      return;
+    }
+    await nats.jsm.consumers.update(stream, config.durable_name, config);
+  };
+  await upsertConsumer(n.rowsStream, { durable_name: n.rowsConsumer, ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_ack_pending: 1_000, max_deliver: -1 });
+  await upsertConsumer(n.billableStream, {
     durable_name: n.billingConsumer,
     ack_policy: AckPolicy.Explicit,
     ack_wait: ackWaitMs * NS_PER_MS,
     max_ack_pending: 1,
     max_deliver: -1,
-  };
-  try {
-    await nats.jsm.consumers.info(n.billableStream, n.billingConsumer);
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
-    await nats.jsm.consumers.add(n.billableStream, consumer);
-  }
+  });
 }
 
 export function stateBucket(nats: Nats, n: BillingNames): Promise<KV> {

@@ -20,7 +20,7 @@ import path from 'node:path';
 import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
-import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
 import { log } from '../../log.js';
@@ -65,7 +65,13 @@ export class ChdbStore implements Store {
   }
 
   async init(): Promise<void> {
-    for (const sql of [...schemaStatements(this.db), ...viewStatements(this.db, this.analyticsDb), `USE ${this.analyticsDb}`]) {
+    for (const sql of schemaStatements(this.db)) await this.run(() => this.session.queryAsync(sql));
+    const types = await this.run(() => this.session.queryBindAsync(DECIMAL_TYPES_SQL, { db: this.db }, { format: 'JSONEachRow' }));
+    for (const sql of decimalMigrations(this.db, lines<{ table: string; name: string; type: string }>(types.text()))) {
+      log.info('widening a decimal column', { sql });
+      await this.run(() => this.session.queryAsync(sql));
+    }
+    for (const sql of [...viewStatements(this.db, this.analyticsDb), `USE ${this.analyticsDb}`]) {
       await this.run(() => this.session.queryAsync(sql));
     }
     const current = (await this.run(() => this.session.queryAsync('SELECT currentDatabase()', { format: 'TSVRaw' }))).text().trim();
@@ -88,15 +94,23 @@ export class ChdbStore implements Store {
     await this.run(() => this.session.insert({ table: `${this.db}.credit_consumption`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
   }
 
+  async insertUnpriced(rows: Buffer): Promise<void> {
+    await this.run(() => this.session.insert({ table: `${this.db}.unpriced`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
+  }
+
   existingCostIds(orgId: string, ids: string[]): Promise<Set<string>> {
     return this.existingIn('costs', orgId, ids);
+  }
+
+  existingUnpricedIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.existingIn('unpriced', orgId, ids);
   }
 
   existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>> {
     return this.existingIn('credit_consumption', orgId, ids);
   }
 
-  private async existingIn(table: 'signals' | 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
+  private async existingIn(table: RowTable, orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
     const r = await this.run(() => this.session.queryBindAsync(EXISTING_IN_SQL(this.db, table), { org: orgId, ids }, { format: 'JSONEachRow' }));
     return new Set(lines<{ signal_id: string }>(r.text()).map((x) => x.signal_id));

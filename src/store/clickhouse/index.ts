@@ -6,7 +6,7 @@ import { Readable } from 'node:stream';
 import { createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
-import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
+import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { EngineError } from '../../analytics/engine-error.js';
 import type { AnalyticsEngine } from '../../analytics/engine.js';
@@ -71,7 +71,10 @@ export class ClickHouseStore implements Store {
   }
 
   async init(): Promise<void> {
-    for (const sql of [...schemaStatements(this.db), ...viewStatements(this.db, this.analyticsDb)]) await this.client.command({ query: sql });
+    for (const sql of schemaStatements(this.db)) await this.client.command({ query: sql });
+    const types = await (await this.client.query({ query: DECIMAL_TYPES_SQL, query_params: { db: this.db }, format: 'JSONEachRow' })).json<{ table: string; name: string; type: string }>();
+    for (const sql of decimalMigrations(this.db, types)) await this.client.command({ query: sql });
+    for (const sql of viewStatements(this.db, this.analyticsDb)) await this.client.command({ query: sql });
   }
 
   insertSignals(rows: Buffer): Promise<void> {
@@ -86,6 +89,14 @@ export class ClickHouseStore implements Store {
     return this.insertInto('credit_consumption', rows);
   }
 
+  insertUnpriced(rows: Buffer): Promise<void> {
+    return this.insertInto('unpriced', rows);
+  }
+
+  async existingUnpricedIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.existingIn('unpriced', orgId, ids);
+  }
+
   async existingCostIds(orgId: string, ids: string[]): Promise<Set<string>> {
     return this.existingIn('costs', orgId, ids);
   }
@@ -94,7 +105,7 @@ export class ClickHouseStore implements Store {
     return this.existingIn('credit_consumption', orgId, ids);
   }
 
-  private async existingIn(table: 'signals' | 'costs' | 'credit_consumption', orgId: string, ids: string[]): Promise<Set<string>> {
+  private async existingIn(table: RowTable, orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();
     const rs = await this.client.query({ query: EXISTING_IN_SQL(this.db, table), query_params: { org: orgId, ids }, format: 'JSONEachRow' });
     return new Set((await rs.json<{ signal_id: string }>()).map((x) => x.signal_id));

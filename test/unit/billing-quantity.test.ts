@@ -1,0 +1,187 @@
+/**
+ * The quantity rule (src/billing/quantity.ts), the stored type it is sized for
+ * (src/billing/stored.ts), the exact reading of JSON-number texts a double does not keep
+ * (src/pipeline/exact-numbers.ts) and the start-up widening of old decimal columns
+ * (decimalMigrations in src/store/schema.ts).
+ */
+import t from 'tap';
+import fc from 'fast-check';
+import { Decimal as DecimalJs } from 'decimal.js';
+import { readQuantity, QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS } from '../../src/billing/quantity.js';
+import { fitsStored, STORED_DECIMAL } from '../../src/billing/stored.js';
+import { decimalFromJsonNumberText, mul, parseDecimal, toCanonicalString } from '../../src/billing/decimal.js';
+import { doubleKeeps, exactNumberTexts } from '../../src/pipeline/exact-numbers.js';
+import { decimalMigrations, STORED_DECIMAL_COLUMNS } from '../../src/store/schema.js';
+
+/** The reference: decimal.js with room for every digit these tests produce (its default of 20 would round). */
+const Decimal = DecimalJs.clone({ precision: 200 });
+const F = 'data.n';
+/** Exact canonical text of a decimal text (reference: decimal.js, no rounding on construction). */
+const exact = (text: string): string => {
+  const d = new Decimal(text);
+  return d.isZero() ? '0' : d.toFixed();
+};
+const reasonOf = (value: unknown, text?: string): string => {
+  const r = readQuantity(value, text, F);
+  return r.ok ? `ok ${toCanonicalString(r.quantity)}` : r.reason;
+};
+
+t.test('the rule by example: every refusal has its reason and names the path', async (t) => {
+  t.equal(reasonOf(7.5), 'ok 7.5');
+  t.equal(reasonOf('0.000000000001'), 'ok 0.000000000001', '12 places');
+  t.equal(reasonOf('999999999999999.999999999999'), 'ok 999999999999999.999999999999', '15 integer digits and 12 places');
+  t.equal(reasonOf('1.50'), 'ok 1.5', 'trailing zeros are not places');
+  t.equal(reasonOf('1.0000000000000'), 'ok 1', 'not even thirteen of them');
+  t.equal(reasonOf(-0), 'ok 0');
+  t.equal(reasonOf(undefined), 'QUANTITY_MISSING');
+  t.equal(reasonOf(null), 'QUANTITY_MISSING');
+  t.equal(reasonOf(true), 'QUANTITY_NOT_A_NUMBER');
+  t.equal(reasonOf({ a: 1 }), 'QUANTITY_NOT_A_NUMBER');
+  t.equal(reasonOf([1]), 'QUANTITY_NOT_A_NUMBER');
+  t.equal(reasonOf('1e3'), 'QUANTITY_NOT_A_NUMBER', 'a string has no exponent');
+  t.equal(reasonOf(' 1'), 'QUANTITY_NOT_A_NUMBER');
+  t.equal(reasonOf(''), 'QUANTITY_NOT_A_NUMBER');
+  t.equal(reasonOf(-1), 'QUANTITY_NEGATIVE');
+  t.equal(reasonOf('-0.5'), 'QUANTITY_NEGATIVE');
+  t.equal(reasonOf('0.0000000000001'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES');
+  t.equal(reasonOf(1e-13), 'QUANTITY_TOO_MANY_DECIMAL_PLACES');
+  t.equal(reasonOf('1000000000000000'), 'QUANTITY_TOO_LARGE', '16 integer digits');
+  t.equal(reasonOf(1e15), 'QUANTITY_TOO_LARGE');
+
+  const detail = (v: unknown, text?: string): string => {
+    const r = readQuantity(v, text, 'data.usage.tokens');
+    return r.ok ? '' : r.detail;
+  };
+  t.equal(detail('0.1234567890123'), 'data.usage.tokens has 13 decimal places; at most 12 are allowed');
+  t.equal(detail('12345678901234567'), 'data.usage.tokens has 17 integer digits; at most 15 are allowed');
+  t.equal(detail(-2), 'data.usage.tokens must not be negative');
+  t.equal(detail(undefined), 'data.usage.tokens is missing');
+  t.equal(detail(false), 'data.usage.tokens must be a JSON number or a decimal string, got boolean');
+  t.ok(detail('x'.repeat(10_000)).length < 200, 'a long refused value is quoted only in part');
+});
+
+t.test('a JSON number is taken at the value its text states, not the double', async (t) => {
+  t.equal(reasonOf(0.1, '0.10000000000000000001'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES', '20 places, though the double prints 0.1');
+  t.equal(reasonOf(0.1234567890123457, '0.123456789012345678'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES');
+  t.equal(reasonOf(123456789012.34567, '123456789012.3456789012345'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES');
+  t.equal(reasonOf(1234567890.1234567, '1234567890.123456789012'), 'ok 1234567890.123456789012', '22 significant digits, exact');
+  t.equal(reasonOf(0, '1e-400'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'not the 0 a double reads');
+  t.equal(reasonOf(Infinity, '1e400'), 'QUANTITY_TOO_LARGE', 'not Infinity');
+  t.equal(reasonOf(0, '1e-99999999999'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'an exponent beyond any range is judged from the text');
+  t.equal(reasonOf(0, '0e-99999999999'), 'ok 0');
+  t.equal(reasonOf(1500, '1.5e3'), 'ok 1500');
+  t.equal(reasonOf(-1, '-1.00000000000000000001'), 'QUANTITY_NEGATIVE');
+  t.same(readQuantity(7.5, false, 'data.q'), { ok: false, reason: 'QUANTITY_DIGITS_NOT_KEPT', detail: 'data.q is a JSON number in a batch with more long numbers than the service keeps the digits of; send it as a decimal string' }, 'texts withheld: a number is not priced at its double');
+  t.equal(reasonOf('7.5', false as unknown as string), 'ok 7.5', 'a decimal string is unaffected');
+  t.throws(() => decimalFromJsonNumberText('01'), { code: 'SYNTAX' });
+  t.throws(() => decimalFromJsonNumberText('1.'), { code: 'SYNTAX' });
+});
+
+/** Decimal texts: up to 20 integer digits and 15 places, sometimes zeros at either end. */
+const decimalText = fc
+  .tuple(fc.stringMatching(/^(0|[1-9][0-9]{0,19})$/), fc.stringMatching(/^[0-9]{0,15}$/))
+  .map(([i, f]) => (f === '' ? i : `${i}.${f}`));
+
+t.test('property: a quantity is priced exactly when it has ≤ 12 places and ≤ 15 integer digits, at its exact value, in every form', async () => {
+  fc.assert(
+    fc.property(decimalText, fc.integer({ min: -3, max: 3 }), (text, shift) => {
+      const value = new Decimal(text);
+      const places = value.dp();
+      const intDigits = value.isZero() || value.lt(1) ? (value.isZero() ? 1 : 0) : value.e + 1;
+      const within = places <= QUANTITY_MAX_DECIMAL_PLACES && intDigits <= QUANTITY_MAX_INTEGER_DIGITS;
+      // The same value as a string, as a JSON number's text (also in exponent form), and as a double.
+      const asExponent = `${value.times(new Decimal(10).pow(-shift)).toFixed()}e${shift}`;
+      const forms: [unknown, string | undefined][] = [[text, undefined], [Number(text), text], [Number(asExponent), asExponent]];
+      if (doubleKeeps(text)) forms.push([Number(text), undefined]);
+      for (const [v, x] of forms) {
+        const r = readQuantity(v, x, F);
+        if (r.ok !== within) throw new Error(`${JSON.stringify([v, x])}: ok=${r.ok}, expected ${within}`);
+        if (r.ok && toCanonicalString(r.quantity) !== exact(text)) throw new Error(`${text} read as ${toCanonicalString(r.quantity)}`);
+        if (!r.ok && !(places > QUANTITY_MAX_DECIMAL_PLACES ? ['QUANTITY_TOO_MANY_DECIMAL_PLACES'] : []).concat(intDigits > QUANTITY_MAX_INTEGER_DIGITS ? ['QUANTITY_TOO_LARGE'] : []).includes(r.reason)) {
+          throw new Error(`${text}: reason ${r.reason}`);
+        }
+      }
+    }),
+    { numRuns: 2_000 },
+  );
+});
+
+t.test(`property: every product of a priced quantity and a configurable price or credits per unit is stored exactly in ${STORED_DECIMAL}`, async (t) => {
+  const bounded = (intMax: number, places: number) =>
+    fc.tuple(fc.stringMatching(new RegExp(`^(0|[1-9][0-9]{0,${intMax - 1}})$`)), fc.stringMatching(new RegExp(`^[0-9]{0,${places}}$`))).map(([i, f]) => (f === '' ? i : `${i}.${f}`));
+  const quantity = bounded(QUANTITY_MAX_INTEGER_DIGITS, QUANTITY_MAX_DECIMAL_PLACES);
+  const unitPrice = bounded(30, 12); // src/billing/config/validate.ts: PRICE_PLACES, 30 integer digits
+  const creditsPerUnit = bounded(30, 6); // CREDIT_PLACES
+  fc.assert(
+    fc.property(quantity, unitPrice, creditsPerUnit, (q, p, c) => {
+      const dq = parseDecimal(q, { maxDecimalPlaces: 12, maxIntegerDigits: 15 });
+      for (const factor of [parseDecimal(p, { maxDecimalPlaces: 12 }), parseDecimal(c, { maxDecimalPlaces: 6 })]) {
+        const product = mul(dq, factor);
+        if (!fitsStored(product)) throw new Error(`${q} × ${toCanonicalString(factor)} does not fit`);
+        if (toCanonicalString(product) !== new Decimal(q).times(toCanonicalString(factor)).toFixed().replace(/^-?0$/, '0')) throw new Error('inexact');
+      }
+    }),
+    { numRuns: 2_000 },
+  );
+  const largest = mul(parseDecimal('999999999999999.999999999999', { maxDecimalPlaces: 12 }), parseDecimal('9'.repeat(30) + '.999999999999', { maxDecimalPlaces: 12 }));
+  t.ok(fitsStored(largest), 'the largest product fits');
+  t.equal(toCanonicalString(largest).split('.')[0]!.length, 45, 'and has 45 integer digits');
+  t.equal(toCanonicalString(largest).split('.')[1]!.length, 24, 'and 24 places');
+  t.notOk(fitsStored(parseDecimal('1' + '0'.repeat(52), { maxIntegerDigits: 60 })), '53 integer digits do not fit');
+  t.notOk(fitsStored(parseDecimal('0.' + '0'.repeat(24) + '1', { maxDecimalPlaces: 30 })), '25 places do not fit');
+});
+
+const batch = (dataTexts: string[]): string => `{"signals":[${dataTexts.map((d, i) => `{"eventName":"e","customerId":"c${i}","data":${d}}`).join(',')}]}`;
+
+t.test('exact number texts: found where a double loses them, by path, nowhere else', async (t) => {
+  t.equal(exactNumberTexts(batch(['{"n":7.5,"s":"0.10000000000000000001"}', '{"m":{"k":123456789012345}}'])), null, 'the common case: nothing to keep (a long number inside a string is a string)');
+  t.equal(exactNumberTexts(batch(['{"n":1234567890123456}'])), null, '16 digits a double keeps');
+  t.same(
+    exactNumberTexts(batch(['{"n":0.10000000000000000001,"a":[0.10000000000000000001],"u":{"v":{"w":1e-400}},"x.y":12345678901234567.5}', '{"n":1}', '{}'])),
+    [{ n: '0.10000000000000000001', 'u.v.w': '1e-400', 'x.y': '12345678901234567.5' }, null, null],
+    'per signal, by dot-joined path; arrays skipped',
+  );
+  t.same(exactNumberTexts(batch(['{"__proto__":0.10000000000000000001}']))?.[0], JSON.parse('{"__proto__":"0.10000000000000000001"}'), 'a key such as __proto__ is an own property');
+  t.same(exactNumberTexts(batch(['{"k\\"\\\\":1e400}'])), [{ 'k"\\': '1e400' }], 'escaped keys');
+  const five = Array.from({ length: 5 }, () => '{"q":0.10000000000000000001}');
+  const texts = JSON.stringify({ q: '0.10000000000000000001' });
+  t.same(exactNumberTexts(batch(five), 3 * Buffer.byteLength(texts)), [{ q: '0.10000000000000000001' }, { q: '0.10000000000000000001' }, { q: '0.10000000000000000001' }, false, false], 'past the budget a signal\'s texts are withheld, and it says so');
+});
+
+t.test('property: the exact texts and the parsed data together give every number its written value', async () => {
+  const numberText = fc.oneof(
+    decimalText,
+    fc.tuple(decimalText, fc.integer({ min: -400, max: 400 })).map(([d, e]) => `${d}e${e}`),
+    fc.double({ noNaN: true, noDefaultInfinity: true }).map((n) => JSON.stringify(n)),
+  );
+  fc.assert(
+    fc.property(fc.array(fc.array(numberText, { maxLength: 4 }), { minLength: 1, maxLength: 4 }), (signals) => {
+      const texts = signals.map((nums) => `{${nums.map((n, i) => `"k${i}":{"v":${n}}`).join(',')}}`);
+      const raw = batch(texts);
+      const parsed = JSON.parse(raw) as { signals: { data: Record<string, { v: number }> }[] };
+      const found = exactNumberTexts(raw);
+      signals.forEach((nums, s) =>
+        nums.forEach((n, i) => {
+          const x = found?.[s]?.[`k${i}.v`];
+          const read = x ?? JSON.stringify(parsed.signals[s]!.data[`k${i}`]!.v);
+          if (!new Decimal(read).eq(new Decimal(n))) throw new Error(`${n} read as ${read}`);
+          if (x !== undefined && doubleKeeps(n)) throw new Error(`${n} needlessly kept`);
+        }),
+      );
+    }),
+    { numRuns: 500 },
+  );
+});
+
+t.test('start-up widening: only the columns not yet of the stored type, so a second start changes nothing', async (t) => {
+  const old = STORED_DECIMAL_COLUMNS.map(({ table, column }) => ({ table, name: column, type: 'Decimal(38, 12)' }));
+  t.same(decimalMigrations('billing', old), [
+    `ALTER TABLE billing.costs MODIFY COLUMN quantity ${STORED_DECIMAL}`,
+    `ALTER TABLE billing.costs MODIFY COLUMN unit_price ${STORED_DECIMAL}`,
+    `ALTER TABLE billing.costs MODIFY COLUMN cost_amount ${STORED_DECIMAL}`,
+    `ALTER TABLE billing.credit_consumption MODIFY COLUMN credits ${STORED_DECIMAL}`,
+    `ALTER TABLE billing.credit_consumption MODIFY COLUMN balance_after ${STORED_DECIMAL}`,
+  ]);
+  t.same(decimalMigrations('billing', old.map((c) => ({ ...c, type: STORED_DECIMAL }))), [], 'already widened');
+  t.same(decimalMigrations('billing', [...old.slice(0, 2).map((c) => ({ ...c, type: STORED_DECIMAL })), ...old.slice(2), { table: 'costs', name: 'currency', type: 'LowCardinality(String)' }]).length, 3, 'a half-done widening is finished; other columns are left alone');
+});

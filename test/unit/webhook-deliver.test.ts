@@ -1,0 +1,164 @@
+/**
+ * Delivery to host names (issue 10, item 1; src/webhooks/deliver.ts): the pinned lookup
+ * answers what Node asks for (an array with `{all: true}`, one address without, only the
+ * asked family), the DNS-server resolver (WEBHOOK_DNS_SERVERS) answers AAAA then A records of
+ * a real DNS responder on loopback, and the Deliverer reaches receivers named by host names
+ * with several vetted addresses, trying the next address when a connection is refused,
+ * resolving each name once per attempt, and refusing a name when ANY address is disallowed.
+ */
+import t, { type Test } from 'tap';
+import http from 'node:http';
+import https from 'node:https';
+import path from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import type { TLSSocket } from 'node:tls';
+import type { AddressInfo } from 'node:net';
+import type { LookupAddress } from 'node:dns';
+import { Deliverer, describeConnectionError, pinnedLookup } from '../../src/webhooks/deliver.js';
+import { dnsServersResolver } from '../../src/webhooks/ssrf.js';
+import { DnsResponder } from '../helpers/dns.js';
+
+type Answer = { err: NodeJS.ErrnoException | null; address?: string | LookupAddress[]; family?: number; sync: boolean };
+
+function ask(lookup: ReturnType<typeof pinnedLookup>, options: Record<string, unknown>): Promise<Answer> {
+  return new Promise((resolve) => {
+    let returned = false;
+    lookup('receiver.example', options as never, ((err: NodeJS.ErrnoException | null, address: string | LookupAddress[], family?: number) =>
+      resolve({ err, address, family, sync: !returned })) as never);
+    returned = true;
+  });
+}
+
+t.test('pinnedLookup: arrays for {all: true}, one address otherwise, the asked family only', async (t) => {
+  const lookup = pinnedLookup(['2001:db8::1', '192.0.2.1', '192.0.2.2']);
+  const all = await ask(lookup, { all: true });
+  t.same(all.address, [{ address: '2001:db8::1', family: 6 }, { address: '192.0.2.1', family: 4 }, { address: '192.0.2.2', family: 4 }], 'every vetted address, in order');
+  t.equal(all.err, null);
+  t.equal(all.sync, false, 'answers asynchronously, like dns.lookup');
+  t.same((await ask(lookup, { all: true, family: 4 })).address, [{ address: '192.0.2.1', family: 4 }, { address: '192.0.2.2', family: 4 }]);
+  t.same((await ask(lookup, { all: true, family: 6 })).address, [{ address: '2001:db8::1', family: 6 }]);
+  t.same((await ask(lookup, { all: true, family: 'IPv4' })).address, [{ address: '192.0.2.1', family: 4 }, { address: '192.0.2.2', family: 4 }]);
+  const one = await ask(lookup, {});
+  t.equal(one.address, '2001:db8::1');
+  t.equal(one.family, 6);
+  const one4 = await ask(lookup, { family: 4 });
+  t.equal(one4.address, '192.0.2.1');
+  t.equal(one4.family, 4);
+  const none = await ask(pinnedLookup(['192.0.2.1']), { all: true, family: 6 });
+  t.equal(none.err?.code, 'ENOTFOUND', 'no vetted address of the family');
+  t.throws(() => pinnedLookup(['receiver.example']), TypeError, 'only IP addresses can be pinned');
+});
+
+t.test('dnsServersResolver: AAAA then A, from the given servers; NXDOMAIN and no-data fail', async (t) => {
+  const dns = await new DnsResponder().start();
+  t.teardown(() => dns.close());
+  dns.set('dual.test', { a: ['127.0.0.1', '127.0.0.3'], aaaa: ['::1'] });
+  dns.set('v4.test', { a: ['127.0.0.2', '127.0.0.1'] });
+  dns.set('empty.test', {});
+  const resolve = dnsServersResolver([dns.server]);
+  t.same(await resolve('dual.test'), ['::1', '127.0.0.1', '127.0.0.3']);
+  t.same(await resolve('V4.Test'), ['127.0.0.2', '127.0.0.1'], 'case-insensitive, server order kept');
+  await t.rejects(resolve('nowhere.test'), { code: 'ENOTFOUND' });
+  await t.rejects(resolve('empty.test'), { code: 'ENODATA' });
+  t.throws(() => dnsServersResolver(['not a server']), 'a malformed server is refused');
+});
+
+interface Hit {
+  host: string;
+  body: string;
+}
+
+async function receiver(t: Test, host: string): Promise<{ port: number; hits: Hit[] }> {
+  const hits: Hit[] = [];
+  const server = http.createServer((req, res) => {
+    const chunks: Buffer[] = [];
+    req.on('data', (c: Buffer) => chunks.push(c));
+    req.on('end', () => {
+      hits.push({ host: String(req.headers.host), body: Buffer.concat(chunks).toString() });
+      res.writeHead(204).end();
+    });
+  });
+  await new Promise<void>((r) => server.listen(0, host, r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  return { port: (server.address() as AddressInfo).port, hits };
+}
+
+t.test('Deliverer: host names with several addresses, each connection failure tries the next', async (t) => {
+  const dns = await new DnsResponder().start();
+  t.teardown(() => dns.close());
+  const v4 = await receiver(t, '127.0.0.1');
+  const v6 = await receiver(t, '::1');
+  dns.set('multi.test', { a: ['127.0.0.2', '127.0.0.1'] }); // 127.0.0.2: nothing listens on that port
+  dns.set('dual.test', { a: ['127.0.0.1'], aaaa: ['::1'] });
+  dns.set('bad.test', { a: ['127.0.0.1', '10.1.2.3'] });
+  dns.set('dead.test', { a: ['127.0.0.2', '127.0.0.3'] });
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8', '::1'] }, timeoutMs: 3_000, resolver: dnsServersResolver([dns.server]) });
+  const body = Buffer.from('{"event":"x"}');
+
+  const multi = await d.attempt(`http://multi.test:${v4.port}/hook`, body, 'whsec_x');
+  t.same({ ok: multi.ok, statusCode: multi.statusCode, error: multi.error }, { ok: true, statusCode: 204, error: null }, 'refused on 127.0.0.2, delivered on 127.0.0.1');
+  t.same(v4.hits.at(-1), { host: `multi.test:${v4.port}`, body: body.toString() }, 'Host header keeps the name');
+  t.equal(dns.count('multi.test', 'A'), 1, 'resolved once (the check), never again for the connection');
+  t.equal(dns.count('multi.test', 'AAAA'), 1);
+
+  // ::1 is tried first (AAAA first); the IPv4-only receiver refuses it, 127.0.0.1 answers.
+  const dual4 = await d.attempt(`http://dual.test:${v4.port}/`, body, 'whsec_x');
+  t.equal(dual4.ok, true, `IPv6 refused, IPv4 delivered (${dual4.error})`);
+  const dual6 = await d.attempt(`http://dual.test:${v6.port}/`, body, 'whsec_x');
+  t.equal(dual6.ok, true, `IPv6 receiver reached (${dual6.error})`);
+  t.equal(v6.hits.length, 1);
+
+  const dead = await d.attempt(`http://dead.test:${v4.port}/`, body, 'whsec_x');
+  t.equal(dead.ok, false);
+  t.equal(dead.error, `connection failed: ECONNREFUSED 127.0.0.2:${v4.port}; ECONNREFUSED 127.0.0.3:${v4.port}`, 'every address tried, each named');
+
+  const hitsBefore = v4.hits.length;
+  const bad = await d.attempt(`http://bad.test:${v4.port}/`, body, 'whsec_x');
+  t.equal(bad.ok, false);
+  t.match(bad.error, /^url: the host bad\.test resolves to 10\.1\.2\.3, a private address/, 'one disallowed address refuses the whole name');
+  t.equal((await d.check(`http://bad.test:${v4.port}/`)).ok, false);
+  t.equal(v4.hits.length, hitsBefore, 'nothing was sent to the allowed address of a refused name');
+
+  const unknown = await d.attempt(`http://nowhere.test:${v4.port}/`, body, 'whsec_x');
+  t.match(unknown.error, /^url: the host nowhere\.test could not be resolved \(ENOTFOUND\)/);
+});
+
+t.test('Deliverer: localhost through the system resolver', async (t) => {
+  const v4 = await receiver(t, '127.0.0.1');
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8', '::1'] }, timeoutMs: 3_000 });
+  const r = await d.attempt(`http://localhost:${v4.port}/x`, Buffer.from('{}'), 'whsec_x');
+  t.equal(r.ok, true, `delivered (${r.error})`);
+  t.equal(v4.hits[0]?.host, `localhost:${v4.port}`);
+});
+
+t.test('describeConnectionError', async (t) => {
+  t.equal(describeConnectionError(Object.assign(new Error('x'), { code: 'ECONNREFUSED', address: '::1', port: 80 })), 'connection failed: ECONNREFUSED [::1]:80');
+  t.equal(describeConnectionError(Object.assign(new Error('self-signed certificate in certificate chain'), { code: 'SELF_SIGNED_CERT_IN_CHAIN' })), 'TLS handshake failed: SELF_SIGNED_CERT_IN_CHAIN: self-signed certificate in certificate chain');
+});
+
+t.test('Deliverer: HTTPS to an IP literal checks the certificate against the address (no SNI)', async (t) => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'deliver-ip-'));
+  t.teardown(() => rmSync(dir, { recursive: true, force: true }));
+  // A self-signed certificate for IP:127.0.0.1, trusted through extraCaPem.
+  execFileSync('/usr/bin/openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'k.pem', '-out', 'c.pem', '-days', '2',
+    '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'basicConstraints=critical,CA:TRUE'], { cwd: dir, stdio: 'pipe' });
+  const cert = readFileSync(path.join(dir, 'c.pem'));
+  const snis: (string | false)[] = [];
+  const server = https.createServer({ key: readFileSync(path.join(dir, 'k.pem')), cert }, (req, res) => {
+    snis.push((req.socket as TLSSocket).servername);
+    req.resume();
+    req.on('end', () => res.writeHead(200).end());
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  t.teardown(() => new Promise<void>((r) => server.close(() => r())));
+  const port = (server.address() as AddressInfo).port;
+  const d = new Deliverer({ policy: { allowHttp: false, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 3_000, extraCaPem: [cert.toString()] });
+  const r = await d.attempt(`https://127.0.0.1:${port}/`, Buffer.from('{}'), 'whsec_x');
+  t.equal(r.ok, true, `delivered (${r.error})`);
+  t.same(snis, [false], 'no SNI for an address');
+  const untrusted = new Deliverer({ policy: { allowHttp: false, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 3_000 });
+  const u = await untrusted.attempt(`https://127.0.0.1:${port}/`, Buffer.from('{}'), 'whsec_x');
+  t.match(u.error, /^TLS handshake failed: (DEPTH_ZERO_SELF_SIGNED_CERT|SELF_SIGNED_CERT_IN_CHAIN): /, `without the CA: ${u.error}`);
+});
