@@ -243,6 +243,9 @@ t.test('the allowlist against the engine', async (t) => {
       const spec = lookupFunction(name)!;
       t.ok(spec.constantArgs?.includes(name === 'splitByRegexp' ? 0 : 1), `${name}: the pattern is a literal`);
     }
+    for (const name of ['position', 'positionUTF8', 'positionCaseInsensitive', 'positionCaseInsensitiveUTF8', 'locate', 'countSubstrings', 'replaceAll', 'replaceOne', 'substringIndex', 'hasAll', 'hasAny', 'hasSubstr']) {
+      t.ok(lookupFunction(name)!.constantArgs?.includes(1), `${name}: the needle is a literal (a needle from the data is quadratic per row)`);
+    }
     for (const name of ['arrayMap', 'arrayFilter', 'arrayExists', 'arrayAll', 'arraySum', 'arraySort', 'arrayCount', 'arrayFirst']) {
       const spec = lookupFunction(name)!;
       t.equal(spec.kind, 'higher-order');
