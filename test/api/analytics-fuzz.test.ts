@@ -359,7 +359,7 @@ function outsideNeedles(engineVersion: string): Record<string, string[]> {
   const host = existsSync('/etc/hostname') ? readFileSync('/etc/hostname', 'utf8').trim() : '';
   return {
     'engine version': engineVersion ? [engineVersion] : [],
-    'host name': [...new Set([host, hostname()].filter((h) => h.length >= 6))],
+    'host name': [...new Set([host, hostname()].filter((h) => h.length >= 6 && h !== 'localhost'))],
     '/etc/passwd': ['root:x:0:0'],
     'the service command line': ['dist/src/main.js'],
     'the data directory': [iso.dataDir],
