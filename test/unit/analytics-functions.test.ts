@@ -269,7 +269,6 @@ const NARROWER: Record<string, string> = {
   'coalesce#0': 'coalesce() of nothing is NULL: not useful',
   'concat#0': 'concat() of nothing',
   'arrayZip#0': 'arrayZip() of nothing',
-  'tuple#0': 'the empty tuple',
   'cityHash64#0': 'a hash of nothing',
   'sipHash64#0': 'a hash of nothing',
   'xxHash64#0': 'a hash of nothing',

@@ -205,7 +205,7 @@ const SPECS: FunctionSpec[] = [
   ...higherOrder(['arrayExists', 'arrayAll', 'arrayCount', 'arraySum', 'arrayAvg', 'arrayMin', 'arrayMax', 'arrayProduct', 'arrayCumSum', 'arraySort', 'arrayReverseSort'], 1, V),
   ...higherOrder(['arrayFirst', 'arrayLast', 'arrayFirstIndex', 'arrayLastIndex', 'arrayFirstOrNull', 'arrayLastOrNull'], 2, V),
   // ── tuples and maps ────────────────────────────────────────────────────────
-  ...scalar(['tuple'], 1, V),
+  ...scalar(['tuple'], 0, V),
   ...scalar(['tupleElement'], 2, 3, { constantArgs: [1] }),
   ...scalar(['map'], 0, V),
   ...scalar(['mapKeys', 'mapValues'], 1),
