@@ -2,7 +2,8 @@
  * A tiny authoritative DNS server on loopback UDP (node:dgram) for tests: answers A and AAAA
  * queries for the names it is given (RFC 1035 wire format), NXDOMAIN for other names, an
  * empty NOERROR answer for a known name without records of the asked type. It records every
- * query, so a test can count how often a name was resolved. Lets tests use host names that
+ * query, so a test can count how often a name was resolved; names set with `silence` get no
+ * answer at all (an unresponsive authoritative server). Lets tests use host names that
  * resolve to several addresses (IPv4 and IPv6) without touching /etc/hosts; the service is
  * pointed at it with WEBHOOK_DNS_SERVERS=127.0.0.1:<port>.
  */
@@ -34,6 +35,7 @@ function ipv6Bytes(ip: string): Buffer {
 export class DnsResponder {
   private readonly socket = dgram.createSocket('udp4');
   private readonly records = new Map<string, DnsRecords>();
+  private readonly silent = new Set<string>();
   readonly queries: { name: string; type: 'A' | 'AAAA' | number }[] = [];
   port = 0;
 
@@ -42,6 +44,11 @@ export class DnsResponder {
     for (const ip of records.a ?? []) if (!isIPv4(ip)) throw new TypeError(`not IPv4: ${ip}`);
     for (const ip of records.aaaa ?? []) if (!isIPv6(ip) || ip.includes('.')) throw new TypeError(`not plain IPv6: ${ip}`);
     this.records.set(name.toLowerCase(), records);
+  }
+
+  /** Never answers queries for this name (they are still recorded). */
+  silence(name: string): void {
+    this.silent.add(name.toLowerCase());
   }
 
   /** How many queries of `type` for `name` were received. */
@@ -83,6 +90,7 @@ export class DnsResponder {
     const questionEnd = off + 4;
     const name = labels.join('.').toLowerCase();
     this.queries.push({ name, type: qtype === TYPE_A ? 'A' : qtype === TYPE_AAAA ? 'AAAA' : qtype });
+    if (this.silent.has(name)) return null;
     const rec = this.records.get(name);
     const addrs = !rec ? [] : qtype === TYPE_A ? (rec.a ?? []).map(ipv4Bytes) : qtype === TYPE_AAAA ? (rec.aaaa ?? []).map(ipv6Bytes) : [];
     const header = Buffer.alloc(12);

@@ -16,7 +16,7 @@ import { tmpdir } from 'node:os';
 import type { TLSSocket } from 'node:tls';
 import type { AddressInfo } from 'node:net';
 import type { LookupAddress } from 'node:dns';
-import { Deliverer, describeConnectionError, pinnedLookup } from '../../src/webhooks/deliver.js';
+import { Deliverer, MAX_ADDRESSES_TRIED, addressesToTry, describeConnectionError, pinnedLookup } from '../../src/webhooks/deliver.js';
 import { dnsServersResolver } from '../../src/webhooks/ssrf.js';
 import { DnsResponder } from '../helpers/dns.js';
 
@@ -131,6 +131,54 @@ t.test('Deliverer: localhost through the system resolver', async (t) => {
   const r = await d.attempt(`http://localhost:${v4.port}/x`, Buffer.from('{}'), 'whsec_x');
   t.equal(r.ok, true, `delivered (${r.error})`);
   t.equal(v4.hits[0]?.host, `localhost:${v4.port}`);
+});
+
+t.test('an unresponsive DNS server: the URL check and the attempt both end within the timeout', async (t) => {
+  const dns = await new DnsResponder().start();
+  t.teardown(() => dns.close());
+  dns.silence('silent.test');
+  // c-ares alone would give up after 2 s + 4 s (timeout 2000 ms, 2 tries): the check must not wait for it.
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 400, resolver: dnsServersResolver([dns.server]) });
+  let started = performance.now();
+  const check = await d.check('http://silent.test/hook');
+  const checkMs = performance.now() - started;
+  t.match(check, { ok: false, code: 'RESOLUTION_FAILED', reason: 'the host silent.test could not be resolved within 400 ms' }, 'the check made when a URL is configured is bounded too');
+  t.ok(checkMs < 1_900, `answered before the resolver's own 2 s timeout (${Math.round(checkMs)} ms)`);
+  t.ok(dns.count('silent.test') >= 1, 'the server was asked');
+  started = performance.now();
+  const o = await d.attempt('http://silent.test/hook', Buffer.from('{}'), 'whsec_x');
+  t.same({ ok: o.ok, statusCode: o.statusCode, error: o.error }, { ok: false, statusCode: null, error: 'url: the host silent.test could not be resolved within 400 ms' });
+  t.ok(performance.now() - started < 1_900);
+});
+
+t.test('addressesToTry: families alternate from the first address, at most MAX_ADDRESSES_TRIED', async (t) => {
+  t.equal(MAX_ADDRESSES_TRIED, 8);
+  t.same(addressesToTry(['2001:db8::1', '2001:db8::2', '192.0.2.1', '192.0.2.2', '192.0.2.3']), ['2001:db8::1', '192.0.2.1', '2001:db8::2', '192.0.2.2', '192.0.2.3']);
+  t.same(addressesToTry(['192.0.2.1', '2001:db8::1']), ['192.0.2.1', '2001:db8::1']);
+  const v4 = Array.from({ length: 20 }, (_, i) => `192.0.2.${i + 1}`);
+  const v6 = Array.from({ length: 20 }, (_, i) => `2001:db8::${i + 1}`);
+  t.same(addressesToTry(v4), v4.slice(0, 8));
+  t.same(addressesToTry([...v6, ...v4]), ['2001:db8::1', '192.0.2.1', '2001:db8::2', '192.0.2.2', '2001:db8::3', '192.0.2.3', '2001:db8::4', '192.0.2.4'], 'both families get their turn');
+});
+
+t.test('a name with very many addresses: one attempt connects to at most MAX_ADDRESSES_TRIED of them', async (t) => {
+  // One attempt must not become a scan of every address an attacker puts in one DNS answer.
+  const dns = await new DnsResponder().start();
+  t.teardown(() => dns.close());
+  const v4 = await receiver(t, '127.0.0.1');
+  const dead = Array.from({ length: 30 }, (_, i) => `127.0.1.${i + 1}`); // nothing listens there
+  dns.set('many.test', { a: [...dead, '127.0.0.1'] });
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 3_000, resolver: dnsServersResolver([dns.server]) });
+  const check = await d.check(`http://many.test:${v4.port}/`);
+  t.equal(check.ok && check.addresses.length, 31, 'every address is still vetted');
+  const o = await d.attempt(`http://many.test:${v4.port}/`, Buffer.from('{}'), 'whsec_x');
+  t.equal(o.ok, false);
+  t.equal(v4.hits.length, 0, 'the 31st address was not tried');
+  const tried = dead.slice(0, 8).map((a) => `ECONNREFUSED ${a}:${v4.port}`).join('; ');
+  t.equal(o.error, `connection failed: ${tried} (23 more addresses not tried)`, 'the error names the 8 tried and counts the rest');
+  dns.set('few.test', { a: [...dead.slice(0, 7), '127.0.0.1'] });
+  const few = await d.attempt(`http://few.test:${v4.port}/`, Buffer.from('{}'), 'whsec_x');
+  t.equal(few.ok, true, `the 8th address is tried (${few.error})`);
 });
 
 t.test('describeConnectionError', async (t) => {

@@ -168,6 +168,17 @@ t.test("this machine's own addresses count as loopback", async (t) => {
   t.match(await checkWebhookUrl('https://[2606:2800:220:1::99]/', CORPUS.defaultPolicy, fakeResolver(), odd), { ok: false, addressClass: 'loopback' }, 'interface addresses compared in canonical form; junk ignored');
 });
 
+t.test('resolveTimeoutMs: a resolver that does not answer in time refuses the URL', async (t) => {
+  const never = () => new Promise<string[]>(() => undefined);
+  const r = await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, never, { resolveTimeoutMs: 50 });
+  t.same(r, { ok: false, code: 'RESOLUTION_FAILED', reason: 'the host slow.test could not be resolved within 50 ms' });
+  const late = () => new Promise<string[]>((resolve) => setTimeout(() => resolve(['93.184.216.34']), 20));
+  t.match(await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, late, { resolveTimeoutMs: 1_000 }), { ok: true, addresses: ['93.184.216.34'] }, 'an answer in time is used');
+  t.match(await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, late), { ok: true }, 'no limit unless asked');
+  const failing = async () => { throw Object.assign(new Error('x'), { code: 'ESERVFAIL' }); };
+  t.match(await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, failing, { resolveTimeoutMs: 1_000 }), { ok: false, reason: 'the host slow.test could not be resolved (ESERVFAIL)' }, 'a resolver error keeps its code');
+});
+
 t.test('a bad policy is a programming error and throws', async (t) => {
   for (const bad of ['127.0.0.0/33', 'fd00::/129', 'nonsense', '10.0.0.0/8/8', '', '10.0.0/8']) {
     t.throws(() => compileAllowedNetworks([bad]), TypeError, JSON.stringify(bad));
