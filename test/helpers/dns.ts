@@ -15,6 +15,7 @@ export interface DnsRecords {
   aaaa?: string[];
 }
 
+const REBIND = '\u0000after:';
 const TYPE_A = 1;
 const TYPE_AAAA = 28;
 
@@ -44,6 +45,15 @@ export class DnsResponder {
     for (const ip of records.a ?? []) if (!isIPv4(ip)) throw new TypeError(`not IPv4: ${ip}`);
     for (const ip of records.aaaa ?? []) if (!isIPv6(ip) || ip.includes('.')) throw new TypeError(`not plain IPv6: ${ip}`);
     this.records.set(name.toLowerCase(), records);
+  }
+
+  /**
+   * DNS rebinding: the first query of each type for `name` is answered with `first`, every
+   * later one with `after` (TTL 0 throughout, as a rebinding attacker's server would).
+   */
+  rebind(name: string, first: DnsRecords, after: DnsRecords): void {
+    this.set(name, first);
+    this.set(`${REBIND}${name.toLowerCase()}`, after);
   }
 
   /** Never answers queries for this name (they are still recorded). */
@@ -91,7 +101,8 @@ export class DnsResponder {
     const name = labels.join('.').toLowerCase();
     this.queries.push({ name, type: qtype === TYPE_A ? 'A' : qtype === TYPE_AAAA ? 'AAAA' : qtype });
     if (this.silent.has(name)) return null;
-    const rec = this.records.get(name);
+    const later = this.records.get(`${REBIND}${name}`);
+    const rec = later && this.queries.filter((q) => q.name === name && q.type === this.queries.at(-1)!.type).length > 1 ? later : this.records.get(name);
     const addrs = !rec ? [] : qtype === TYPE_A ? (rec.a ?? []).map(ipv4Bytes) : qtype === TYPE_AAAA ? (rec.aaaa ?? []).map(ipv6Bytes) : [];
     const header = Buffer.alloc(12);
     header.writeUInt16BE(msg.readUInt16BE(0), 0); // id

@@ -125,6 +125,38 @@ t.test('Deliverer: host names with several addresses, each connection failure tr
   t.match(unknown.error, /^url: the host nowhere\.test could not be resolved \(ENOTFOUND\)/);
 });
 
+t.test('DNS rebinding: answers that change per query (TTL 0), and A and AAAA that disagree', async (t) => {
+  const dns = await new DnsResponder().start();
+  t.teardown(() => dns.close());
+  // Only 127.0.0.1 is allowed; 127.0.0.2 stands in for an internal address (a receiver listens there too).
+  const good = await receiver(t, '127.0.0.1');
+  const inside: string[] = [];
+  const internal = http.createServer((req, res) => {
+    inside.push(String(req.url));
+    req.resume();
+    res.writeHead(200).end();
+  });
+  await new Promise<void>((r) => internal.listen(good.port, '127.0.0.2', r));
+  t.teardown(() => new Promise<void>((r) => internal.close(() => r())));
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.1/32'] }, timeoutMs: 3_000, resolver: dnsServersResolver([dns.server]) });
+  const body = Buffer.from('{}');
+
+  dns.rebind('flip.test', { a: ['127.0.0.1'] }, { a: ['127.0.0.2'] });
+  const o = await d.attempt(`http://flip.test:${good.port}/flip`, body, 'whsec_x');
+  t.equal(o.ok, true, `delivered to the vetted answer (${o.error})`);
+  t.equal(good.hits.length, 1);
+  t.equal(dns.count('flip.test', 'A'), 1, 'the connection did not ask again');
+  const again = await d.attempt(`http://flip.test:${good.port}/flip`, body, 'whsec_x');
+  t.match(again.error, /^url: the host flip\.test resolves to 127\.0\.0\.2, a loopback address/, 'the next attempt sees the new answer and refuses it');
+  t.same(inside, [], 'nothing reached the internal address');
+
+  dns.set('split.test', { a: ['127.0.0.1'], aaaa: ['::ffff:7f00:2'] });
+  const split = await d.attempt(`http://split.test:${good.port}/split`, body, 'whsec_x');
+  t.match(split.error, /^url: the host split\.test resolves to ::ffff:7f00:2, an ipv4-mapped IPv6 address embedding 127\.0\.0\.2/, 'an AAAA record refuses the name even when the A record is fine');
+  t.same(inside, []);
+  t.equal(good.hits.length, 1);
+});
+
 t.test('Deliverer: localhost through the system resolver', async (t) => {
   const v4 = await receiver(t, '127.0.0.1');
   const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8', '::1'] }, timeoutMs: 3_000 });
@@ -137,7 +169,7 @@ t.test('an unresponsive DNS server: the URL check and the attempt both end withi
   const dns = await new DnsResponder().start();
   t.teardown(() => dns.close());
   dns.silence('silent.test');
-  // c-ares alone would give up after 2 s + 4 s (timeout 2000 ms, 2 tries): the check must not wait for it.
+  // c-ares alone may take up to 2 s + 4 s on a cold channel (timeout 2000 ms, 2 tries): the check must not wait for it.
   const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 400, resolver: dnsServersResolver([dns.server]) });
   let started = performance.now();
   const check = await d.check('http://silent.test/hook');
