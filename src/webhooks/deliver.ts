@@ -216,7 +216,8 @@ export class Deliverer {
       };
       const req = secure ? https.request(target.url, options, onResponse) : http.request(target.url, options, onResponse);
       const timer = setTimeout(() => {
-        done({ ok: false, statusCode: null, error: `no answer within ${timeoutMs} ms` });
+        // Named with the attempt's whole timeout (what the operator configured), not what was left of it.
+        done({ ok: false, statusCode: null, error: `no answer within ${Math.max(timeoutMs, this.timeoutMs)} ms` });
         req.destroy();
       }, timeoutMs);
       req.on('error', (err) => {

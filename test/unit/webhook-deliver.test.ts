@@ -14,7 +14,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import type { TLSSocket } from 'node:tls';
-import type { AddressInfo } from 'node:net';
+import net, { type AddressInfo } from 'node:net';
 import type { LookupAddress } from 'node:dns';
 import { Deliverer, MAX_ADDRESSES_TRIED, addressesToTry, describeConnectionError, pinnedLookup } from '../../src/webhooks/deliver.js';
 import { dnsServersResolver } from '../../src/webhooks/ssrf.js';
@@ -155,6 +155,76 @@ t.test('DNS rebinding: answers that change per query (TTL 0), and A and AAAA tha
   t.match(split.error, /^url: the host split\.test resolves to ::ffff:7f00:2, an ipv4-mapped IPv6 address embedding 127\.0\.0\.2/, 'an AAAA record refuses the name even when the A record is fine');
   t.same(inside, []);
   t.equal(good.hits.length, 1);
+});
+
+t.test('hostile receivers: redirects are not followed, every stall ends at the timeout, answers are read up to 64 KiB', async (t) => {
+  const elsewhere = await receiver(t, '127.0.0.2');
+  const sockets = new Set<net.Socket>();
+  type Behaviour = (socket: net.Socket) => void;
+  const after = (f: (s: net.Socket) => void): Behaviour => (s) => s.once('data', () => f(s));
+  const every = (ms: number, f: (s: net.Socket) => void): Behaviour => after((s) => {
+    const i = setInterval(() => s.writable && f(s), ms);
+    s.on('close', () => clearInterval(i));
+  });
+  const start = async (behaviour: Behaviour): Promise<number> => {
+    const server = net.createServer((s) => {
+      sockets.add(s);
+      s.on('error', () => undefined);
+      behaviour(s);
+    });
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    t.teardown(() => {
+      for (const s of sockets) s.destroy();
+      return new Promise<void>((r) => server.close(() => r()));
+    });
+    return (server.address() as AddressInfo).port;
+  };
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.1/32'] }, timeoutMs: 500 });
+  const body = Buffer.from('{}');
+  const run = async (scheme: string, port: number) => {
+    const started = performance.now();
+    const o = await d.attempt(`${scheme}://127.0.0.1:${port}/`, body, 'whsec_x');
+    return { ...o, ms: performance.now() - started };
+  };
+
+  const redirect = await run('http', await start(after((s) => s.end(`HTTP/1.1 307 Temporary Redirect\r\nLocation: http://127.0.0.2:${elsewhere.port}/internal\r\nContent-Length: 0\r\n\r\n`))));
+  t.match(redirect, { ok: false, statusCode: 307, error: 'redirect (307) not followed' });
+  t.equal(elsewhere.hits.length, 0, 'the Location was not visited');
+
+  const stalls: [string, string, Behaviour][] = [
+    ['accepts and never answers', 'http', () => undefined],
+    ['TLS: never completes the handshake', 'https', () => undefined],
+    ['status line, then one header line every 50 ms', 'http', (s) => {
+      s.once('data', () => s.write('HTTP/1.1 200 OK\r\n'));
+      every(50, (x) => x.write('X-Slow: 1\r\n'))(s);
+    }],
+    ['200 and a long body, one byte every 50 ms', 'http', after((s) => {
+      s.write('HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n');
+      const i = setInterval(() => s.writable && s.write('a'), 50);
+      s.on('close', () => clearInterval(i));
+    })],
+    ['102 Processing every 20 ms, forever', 'http', every(20, (s) => s.write('HTTP/1.1 102 Processing\r\n\r\n'))],
+    ['101 Switching Protocols nobody asked for', 'http', after((s) => s.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: x\r\nConnection: Upgrade\r\n\r\n'))],
+  ];
+  for (const [name, scheme, behaviour] of stalls) {
+    const o = await run(scheme, await start(behaviour));
+    t.match(o, { ok: false, statusCode: null, error: 'no answer within 500 ms' }, name);
+    t.ok(o.ms < 1_500, `${name}: ended at the timeout (${Math.round(o.ms)} ms)`);
+  }
+
+  // An endless answer: 64 KiB are read, then the connection is dropped (the status decides).
+  let written = 0;
+  const endless = await run('http', await start(after((s) => {
+    s.write('HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n');
+    const chunk = Buffer.from(`4000\r\n${'a'.repeat(0x4000)}\r\n`);
+    const pump = (): void => {
+      while (s.writable && written < 512 * 1024 * 1024 && s.write(chunk)) written += 0x4000;
+    };
+    s.on('drain', pump);
+    pump();
+  })));
+  t.match(endless, { ok: true, statusCode: 200, error: null }, 'delivered: the 2xx arrived');
+  t.ok(endless.ms < 500, `without waiting for the end of the answer (${Math.round(endless.ms)} ms, ${written} bytes written by the receiver)`);
 });
 
 t.test('Deliverer: localhost through the system resolver', async (t) => {
