@@ -310,6 +310,10 @@ const webhookCommon = {
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
   503: error('WEBHOOK_ENCRYPTION_KEY is not set on this service, or the service is starting.', ['WEBHOOKS_UNAVAILABLE', 'SERVICE_STARTING']),
 };
+const outboundLimited = error(
+  'Two URL checks or test deliveries of this organization and mode are already running in this process (no Retry-After: retry when one has answered); nothing changed.',
+  ['CONCURRENCY_LIMIT_EXCEEDED'],
+);
 const deliveryRecord = {
   type: 'object',
   properties: {
@@ -347,7 +351,7 @@ const WEBHOOK_PATHS = {
       security: [{ apiKey: [] }],
       parameters: [webhookEventParam],
       requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { url: { type: ['string', 'null'], description: 'Absolute HTTPS URL resolving only to public addresses (unless the operator allowed plain HTTP or networks).' }, enabled: { type: 'boolean' } } } } } },
-      responses: { 200: json(webhookView, 'The updated webhook.'), 400: error('Bad body, URL or enabled.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_WEBHOOK']), 404: error('Unknown event name.', ['NOT_FOUND']), ...webhookCommon },
+      responses: { 200: json(webhookView, 'The updated webhook.'), 400: error('Bad body, URL or enabled.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_WEBHOOK']), 404: error('Unknown event name.', ['NOT_FOUND']), 429: outboundLimited, ...webhookCommon },
     },
   },
   '/api/v2/webhooks/{event}/test': {
@@ -361,6 +365,7 @@ const WEBHOOK_PATHS = {
         400: error('The body is not {}.', ['INVALID_JSON', 'INVALID_BODY']),
         404: error('Unknown event name.', ['NOT_FOUND']),
         409: error('No URL, disabled, or no signing secret yet.', ['WEBHOOK_NOT_READY']),
+        429: outboundLimited,
         ...webhookCommon,
       },
     },

@@ -7,6 +7,10 @@
  *   GET   /api/v2/webhook-deliveries                    the delivery log, newest first
  *   POST  /api/v2/webhook-deliveries/:deliveryId/resend deliver that event again
  *
+ * At most {@link OUTBOUND_IN_FLIGHT} URL checks and test deliveries of one organization and
+ * mode run at once in a process (in-flight.ts); one more answers 429 CONCURRENCY_LIMIT_EXCEEDED
+ * and changes nothing.
+ *
  * The first signing secret: an organization has none until it calls rotate-secret (or
  * presses "Rotate" on the settings page); until then deliveries are logged as not
  * delivered ("no signing secret") and test deliveries answer 409. Secrets are sealed with
@@ -28,6 +32,10 @@ import type { WebhookStore } from './store.js';
 import type { DeliveryLog } from './delivery-log.js';
 import type { Deliverer } from './deliver.js';
 import { samplePayload } from './samples.js';
+import { InFlight } from './in-flight.js';
+
+/** URL checks and test deliveries of one organization and mode at once, per process. */
+export const OUTBOUND_IN_FLIGHT = 2;
 
 export interface WebhookOptions {
   /** WEBHOOK_ENCRYPTION_KEY; null: the webhook routes answer 503. */
@@ -51,6 +59,8 @@ export interface WebhookRoute {
 export const secretContext = (orgId: string, mode: string): string => `webhook-secret:${orgId}:${mode}`;
 
 export class WebhookApi {
+  private readonly outbound = new InFlight(OUTBOUND_IN_FLIGHT);
+
   constructor(
     private readonly store: WebhookStore,
     private readonly log: DeliveryLog,
@@ -92,6 +102,19 @@ export class WebhookApi {
     };
   }
 
+  /** Runs `fn` holding one of the organization's outbound places, or refuses with 429. */
+  private async outboundWork<T>(who: Principal, what: string, fn: () => Promise<T>): Promise<T> {
+    const leave = this.outbound.tryEnter(`${who.org.id}:${who.mode}`);
+    if (!leave) {
+      throw new ApiError('CONCURRENCY_LIMIT_EXCEEDED', `${what}: at most ${OUTBOUND_IN_FLIGHT} URL checks and test deliveries of an organization run at once; retry when one has answered`);
+    }
+    try {
+      return await fn();
+    } finally {
+      leave();
+    }
+  }
+
   private eventParam(req: Request): WebhookEvent {
     const event = req.params[0] ?? '';
     if (!isWebhookEvent(event)) throw new ApiError('NOT_FOUND', `no webhook event "${event}"; the events are ${WEBHOOK_EVENTS.join(', ')}`);
@@ -112,7 +135,8 @@ export class WebhookApi {
       if (b.url === null) url = null;
       else if (typeof b.url !== 'string') throw new ApiError('INVALID_WEBHOOK', 'url: must be a string (an absolute HTTPS URL) or null');
       else {
-        const check = await this.opts.deliverer.check(b.url);
+        const target = b.url;
+        const check = await this.outboundWork(who, 'url', () => this.opts.deliverer.check(target));
         if (!check.ok) throw new ApiError('INVALID_WEBHOOK', `url: ${check.reason}`);
         url = check.url.href;
       }
@@ -148,7 +172,8 @@ export class WebhookApi {
     const now = new Date();
     const payload = Buffer.from(JSON.stringify({ event, timestamp: now.toISOString(), isTest: true, data: samplePayload(event, now) }));
     const deliveryId = `whd_test_${randomBytes(12).toString('base64url')}`;
-    const outcome = await this.opts.deliverer.attempt(w.url, payload, secret);
+    const url = w.url;
+    const outcome = await this.outboundWork(who, 'test delivery', () => this.opts.deliverer.attempt(url, payload, secret));
     await this.log.record(who.org.id, who.mode, {
       deliveryId, attempt: 1, event, eventId: deliveryId, eventSeq: null, isTest: true, at: now.toISOString(), url: w.url,
       statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, outcome: outcome.ok ? 'delivered' : 'failed', error: outcome.error, nextAttemptAt: null,

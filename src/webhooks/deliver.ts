@@ -14,11 +14,20 @@
  * - when a name has several vetted addresses they are tried in turn when a connection fails
  *   or does not complete within {@link ATTEMPT_CONNECT_MS} (Node's `autoSelectFamily`,
  *   alternating IPv6 and IPv4 starting with the family of the first address); once a
- *   connection is made the request is sent once, never to a second address;
+ *   connection is made the request is sent once, never to a second address. At most
+ *   {@link MAX_ADDRESSES_TRIED} addresses are tried per attempt (every one is still vetted):
+ *   whoever controls a name's DNS answer could otherwise turn one attempt into connections to
+ *   hundreds of hosts of their choosing, each reported back in the error;
  * - extra trusted CA certificates (`WEBHOOK_CA_FILE`) are added to Node's default roots, never
  *   replacing them;
- * - redirects are not followed (a 3xx is a failure), any 2xx is success, and the whole attempt
- *   (resolution excluded, connection included) is bounded by the timeout.
+ * - redirects are not followed (a 3xx is a failure), any 2xx is success, at most
+ *   64 KiB of the answer are read, and the whole attempt (resolution, connection, TLS,
+ *   answer) is bounded by the timeout; the check made when a URL is configured gives up on
+ *   resolution after the same timeout;
+ * - every request has its own agent (`agent: false`): no socket is kept alive or reused, so
+ *   a connection made by an earlier delivery (to an address the name no longer has, or under
+ *   a policy since tightened) never carries a later request; proxy environment variables are
+ *   not consulted.
  */
 import http from 'node:http';
 import https from 'node:https';
@@ -26,7 +35,7 @@ import tls from 'node:tls';
 import { isIP, type LookupFunction } from 'node:net';
 import type { LookupAddress } from 'node:dns';
 import { signatureHeader } from './signature.js';
-import { checkWebhookUrl, systemResolver, type Resolver, type WebhookUrlCheck, type WebhookUrlPolicy } from './ssrf.js';
+import { checkWebhookUrl, systemResolver, type HostAddresses, type Resolver, type WebhookUrlCheck, type WebhookUrlPolicy } from './ssrf.js';
 
 export interface DeliveryOutcome {
   ok: boolean;
@@ -50,11 +59,32 @@ export interface DeliverySettings {
   resolver?: Resolver;
   /** PEM certificates trusted in addition to Node's default roots (WEBHOOK_CA_FILE). */
   extraCaPem?: readonly string[];
+  /** This machine's own addresses; default: its interfaces, read at every check. */
+  hostAddresses?: HostAddresses;
 }
 
 const MAX_RESPONSE_BYTES = 64 * 1024;
 /** How long one address may take to connect before the next vetted address is tried. */
 export const ATTEMPT_CONNECT_MS = 1_000;
+/** The most addresses one attempt connects to (with 1 s each, about what a 10 s attempt can try). */
+export const MAX_ADDRESSES_TRIED = 8;
+
+/**
+ * The vetted addresses one attempt may connect to, in the order Node's `autoSelectFamily`
+ * tries them: the families alternate, starting with the family of the first address, each
+ * family in resolver order; at most {@link MAX_ADDRESSES_TRIED}.
+ */
+export function addressesToTry(addresses: readonly string[]): string[] {
+  const first = isIP(addresses[0] ?? '');
+  const same = addresses.filter((a) => isIP(a) === first);
+  const other = addresses.filter((a) => isIP(a) !== first);
+  const out: string[] = [];
+  for (let i = 0; out.length < MAX_ADDRESSES_TRIED && (i < same.length || i < other.length); i++) {
+    if (i < same.length) out.push(same[i]!);
+    if (i < other.length && out.length < MAX_ADDRESSES_TRIED) out.push(other[i]!);
+  }
+  return out;
+}
 
 /**
  * A `lookup` for `net`/`tls` that answers only the vetted addresses (never resolving
@@ -119,19 +149,18 @@ export class Deliverer {
 
   /** The public-address guard with this process's policy and resolver. */
   check(url: string): Promise<WebhookUrlCheck> {
-    return checkWebhookUrl(url, this.settings.policy, this.settings.resolver ?? systemResolver);
+    return checkWebhookUrl(url, this.settings.policy, this.settings.resolver ?? systemResolver, {
+      resolveTimeoutMs: this.timeoutMs,
+      ...(this.settings.hostAddresses ? { hostAddresses: this.settings.hostAddresses } : {}),
+    });
   }
 
   /** One attempt at a configured URL: checked again now (it may resolve elsewhere than when it was set), then delivered to the vetted addresses. */
   async attempt(url: string, body: Buffer, secret: string): Promise<DeliveryOutcome> {
     const started = performance.now();
-    let timer: NodeJS.Timeout | undefined;
-    const expired = new Promise<null>((r) => {
-      timer = setTimeout(() => r(null), this.timeoutMs);
-    });
-    const check = await Promise.race([this.check(url), expired]).finally(() => clearTimeout(timer));
-    if (check === null) return { ok: false, statusCode: null, latencyMs: this.timeoutMs, error: `url: the host could not be resolved within ${this.timeoutMs} ms` };
-    if (!check.ok) return { ok: false, statusCode: null, latencyMs: 0, error: `url: ${check.reason}` };
+    // The check gives up on resolution after the timeout (RESOLUTION_FAILED "within N ms").
+    const check = await this.check(url);
+    if (!check.ok) return { ok: false, statusCode: null, latencyMs: Math.round(performance.now() - started), error: `url: ${check.reason}` };
     // The resolution counts against the attempt's time (it stays bounded by the timeout).
     return this.deliver(check, body, secret, Math.max(1, Math.round(this.timeoutMs - (performance.now() - started))));
   }
@@ -142,6 +171,8 @@ export class Deliverer {
     const now = Date.now();
     const secure = target.url.protocol === 'https:';
     const hostname = target.url.hostname.startsWith('[') ? target.url.hostname.slice(1, -1) : target.url.hostname;
+    const tried = addressesToTry(target.addresses);
+    const untried = target.addresses.length - tried.length;
     return new Promise((resolve) => {
       let settled = false;
       const done = (o: Omit<DeliveryOutcome, 'latencyMs'>): void => {
@@ -159,7 +190,7 @@ export class Deliverer {
           'x-webhook-signature': signatureHeader(secret, body, now),
         },
         // Connect to the vetted addresses only, each in turn while connections fail.
-        lookup: pinnedLookup(target.addresses),
+        lookup: pinnedLookup(tried),
         autoSelectFamily: true,
         autoSelectFamilyAttemptTimeout: ATTEMPT_CONNECT_MS,
         agent: false,
@@ -185,10 +216,14 @@ export class Deliverer {
       };
       const req = secure ? https.request(target.url, options, onResponse) : http.request(target.url, options, onResponse);
       const timer = setTimeout(() => {
-        done({ ok: false, statusCode: null, error: `no answer within ${timeoutMs} ms` });
+        // Named with the attempt's whole timeout (what the operator configured), not what was left of it.
+        done({ ok: false, statusCode: null, error: `no answer within ${Math.max(timeoutMs, this.timeoutMs)} ms` });
         req.destroy();
       }, timeoutMs);
-      req.on('error', (err) => done({ ok: false, statusCode: null, error: describeConnectionError(err) }));
+      req.on('error', (err) => {
+        const more = untried > 0 ? ` (${untried} more address${untried === 1 ? '' : 'es'} not tried)` : '';
+        done({ ok: false, statusCode: null, error: `${describeConnectionError(err)}${more}` });
+      });
       req.end(body);
     });
   }

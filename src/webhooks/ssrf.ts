@@ -31,8 +31,20 @@
  * {all: true, verbatim: true})`, i.e. what the operating system would connect to; with
  * WEBHOOK_DNS_SERVERS, `dnsServersResolver`: AAAA and A records from those servers) and EVERY
  * address it resolves to must pass: one non-public answer among public ones refuses the URL.
- * A resolution error or an empty answer refuses it too. `localhost` is not special-cased:
- * it resolves to loopback addresses and is refused like them.
+ * A resolution error or an empty answer refuses it too, and so does a resolution that takes
+ * longer than `resolveTimeoutMs` (the Deliverer passes WEBHOOK_TIMEOUT_MS, so the check made
+ * when a URL is configured is bounded like a delivery attempt). `localhost` is not
+ * special-cased: it resolves to loopback addresses and is refused like them.
+ *
+ * This machine's own addresses. An address assigned to one of this machine's interfaces (read
+ * with `os.networkInterfaces()` at every check, since addresses come and go) is a connection
+ * that never leaves the machine: the kernel routes it over the loopback interface, to every
+ * service listening on all addresses, whatever the address's registry class. A public address
+ * of the machine is therefore classified `loopback` ("an address of this machine, on eth0")
+ * and refused unless an allowed network contains it (allowing `127.0.0.0/8` does not allow
+ * it). Caveat for operators: an allowed network that contains the machine's own address (say
+ * `10.0.0.0/8` on a host with 10.0.0.5) admits that address too; allow the receivers'
+ * addresses, not the whole subnet.
  *
  * Non-public addresses (IANA special-purpose registries), by class:
  *
@@ -68,6 +80,7 @@
  */
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import { promises as dns } from 'node:dns';
+import { networkInterfaces } from 'node:os';
 
 export type AddressClass =
   | 'public'
@@ -106,6 +119,16 @@ export interface WebhookUrlPolicy {
 }
 
 export type Resolver = (host: string) => Promise<readonly string[]>;
+
+/** This machine's own addresses by interface name, shaped like `os.networkInterfaces()`. */
+export type HostAddresses = () => Readonly<Record<string, readonly string[]>>;
+
+export interface CheckOptions {
+  /** This machine's addresses (default {@link systemHostAddresses}, read at every check). */
+  hostAddresses?: HostAddresses;
+  /** Give up on resolving a host name after this long (RESOLUTION_FAILED); default: no limit. */
+  resolveTimeoutMs?: number;
+}
 
 export type UrlRefusalCode =
   | 'INVALID_URL'
@@ -334,6 +357,40 @@ export function compileAllowedNetworks(cidrs: readonly string[]): BlockList {
 // ---------------------------------------------------------------------------------------
 // The URL check
 
+/** The addresses of this machine's network interfaces, now. */
+export const systemHostAddresses: HostAddresses = () =>
+  Object.fromEntries(Object.entries(networkInterfaces()).map(([name, list]) => [name, (list ?? []).map((a) => a.address)]));
+
+/** Canonical connect address → interface name; entries that are not IP addresses are skipped. */
+function hostAddressIndex(hostAddresses: HostAddresses): Map<string, string> {
+  const index = new Map<string, string>();
+  for (const [name, list] of Object.entries(hostAddresses())) {
+    for (const address of list) {
+      try {
+        const c = classifyAddress(address);
+        if (!index.has(c.connect)) index.set(c.connect, name);
+      } catch {
+        // not an address: nothing to compare against
+      }
+    }
+  }
+  return index;
+}
+
+/** Resolves `host`, or rejects with code ETIMEOUT after `ms` milliseconds (no limit when undefined). */
+async function resolveWithin(resolve: Resolver, host: string, ms: number | undefined): Promise<readonly string[]> {
+  if (ms === undefined) return resolve(host);
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error(`${host}: no answer within ${ms} ms`), { code: 'ETIMEOUT', withinMs: ms })), ms);
+  });
+  try {
+    return await Promise.race([resolve(host), expired]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 /** `dns.promises.lookup(host, {all: true, verbatim: true})`: what the OS would connect to. */
 export const systemResolver: Resolver = async (host) => (await dns.lookup(host, { all: true, verbatim: true })).map((a) => a.address);
 
@@ -376,7 +433,7 @@ function refuse(code: UrlRefusalCode, reason: string, extra: { address?: string;
  * Checks a webhook URL against the rules in the header comment. Never throws for a bad
  * URL (only for a bad policy); `resolve` is used for host names only, never for IP literals.
  */
-export async function checkWebhookUrl(url: string, policy: WebhookUrlPolicy, resolve: Resolver = systemResolver): Promise<WebhookUrlCheck> {
+export async function checkWebhookUrl(url: string, policy: WebhookUrlPolicy, resolve: Resolver = systemResolver, options: CheckOptions = {}): Promise<WebhookUrlCheck> {
   const allowed = compileAllowedNetworks(policy.allowedNetworks);
   if (typeof url !== 'string' || url.length === 0) return refuse('INVALID_URL', 'the URL must be a non-empty string');
   if (url.length > MAX_WEBHOOK_URL_LENGTH) return refuse('URL_TOO_LONG', `the URL is longer than ${MAX_WEBHOOK_URL_LENGTH} characters`);
@@ -413,14 +470,16 @@ export async function checkWebhookUrl(url: string, policy: WebhookUrlPolicy, res
   if (literal) candidates = [host];
   else {
     try {
-      candidates = await resolve(host);
+      candidates = await resolveWithin(resolve, host, options.resolveTimeoutMs);
     } catch (err) {
-      const code = (err as { code?: unknown } | null)?.code;
-      return refuse('RESOLUTION_FAILED', `the host ${host} could not be resolved${typeof code === 'string' ? ` (${code})` : ''}`);
+      const e = err as { code?: unknown; withinMs?: unknown } | null;
+      if (typeof e?.withinMs === 'number') return refuse('RESOLUTION_FAILED', `the host ${host} could not be resolved within ${e.withinMs} ms`);
+      return refuse('RESOLUTION_FAILED', `the host ${host} could not be resolved${typeof e?.code === 'string' ? ` (${e.code})` : ''}`);
     }
     if (!Array.isArray(candidates) || candidates.length === 0) return refuse('RESOLUTION_FAILED', `the host ${host} resolves to no address`);
   }
 
+  const own = hostAddressIndex(options.hostAddresses ?? systemHostAddresses);
   const addresses: string[] = [];
   for (const candidate of candidates) {
     let c: AddressClassification;
@@ -429,6 +488,8 @@ export async function checkWebhookUrl(url: string, policy: WebhookUrlPolicy, res
     } catch {
       return refuse('RESOLUTION_FAILED', `the host ${host} resolved to something that is not an IP address`);
     }
+    const iface = c.class === 'public' ? own.get(c.connect) : undefined;
+    if (iface !== undefined) c = { ...c, class: 'loopback', range: `an address of this machine, on ${iface}` };
     const isAllowed = allowed.check(c.connect, isIPv4(c.connect) ? 'ipv4' : 'ipv6');
     if (c.class !== 'public' && !isAllowed) {
       const subject = literal ? `the host ${c.address} is ${describe(c)}` : `the host ${host} resolves to ${c.address}, ${describe(c)}`;

@@ -9,7 +9,8 @@
  * through WEBHOOK_CA_FILE. Test deliveries and a real dispatcher delivery (one attempt
  * function) arrive, and each verifies with the receiver's own HMAC (spec 5.2). A name with
  * one disallowed address is refused; a name that moves to a disallowed address after it was
- * configured is refused at delivery time. A second service without those settings reaches
+ * configured is refused at delivery time; a name whose DNS server never answers is refused
+ * when configured after WEBHOOK_TIMEOUT_MS. A second service without those settings reaches
  * `http://localhost` (the system resolver) and fails `https://localhost` with a clear TLS error.
  */
 import t from 'tap';
@@ -176,6 +177,21 @@ t.test('host-name receivers: several addresses, IPv4 and IPv6, HTTPS with a trus
     t.equal(r.status, 400);
     t.equal(r.body.code, 'INVALID_WEBHOOK');
     t.match(r.body.details, /mixed\.test resolves to 10\.9\.8\.7, a private address/);
+  });
+
+  await t.test('a name whose DNS server never answers: PATCH answers within WEBHOOK_TIMEOUT_MS and changes nothing', async (t) => {
+    dns.silence('silent.test');
+    const before = (await call(api.url, 'GET', '/api/v2/webhooks', { token: org.live })).body;
+    const started = performance.now();
+    const r = await configure(`http://silent.test:${plain.port}/hook`);
+    const ms = performance.now() - started;
+    t.equal(r.status, 400);
+    t.equal(r.body.code, 'INVALID_WEBHOOK');
+    // Whichever gives up first: the check's WEBHOOK_TIMEOUT_MS or the resolver's own timeout.
+    t.match(r.body.details, /^url: the host silent\.test could not be resolved (within 3000 ms|\(ETIMEOUT\))$/);
+    t.ok(ms < 3_000 + 1_500, `answered within the timeout (${Math.round(ms)} ms)`);
+    t.ok(dns.count('silent.test') >= 1, 'the DNS server was asked');
+    t.same((await call(api.url, 'GET', '/api/v2/webhooks', { token: org.live })).body, before, 'nothing changed');
   });
 
   await t.test('a name that moves to a disallowed address is refused at delivery time', async (t) => {

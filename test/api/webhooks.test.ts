@@ -269,6 +269,41 @@ t.test('payment events from the operator API: validated, delivered once, and a s
   t.ok(hanging.got.length >= 5, 'the slow receiver was tried');
 });
 
+t.test('test deliveries to a receiver that never answers: at most 2 at once per organization and mode', async (t) => {
+  const org = await createOrg(svc.url);
+  const other = await createOrg(svc.url);
+  const hanging = new Receiver();
+  await hanging.start();
+  t.teardown(() => hanging.close());
+  hanging.script = Array.from({ length: 10 }, () => 'hang' as const);
+  for (const o of [org, other]) {
+    t.equal((await api(o, 'POST', '/api/v2/webhooks/rotate-secret')).status, 201);
+    t.equal((await api(o, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { url: `${hanging.url}/slow`, enabled: true })).status, 200);
+  }
+  const first = [api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {}), api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {})];
+  await waitFor(async () => hanging.got.length, (n) => n === 2, 5_000);
+  const third = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
+  t.equal(third.status, 429, 'a third one is refused while two hold their connections');
+  t.equal(third.body.code, 'CONCURRENCY_LIMIT_EXCEEDED');
+  t.match(third.body.details, /at most 2 .*at once/);
+  const patch = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { url: `${hanging.url}/elsewhere` });
+  t.equal(patch.status, 429, 'a URL check counts too (it resolves names on the organization’s behalf)');
+  t.equal(patch.body.code, 'CONCURRENCY_LIMIT_EXCEEDED');
+  t.equal((await api(org, 'GET', '/api/v2/webhooks')).status, 200, 'requests that neither resolve nor connect are not limited');
+  t.equal((await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { enabled: true })).status, 200, 'nor is a PATCH without a URL');
+  const neighbour = api(other, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
+  await waitFor(async () => hanging.got.length, (n) => n === 3, 5_000);
+  t.pass('another organization is not held back');
+  for (const r of [...(await Promise.all(first)), await neighbour]) t.match(r.body, { delivered: false, statusCode: null, error: 'no answer within 1000 ms' });
+  t.equal(hanging.got.length, 3, 'the refused one never reached the receiver');
+  const log = (await api(org, 'GET', '/api/v2/webhook-deliveries')).body.deliveries as unknown[];
+  t.equal(log.length, 2, 'and was not logged');
+  t.equal((await api(org, 'GET', '/api/v2/webhooks')).body.webhooks.find((w: { event: string }) => w.event === 'billing-payment-failed').url, `${hanging.url}/slow`, 'the refused PATCH changed nothing');
+  hanging.script = [];
+  const after = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
+  t.match(after.body, { delivered: true, statusCode: 200 }, 'slots come back when the attempts end');
+});
+
 t.test('path parameters are decoded once (issue 10): %25ZZ is the text %ZZ, a malformed escape is 400 INVALID_PATH', async (t) => {
   const org = await createOrg(svc.url);
   const cases: [string, string, number, string, RegExp][] = [

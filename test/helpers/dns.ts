@@ -2,7 +2,8 @@
  * A tiny authoritative DNS server on loopback UDP (node:dgram) for tests: answers A and AAAA
  * queries for the names it is given (RFC 1035 wire format), NXDOMAIN for other names, an
  * empty NOERROR answer for a known name without records of the asked type. It records every
- * query, so a test can count how often a name was resolved. Lets tests use host names that
+ * query, so a test can count how often a name was resolved; names set with `silence` get no
+ * answer at all (an unresponsive authoritative server). Lets tests use host names that
  * resolve to several addresses (IPv4 and IPv6) without touching /etc/hosts; the service is
  * pointed at it with WEBHOOK_DNS_SERVERS=127.0.0.1:<port>.
  */
@@ -14,6 +15,7 @@ export interface DnsRecords {
   aaaa?: string[];
 }
 
+const REBIND = '\u0000after:';
 const TYPE_A = 1;
 const TYPE_AAAA = 28;
 
@@ -34,6 +36,7 @@ function ipv6Bytes(ip: string): Buffer {
 export class DnsResponder {
   private readonly socket = dgram.createSocket('udp4');
   private readonly records = new Map<string, DnsRecords>();
+  private readonly silent = new Set<string>();
   readonly queries: { name: string; type: 'A' | 'AAAA' | number }[] = [];
   port = 0;
 
@@ -42,6 +45,20 @@ export class DnsResponder {
     for (const ip of records.a ?? []) if (!isIPv4(ip)) throw new TypeError(`not IPv4: ${ip}`);
     for (const ip of records.aaaa ?? []) if (!isIPv6(ip) || ip.includes('.')) throw new TypeError(`not plain IPv6: ${ip}`);
     this.records.set(name.toLowerCase(), records);
+  }
+
+  /**
+   * DNS rebinding: the first query of each type for `name` is answered with `first`, every
+   * later one with `after` (TTL 0 throughout, as a rebinding attacker's server would).
+   */
+  rebind(name: string, first: DnsRecords, after: DnsRecords): void {
+    this.set(name, first);
+    this.set(`${REBIND}${name.toLowerCase()}`, after);
+  }
+
+  /** Never answers queries for this name (they are still recorded). */
+  silence(name: string): void {
+    this.silent.add(name.toLowerCase());
   }
 
   /** How many queries of `type` for `name` were received. */
@@ -83,7 +100,9 @@ export class DnsResponder {
     const questionEnd = off + 4;
     const name = labels.join('.').toLowerCase();
     this.queries.push({ name, type: qtype === TYPE_A ? 'A' : qtype === TYPE_AAAA ? 'AAAA' : qtype });
-    const rec = this.records.get(name);
+    if (this.silent.has(name)) return null;
+    const later = this.records.get(`${REBIND}${name}`);
+    const rec = later && this.queries.filter((q) => q.name === name && q.type === this.queries.at(-1)!.type).length > 1 ? later : this.records.get(name);
     const addrs = !rec ? [] : qtype === TYPE_A ? (rec.a ?? []).map(ipv4Bytes) : qtype === TYPE_AAAA ? (rec.aaaa ?? []).map(ipv6Bytes) : [];
     const header = Buffer.alloc(12);
     header.writeUInt16BE(msg.readUInt16BE(0), 0); // id

@@ -1,16 +1,19 @@
 /**
  * The public-address guard for webhook URLs (src/webhooks/ssrf.ts): the whole corpus in
- * test/data/ssrf-corpus.json, the operator's allowHttp / allowedNetworks switches, and the
- * address classifier checked against an independent table. Never touches real DNS: names go
- * to a fake resolver, and IP literals must not reach a resolver at all.
+ * test/data/ssrf-corpus.json, the operator's allowHttp / allowedNetworks switches, this
+ * machine's own addresses, and the address classifier checked against an independent table.
+ * Never touches real DNS: names go to a fake resolver, and IP literals must not reach a
+ * resolver at all.
  */
 import t from 'tap';
 import fc from 'fast-check';
 import { readFileSync } from 'node:fs';
+import { networkInterfaces } from 'node:os';
 import {
   checkWebhookUrl,
   classifyAddress,
   compileAllowedNetworks,
+  systemHostAddresses,
   type AddressClass,
   type UrlRefusalCode,
   type WebhookUrlPolicy,
@@ -27,6 +30,7 @@ interface Case {
 }
 interface Corpus {
   defaultPolicy: WebhookUrlPolicy;
+  hostAddresses: Record<string, string[]>;
   resolver: Record<string, string[]>;
   cases: Case[];
 }
@@ -44,6 +48,8 @@ function fakeResolver(asked: string[] = []) {
 }
 
 const policyOf = (c: Case): WebhookUrlPolicy => ({ ...CORPUS.defaultPolicy, ...c.policy });
+/** The corpus's stand-in for this machine's interface addresses. */
+const corpusHost = { hostAddresses: () => CORPUS.hostAddresses };
 const label = (c: Case) => `${JSON.stringify(c.url)}${c.policy ? ` with ${JSON.stringify(c.policy)}` : ''}`;
 
 t.test('the corpus is big and varied enough', async (t) => {
@@ -62,7 +68,7 @@ t.test('the corpus is big and varied enough', async (t) => {
 t.test('every corpus case has the expected outcome', async (t) => {
   for (const c of CORPUS.cases) {
     const asked: string[] = [];
-    const r = await checkWebhookUrl(c.url, policyOf(c), fakeResolver(asked));
+    const r = await checkWebhookUrl(c.url, policyOf(c), fakeResolver(asked), corpusHost);
     if (c.expect === 'allowed') {
       if (!r.ok) {
         t.fail(`${label(c)} should be allowed, refused: ${r.code} ${r.reason}`);
@@ -140,6 +146,37 @@ t.test('resolver results: duplicates collapse, non-addresses and failures refuse
     }),
     { numRuns: 100 },
   );
+});
+
+t.test("this machine's own addresses count as loopback", async (t) => {
+  // By default the guard reads the interfaces at every check (addresses come and go: DHCP, failover).
+  const own = Object.values(systemHostAddresses()).flat();
+  for (const list of Object.values(networkInterfaces())) for (const a of list ?? []) t.ok(own.includes(a.address), `${a.address} is one of the machine's addresses`);
+  t.ok(own.includes('127.0.0.1'));
+
+  const r = await checkWebhookUrl('https://self.test/hook', CORPUS.defaultPolicy, fakeResolver(), corpusHost);
+  t.match(r, { ok: false, code: 'NON_PUBLIC_ADDRESS', address: '93.184.216.99', addressClass: 'loopback' });
+  t.match(!r.ok && r.reason, /self\.test resolves to 93\.184\.216\.99, a loopback address \(an address of this machine, on eth0\)/, 'the reason says why');
+
+  let moved = false;
+  const changing = { hostAddresses: () => (moved ? { eth0: ['93.184.216.34'] } : {}) };
+  t.match(await checkWebhookUrl('https://public.test/', CORPUS.defaultPolicy, fakeResolver(), changing), { ok: true });
+  moved = true;
+  t.match(await checkWebhookUrl('https://public.test/', CORPUS.defaultPolicy, fakeResolver(), changing), { ok: false, addressClass: 'loopback' }, 'read again at each check');
+  t.match(await checkWebhookUrl('https://[::ffff:93.184.216.34]/', CORPUS.defaultPolicy, fakeResolver(), changing), { ok: false, addressClass: 'loopback' }, 'mapped form too');
+  const odd = { hostAddresses: () => ({ eth0: ['not an address', 'fe80::1%eth0', '2606:2800:220:1:0::99'] }) };
+  t.match(await checkWebhookUrl('https://[2606:2800:220:1::99]/', CORPUS.defaultPolicy, fakeResolver(), odd), { ok: false, addressClass: 'loopback' }, 'interface addresses compared in canonical form; junk ignored');
+});
+
+t.test('resolveTimeoutMs: a resolver that does not answer in time refuses the URL', async (t) => {
+  const never = () => new Promise<string[]>(() => undefined);
+  const r = await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, never, { resolveTimeoutMs: 50 });
+  t.same(r, { ok: false, code: 'RESOLUTION_FAILED', reason: 'the host slow.test could not be resolved within 50 ms' });
+  const late = () => new Promise<string[]>((resolve) => setTimeout(() => resolve(['93.184.216.34']), 20));
+  t.match(await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, late, { resolveTimeoutMs: 1_000 }), { ok: true, addresses: ['93.184.216.34'] }, 'an answer in time is used');
+  t.match(await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, late), { ok: true }, 'no limit unless asked');
+  const failing = async () => { throw Object.assign(new Error('x'), { code: 'ESERVFAIL' }); };
+  t.match(await checkWebhookUrl('https://slow.test/', CORPUS.defaultPolicy, failing, { resolveTimeoutMs: 1_000 }), { ok: false, reason: 'the host slow.test could not be resolved (ESERVFAIL)' }, 'a resolver error keeps its code');
 });
 
 t.test('a bad policy is a programming error and throws', async (t) => {
