@@ -11,6 +11,7 @@ import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
 import { log } from '../log.js';
 import type { Principal } from '../orgs/registry.js';
+import { observeRequest } from '../metrics/index.js';
 
 export interface Request {
   method: string;
@@ -46,6 +47,8 @@ export interface RouteOptions {
    * waiting for the rest of the body.
    */
   before?: (req: Request) => Reply | Promise<Reply | undefined> | undefined;
+  /** The route label of the request metrics when the handler is not for `pattern` (a 405 answer). */
+  route?: string;
 }
 
 const STATUS_TEXT: Record<number, string> = {
@@ -57,9 +60,13 @@ const STATUS_TEXT: Record<number, string> = {
 
 const EMPTY = Buffer.alloc(0);
 
-function send(res: uWS.HttpResponse, state: { done: boolean }, reply: Reply): void {
+/** `observe` records the answer in the metrics (src/metrics): once, when it is sent. */
+type SendState = { done: boolean; observe?: (status: number, body: unknown) => void };
+
+function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
   if (state.done) return;
   state.done = true;
+  state.observe?.(reply.status, reply.body);
   const payload = reply.body === undefined ? '' : typeof reply.body === 'string' || Buffer.isBuffer(reply.body) ? reply.body : JSON.stringify(reply.body);
   res.cork(() => {
     res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
@@ -86,7 +93,7 @@ function errorReply(err: unknown, req: Request): Reply {
 export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
   const names = paramNames(pattern);
   return (res, uReq) => {
-    const state = { done: false };
+    const state: SendState = { done: false, observe: observeRequest(opts.route ?? pattern, uReq.getCaseSensitiveMethod()) };
     res.onAborted(() => {
       state.done = true;
     });

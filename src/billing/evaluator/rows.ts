@@ -10,6 +10,7 @@ import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { Nats } from '../../nats/connection.js';
 import type { Store } from '../../store/index.js';
 import { log } from '../../log.js';
+import { observeInsert } from '../../metrics/index.js';
 import { H_ORG } from '../../pipeline/message.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import type { BillingNames } from './streams.js';
@@ -78,9 +79,9 @@ export class BillingRowsInserter {
       if (batch.msgs.length === 0) return;
       try {
         const lines = (rows: object[]): Buffer => Buffer.from(`${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
-        if (batch.costs.length > 0) await this.store.insertCosts(lines(batch.costs));
-        if (batch.consumption.length > 0) await this.store.insertConsumption(lines(batch.consumption));
-        if (batch.unpriced.length > 0) await this.store.insertUnpriced(lines(batch.unpriced));
+        if (batch.costs.length > 0) await observeInsert('fact_cost', batch.costs.length, () => this.store.insertCosts(lines(batch.costs)));
+        if (batch.consumption.length > 0) await observeInsert('fact_credit_consumption', batch.consumption.length, () => this.store.insertConsumption(lines(batch.consumption)));
+        if (batch.unpriced.length > 0) await observeInsert('fact_unpriced', batch.unpriced.length, () => this.store.insertUnpriced(lines(batch.unpriced)));
         for (const m of batch.msgs) m.ack();
       } catch (err) {
         log.error('billing rows insert failed; will be redelivered', { err, messages: batch.msgs.length });
