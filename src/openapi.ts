@@ -385,6 +385,7 @@ const DOCUMENT = {
     securitySchemes: {
       apiKey: { type: 'http', scheme: 'bearer', description: 'sk_live_… or sk_test_…' },
       operator: { type: 'http', scheme: 'bearer', description: 'OPERATOR_TOKEN' },
+      metrics: { type: 'http', scheme: 'bearer', description: 'METRICS_TOKEN (only when set; otherwise GET /metrics is open)' },
     },
     schemas: {
       Error: {
@@ -557,6 +558,16 @@ const DOCUMENT = {
         responses: {
           200: json({ type: 'object' }, 'Ready.'),
           503: json({ type: 'object', properties: { status: { const: 'unavailable' }, down: { type: 'array', items: { type: 'string' } }, checks: { type: 'object' } } }, 'Names what is down.'),
+        },
+      },
+    },
+    '/metrics': {
+      get: {
+        summary: 'Prometheus metrics of this process (every role); open unless METRICS_TOKEN is set',
+        security: [{}, { metrics: [] }],
+        responses: {
+          200: { description: 'Prometheus text exposition format 0.0.4.', content: { 'text/plain': { schema: { type: 'string' } } } },
+          401: error('METRICS_TOKEN is set and the request does not carry it.', ['UNAUTHORIZED']),
         },
       },
     },
