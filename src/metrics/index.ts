@@ -142,12 +142,6 @@ export const LAG_TIMEOUT_MS = 1_000;
 const lagSources = new Set<LagSource>();
 let lagSnapshot: { at: number; values: Promise<{ source: LagSource; lag: ConsumerLag | null }[]> } | null = null;
 
-export const collectFailures = new Counter({
-  name: 'usage_metrics_collect_failures_total',
-  help: 'Values that could not be read while being scraped (a consumer info that failed or took longer than 1 s), by collector',
-  labelNames: ['collector'] as const,
-  registers: [registry],
-});
 
 /**
  * Registers a consumer whose lag is read on every scrape. `stream` is the stream's kind
@@ -157,8 +151,10 @@ export const collectFailures = new Counter({
 export function watchConsumer(stream: string, consumer: string, read: () => Promise<ConsumerLag>): () => void {
   const source: LagSource = { stream, consumer, read };
   lagSources.add(source);
+  lagSnapshot = null;
   return () => {
     lagSources.delete(source);
+    lagSnapshot = null;
     consumerPending.remove(stream, consumer);
     consumerAckPending.remove(stream, consumer);
   };
@@ -169,7 +165,10 @@ const withTimeout = <T>(p: Promise<T>, ms: number): Promise<T> => {
   return Promise.race([p, new Promise<T>((_, reject) => (timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms)))]).finally(() => clearTimeout(timer));
 };
 
-/** One read of every watched consumer per scrape: both lag gauges share it. */
+/**
+ * One read of every watched consumer per scrape: both lag gauges share it (a read is reused
+ * for 250 ms, the time one scrape takes to render the other gauge).
+ */
 function readLag(): Promise<{ source: LagSource; lag: ConsumerLag | null }[]> {
   const now = Date.now();
   if (lagSnapshot && now - lagSnapshot.at < 250) return lagSnapshot.values;
@@ -212,6 +211,16 @@ export const consumerAckPending = new Gauge({
     }
   },
 });
+
+// Registered after the lag gauges, so a scrape shows the failures of its own reads.
+export const collectFailures = new Counter({
+  name: 'usage_metrics_collect_failures_total',
+  help: 'Values that could not be read while being scraped (a consumer info that failed or took longer than 1 s), by collector',
+  labelNames: ['collector'] as const,
+  registers: [registry],
+});
+// Present at 0 from the start: an alert on increase() needs the series before the first failure.
+collectFailures.inc({ collector: 'consumer_lag' }, 0);
 
 // ---- Pipeline ---------------------------------------------------------------------------
 
