@@ -109,6 +109,7 @@ t.test('freshness and deliveries', async (t) => {
 });
 
 t.test('consumer lag: read when scraped, bounded by a timeout, removed when unwatched', async (t) => {
+  const failuresBefore = await value('usage_metrics_collect_failures_total', { collector: 'consumer_lag' });
   let reads = 0;
   const unwatchA = watchConsumer('SIGNALS', 'pipeline', async () => {
     reads++;
@@ -117,7 +118,6 @@ t.test('consumer lag: read when scraped, bounded by a timeout, removed when unwa
   const unwatchB = watchConsumer('EVENTS', 'dispatcher', () => new Promise(() => undefined)); // never answers
   const unwatchC = watchConsumer('BILLABLE', 'billing', async () => Promise.reject(new Error('no responders')));
   t.equal(reads, 0, 'nothing is read before a scrape');
-  const failuresBefore = await value('usage_metrics_collect_failures_total', { collector: 'consumer_lag' });
   const started = Date.now();
   const text = await metricsText();
   const took = Date.now() - started;
