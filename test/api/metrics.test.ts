@@ -6,7 +6,7 @@
  * (ops/grafana/usage-billing.json) reads has a series; labels are route patterns and codes,
  * never an organization id; METRICS_TOKEN, when set, is required.
  */
-import t from 'tap';
+import t, { type Test as Tap } from 'tap';
 import nodeHttp from 'node:http';
 import { readFileSync } from 'node:fs';
 import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, useService, waitFor, type TestOrg } from '../helpers/service.js';
@@ -60,7 +60,7 @@ interface Traffic {
  * signals, a 429, an unmatched path and a 405, billing with a depletion event, a test delivery,
  * a dispatched billing event and an external event delivered.
  */
-async function traffic(api: string): Promise<Traffic> {
+async function traffic(t: Tap, api: string): Promise<Traffic> {
   const org = await createOrg(api, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const call = (method: string, path: string, body?: unknown) => http(api, method, path, { token: org.live, body });
   // Webhooks: a secret, two events routed to the receiver, one test delivery.
@@ -123,7 +123,7 @@ t.test('ROLE=all: every dashboard metric exists after traffic; labels are bounde
   t.match(first.type, /^text\/plain; version=0\.0\.4/);
   t.ok(hasSeries(first.text, 'process_cpu_seconds_total'), 'default process metrics');
 
-  const { orgs, accepted } = await traffic(svc.url);
+  const { orgs, accepted } = await traffic(t, svc.url);
   const { texts, missing } = await scrapeUntilComplete([{ url: svc.url }]);
   t.same(missing, [], 'every metric of the dashboard has a series');
   await waitFor(async () => received.filter((u) => u === '/billing-credits-depleted').length, (n) => n >= 2, 30_000);
@@ -179,7 +179,7 @@ t.test('split roles: each serves /metrics, together they cover the dashboard; ME
   t.equal((await scrape(d, METRICS_TOKEN)).status, 200);
   t.equal((await scrape(roles.ingress.url)).status, 200, 'open where METRICS_TOKEN is not set');
 
-  await traffic(roles.ingress.url);
+  await traffic(t, roles.ingress.url);
   const targets = [{ url: roles.ingress.url }, { url: roles.pipeline.url }, { url: d, token: METRICS_TOKEN }];
   const { texts, missing } = await scrapeUntilComplete(targets);
   t.same(missing, [], 'the roles together expose every metric of the dashboard');
