@@ -11,8 +11,12 @@ export interface AnalyticsEngine extends QueryParser {
    * Runs a statement the guard accepted, in the analytics database, with these settings
    * (which carry the organization scope). Returns the JSONCompact output as bytes; throws
    * engine errors as EngineError or as the engine's own error (see engine-error.ts).
+   *
+   * `stop` aborts when the caller's deadline has passed: the engine must then stop the
+   * statement's work (a server cancels the query; the embedded engine's host is killed) and
+   * the call rejects.
    */
-  select(sql: string, settings: QuerySettings): Promise<Buffer>;
+  select(sql: string, settings: QuerySettings, stop?: AbortSignal): Promise<Buffer>;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

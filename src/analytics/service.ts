@@ -6,10 +6,17 @@
  *
  * Order of a query, and why: validate the body (free) → one token, only when the rate
  * framework is on for analytics (spec 8.3, off by default) → a concurrency slot (429
- * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the guard (the engine's parser) → the
- * engine, with the organization scope, readonly=1, the time limit and the row limits as
- * settings → the exact 10,000-row cut. The slot is held until the engine is done with the
- * statement, even when the watchdog answered 408 first.
+ * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → a place in the engine (fair-queue.ts:
+ * a process-wide limit shared in turn by the organizations) → the guard (the engine's
+ * parser) → the engine, with the organization scope, readonly=1, the time left and the row
+ * limits as settings → the exact 10,000-row cut.
+ *
+ * The time limit is on the wall clock from the request's arrival: waiting for a place counts
+ * against it. The engine is told the time left; if it has not answered ANALYTICS_TIMEOUT_MS
+ * + 0.5 s after arrival, the request answers 408 and the statement's work is ended (the
+ * engine's `select` is aborted: a server cancels the query, the embedded engine's host
+ * process is killed and restarted). The slot and the place are held until the engine is done
+ * with the statement.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
 import { log } from '../log.js';
@@ -22,18 +29,24 @@ import type { AnalyticsEngine, QuerySettings } from './engine.js';
 import { apiErrorFor, toEngineError } from './engine-error.js';
 import { MAX_QUERY_CHARS, QueryGuard } from './guard.js';
 import { MAX_ROWS, shapeResult } from './result.js';
+import { FairQueue } from './fair-queue.js';
 import { NO_PUSHDOWN_SETTINGS, SCOPE_SETTING, VIEW_NAMES, schemaDocument, scopeValue } from './views.js';
 
 export interface AnalyticsOptions {
   timeoutMs: number;
   maxMemoryBytes: number;
+  /** Statements this process runs in the engine at once (ANALYTICS_ENGINE_SESSIONS). */
+  engineSessions: number;
   rateLimited: boolean;
   /** Database names that must never appear in an error message. */
   internalNames: string[];
 }
 
-/** Grace after the engine's own time limit before the watchdog answers 408 by itself. */
-const WATCHDOG_GRACE_MS = 5_000;
+/** Grace after the deadline before the watchdog answers 408 and ends the statement's work. */
+export const STOP_GRACE_MS = 500;
+
+/** Hands each engine call of a request to withSlot (which keeps its slot until the call settled); knows the deadline. */
+type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: number };
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -45,6 +58,7 @@ const METADATA_SQL =
 export class AnalyticsService {
   private readonly guard: QueryGuard;
   private readonly schemaBody: string;
+  private readonly lanes: FairQueue;
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -54,6 +68,7 @@ export class AnalyticsService {
   ) {
     this.guard = new QueryGuard(engine, opts.internalNames);
     this.schemaBody = JSON.stringify(schemaDocument());
+    this.lanes = new FairQueue(opts.engineSessions);
   }
 
   schema(): Reply {
@@ -84,13 +99,23 @@ export class AnalyticsService {
     return scopedSettings(p.org.id, p.mode, this.opts);
   }
 
-  /** Runs a statement for the caller; engine errors become API errors; a stuck engine gets 408 from the watchdog. */
-  private async execute(sql: string, p: Principal, track: (engine: Promise<unknown>) => void): Promise<Buffer> {
-    const run = this.engine.select(sql, this.settings(p));
+  /**
+   * Runs a statement for the caller with the time it has left; engine errors become API
+   * errors. At the deadline + STOP_GRACE_MS the watchdog answers 408 and aborts the engine
+   * call, which ends the statement's work.
+   */
+  private async execute(sql: string, p: Principal, track: Tracker): Promise<Buffer> {
+    const left = track.deadline - Date.now();
+    if (left <= 0) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit');
+    const stop = new AbortController();
+    const run = this.engine.select(sql, { ...this.settings(p), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal);
     track(run);
     let timer: NodeJS.Timeout | undefined;
     const watchdog = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit')), this.opts.timeoutMs + WATCHDOG_GRACE_MS);
+      timer = setTimeout(() => {
+        stop.abort();
+        reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
+      }, left + STOP_GRACE_MS);
     });
     try {
       return await Promise.race([run, watchdog]);
@@ -117,8 +142,12 @@ export class AnalyticsService {
     if (!take.allowed) throw rateLimited(take.retryAfterSeconds);
   }
 
-  /** Runs `body` holding a slot; the slot is given back once every engine call `body` tracked has settled. */
-  private async withSlot(p: Principal, body: (track: (engine: Promise<unknown>) => void) => Promise<Reply>): Promise<Reply> {
+  /**
+   * Runs `body` holding a slot and a place in the engine; both are given back once every
+   * engine call `body` tracked has settled. The deadline starts now.
+   */
+  private async withSlot(p: Principal, body: (track: Tracker) => Promise<Reply>): Promise<Reply> {
+    const deadline = Date.now() + this.opts.timeoutMs;
     let slot;
     try {
       slot = await this.slots.acquire(p.org.id, p.mode, p.org.limits.analyticsConcurrency);
@@ -127,22 +156,39 @@ export class AnalyticsService {
       throw new ApiError('RATE_LIMITER_UNAVAILABLE', 'the concurrency limiter is unreachable, retry later');
     }
     if (!slot) throw concurrencyLimited();
+    let place: () => void;
+    try {
+      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, deadline);
+    } catch (err) {
+      void slot.release();
+      throw err;
+    }
     const engineCalls: Promise<unknown>[] = [];
     let outstanding = 0;
     const settled = (): void => void outstanding--;
-    try {
-      return await body((e) => {
+    const track = Object.assign(
+      (e: Promise<unknown>) => {
         outstanding++;
         e.then(settled, settled);
         engineCalls.push(e);
-      });
+      },
+      { deadline },
+    );
+    try {
+      return await body(track);
     } finally {
       // Normally the engine is done: give the slot back now. The release is not awaited, but
       // it is sent before the answer, and a caller's next query from this process goes to
       // Redis after it on the same connection, so it finds the slot free. After a watchdog
-      // 408 the engine still runs: the slot is kept until it stops.
-      if (outstanding === 0) void slot.release();
-      else void Promise.allSettled(engineCalls).then(() => slot.release());
+      // 408 the engine call is still being ended: the slot and place are kept until it is.
+      if (outstanding === 0) {
+        place();
+        void slot.release();
+      } else
+        void Promise.allSettled(engineCalls).then(() => {
+          place();
+          return slot.release();
+        });
     }
   }
 }

@@ -1,6 +1,7 @@
 /**
- * A ClickHouse server over HTTP (@clickhouse/client), used when CLICKHOUSE_URL is set.
- * Rows go in as the same JSONEachRow text the embedded engine receives.
+ * ClickHouse over HTTP (@clickhouse/client): a ClickHouse server when CLICKHOUSE_URL is set,
+ * and the embedded engine's host process otherwise (src/store/engine-host, which serves the
+ * part of the HTTP interface this class uses). Rows go in as JSONEachRow text.
  */
 import { Readable } from 'node:stream';
 import { createClient, type ClickHouseClient } from '@clickhouse/client';
@@ -18,8 +19,35 @@ function engineError(err: unknown): unknown {
   return err;
 }
 
+/** Where and as whom to connect. */
+export interface ClickHouseConnection {
+  url: string;
+  /** Schema, inserts and the pipeline's reads. */
+  writer: { username: string; password: string };
+  /** Analytics queries: a read-only user whose current database holds only the views. */
+  reader: { username: string; password: string };
+  database: string;
+  analyticsDatabase: string;
+  analyticsTimeoutMs: number;
+  /** The embedded engine's host: no HTTP compression, no server-only settings. */
+  embedded: boolean;
+}
+
+export function serverConnection(cfg: Config): ClickHouseConnection {
+  const writer = { username: cfg.clickhouseUser, password: cfg.clickhousePassword };
+  return {
+    url: cfg.clickhouseUrl!,
+    writer,
+    reader: cfg.analytics.user ? { username: cfg.analytics.user, password: cfg.analytics.password } : writer,
+    database: cfg.clickhouseDatabase,
+    analyticsDatabase: cfg.analytics.database,
+    analyticsTimeoutMs: cfg.analytics.timeoutMs,
+    embedded: false,
+  };
+}
+
 export class ClickHouseStore implements Store {
-  readonly kind = 'clickhouse' as const;
+  readonly kind: 'chdb' | 'clickhouse';
   private readonly client: ClickHouseClient;
   private readonly db: string;
   private readonly analyticsDb: string;
@@ -27,22 +55,22 @@ export class ClickHouseStore implements Store {
   private readonly reader: ClickHouseClient;
   readonly analytics: AnalyticsEngine;
 
-  constructor(cfg: Config) {
-    this.db = cfg.clickhouseDatabase;
-    this.analyticsDb = cfg.analytics.database;
-    this.client = createClient({
-      url: cfg.clickhouseUrl!,
-      username: cfg.clickhouseUser,
-      password: cfg.clickhousePassword,
-      request_timeout: 60_000,
-    });
+  constructor(conn: ClickHouseConnection) {
+    this.kind = conn.embedded ? 'chdb' : 'clickhouse';
+    this.db = conn.database;
+    this.analyticsDb = conn.analyticsDatabase;
+    const compression = conn.embedded ? { compression: { request: false, response: false } } : {};
+    this.client = createClient({ url: conn.url, ...conn.writer, request_timeout: 60_000, ...compression });
     this.reader = createClient({
-      url: cfg.clickhouseUrl!,
-      username: cfg.analytics.user ?? cfg.clickhouseUser,
-      password: cfg.analytics.user ? cfg.analytics.password : cfg.clickhousePassword,
+      url: conn.url,
+      ...conn.reader,
       database: this.analyticsDb,
-      request_timeout: cfg.analytics.timeoutMs + 10_000,
+      request_timeout: conn.analyticsTimeoutMs + 10_000,
+      ...compression,
     });
+    // A server stops a read-only query whose client went away (the service's deadline);
+    // the embedded engine's host is killed instead (src/store/engine-host/supervisor.ts).
+    const stopSettings: Record<string, string> = conn.embedded ? {} : { cancel_http_readonly_queries_on_client_close: '1' };
     const reader = this.reader;
     this.analytics = {
       normalize: async (text) => {
@@ -60,9 +88,15 @@ export class ClickHouseStore implements Store {
           throw engineError(err);
         }
       },
-      select: async (sql, settings) => {
+      select: async (sql, settings, stop) => {
         try {
-          return Buffer.from(await (await reader.query({ query: sql, format: 'JSONCompact', clickhouse_settings: settings as Record<string, string> })).text());
+          const rs = await reader.query({
+            query: sql,
+            format: 'JSONCompact',
+            clickhouse_settings: { ...(settings as Record<string, string>), ...stopSettings },
+            ...(stop ? { abort_signal: stop } : {}),
+          });
+          return Buffer.from(await rs.text());
         } catch (err) {
           throw engineError(err);
         }
