@@ -13,7 +13,7 @@
  *
  * The time limit is on the wall clock from the request's arrival: waiting for a place counts
  * against it. The engine is told the time left; if it has not answered ANALYTICS_TIMEOUT_MS
- * + 0.5 s after arrival, the request answers 408 and the statement's work is ended (the
+ * + 0.5 s after arrival, the request answers 408 (at most 0.3 s later) and the statement's work is ended (the
  * engine's `select` is aborted: a server cancels the query, the embedded engine's host
  * process is killed and restarted). The slot and the place are held until the engine is done
  * with the statement.
@@ -44,6 +44,8 @@ export interface AnalyticsOptions {
 
 /** Grace after the deadline before the watchdog answers 408 and ends the statement's work. */
 export const STOP_GRACE_MS = 500;
+/** How long the watchdog waits, after ending the work, for the engine call to settle before it answers. */
+const STOP_SETTLE_MS = 300;
 
 /** Hands each engine call of a request to withSlot (which keeps its slot until the call settled); knows the deadline. */
 type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: number };
@@ -113,14 +115,20 @@ export class AnalyticsService {
     let timer: NodeJS.Timeout | undefined;
     const watchdog = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
+        // End the work, and give the engine call a moment to settle so that the slot is free
+        // by the time the caller reads the 408.
         stop.abort();
-        reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
+        const answer = (): void => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
+        const settle = setTimeout(answer, STOP_SETTLE_MS);
+        run.then(answer, answer).finally(() => clearTimeout(settle));
       }, left + STOP_GRACE_MS);
     });
     try {
       return await Promise.race([run, watchdog]);
     } catch (err) {
       if (err instanceof ApiError) throw err;
+      // Ended by the watchdog: whatever the engine call says now (a broken connection), it is the timeout.
+      if (stop.signal.aborted) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
       const e = toEngineError(err);
       const api = apiErrorFor(e, this.opts.internalNames, VIEW_NAMES);
       if (api.code === 'INTERNAL') log.error('analytics engine error', { code: e.codeName, reason: e.reason, org: p.org.id });

@@ -139,7 +139,8 @@ function fail(res: http.ServerResponse, err: unknown): void {
 
 async function main(cfg: HostStart): Promise<void> {
   const lanes = await open(cfg);
-  const server = http.createServer((req, res) => {
+  // Bound parameters travel in the URL (up to 20,480 characters of query text, percent-encoded).
+  const server = http.createServer({ maxHeaderSize: 1024 * 1024 }, (req, res) => {
     handle(cfg, lanes, req, res).catch((err: unknown) => fail(res, err));
   });
   server.keepAliveTimeout = 60_000;

@@ -19,7 +19,8 @@ import type { Config } from '../../config.js';
 import type { AnalyticsEngine, QuerySettings } from '../../analytics/engine.js';
 import type { SignalCounts, Store } from '../index.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
-import { EngineHostSupervisor, type Generation } from '../engine-host/supervisor.js';
+import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
+import { EngineError } from '../../analytics/engine-error.js';
 
 /** Sessions of the writer lane: one for a flush of the pipeline, one for the billing rows and reads. */
 export const WRITER_SESSIONS = 2;
@@ -27,9 +28,9 @@ export const WRITER_SESSIONS = 2;
 /** How long a caller waits for the host to come back before the call fails. */
 const WAIT_FOR_HOST_MS = 15_000;
 
-/** The host died under the call (the connection broke), as opposed to an answer from the engine. */
+/** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
 function lostHost(err: unknown): boolean {
-  return !(err instanceof ClickHouseError) && !(err instanceof Error && err.name === 'AbortError');
+  return !(err instanceof ClickHouseError) && !(err instanceof EngineError) && !(err instanceof HostUnavailable);
 }
 
 export class HostedStore implements Store {
