@@ -187,7 +187,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     analytics: {
       database: r.prefix('ANALYTICS_DATABASE', 'analytics', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
       timeoutMs: r.int('ANALYTICS_TIMEOUT_MS', 30_000, 100, 30_000),
-      engineSessions: r.int('ANALYTICS_ENGINE_SESSIONS', 4, 1, 64),
+      engineSessions: r.int('ANALYTICS_ENGINE_SESSIONS', 8, 2, 64),
       maxMemoryBytes: r.int('ANALYTICS_MAX_MEMORY_BYTES', 2 * 1024 ** 3, 64 * 1024 ** 2, 1024 ** 4),
       rateLimited: r.oneOf('ANALYTICS_RATE_LIMITED', 'false', ['true', 'false'] as const) === 'true',
       user: r.optional('CLICKHOUSE_ANALYTICS_USER'),

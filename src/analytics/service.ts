@@ -166,7 +166,7 @@ export class AnalyticsService {
     if (!slot) throw concurrencyLimited();
     let place: () => void;
     try {
-      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, deadline);
+      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, deadline);
     } catch (err) {
       void slot.release();
       throw err;

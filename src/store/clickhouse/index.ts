@@ -4,7 +4,7 @@
  * part of the HTTP interface this class uses). Rows go in as JSONEachRow text.
  */
 import { Readable } from 'node:stream';
-import { createClient, type ClickHouseClient } from '@clickhouse/client';
+import { ClickHouseError, createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
@@ -135,13 +135,21 @@ export class ClickHouseStore implements Store {
   }
 
   private async insertInto(table: string, rows: Buffer): Promise<void> {
-    const r = await this.client.exec({
-      query: `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`,
-      values: Readable.from([rows]),
-      clickhouse_settings: INSERT_SETTINGS,
-    });
-    r.stream.resume();
-    await new Promise<void>((resolve, reject) => r.stream.on('end', resolve).on('error', reject));
+    try {
+      const r = await this.client.exec({
+        query: `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`,
+        values: Readable.from([rows]),
+        clickhouse_settings: INSERT_SETTINGS,
+      });
+      r.stream.resume();
+      await new Promise<void>((resolve, reject) => r.stream.on('end', resolve).on('error', reject));
+    } catch (err) {
+      // The pipeline tells data errors from outages by "Code: N." and records the reason of a
+      // dead-lettered batch: give the engine's refusal in ClickHouse's own words.
+      const e = err as { code?: unknown; type?: unknown; message?: string };
+      if (err instanceof ClickHouseError) throw new Error(`Code: ${String(e.code)}. DB::Exception: ${e.message ?? ''} (${String(e.type)})`, { cause: err });
+      throw err;
+    }
   }
 
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
