@@ -59,9 +59,6 @@ const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
 const DATA_ERROR_CODES = new Set([6, 25, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131]);
 
 export function isDataError(err: unknown): boolean {
-  // @clickhouse/client's ClickHouseError carries the number as `code`; chdb's message starts "Code: N."
-  const code = (err as { code?: unknown } | null)?.code;
-  if (typeof code === 'string' && /^\d+$/.test(code)) return DATA_ERROR_CODES.has(Number(code));
   const m = /Code: (\d+)\./.exec(err instanceof Error ? err.message : String(err));
   return m !== null && DATA_ERROR_CODES.has(Number(m[1]));
 }
