@@ -87,7 +87,7 @@ export class EngineHostSupervisor {
   kill(n: number, reason: string): boolean {
     const g = this.gen;
     if (!g || g.n !== n || !this.child) return false;
-    log.warn('killing the engine host', { reason, pid: g.pid, generation: n });
+    log.warn('killing the engine host', { reason, generation: n, hostPid: g.pid });
     this.deliberate = true;
     this.gen = null;
     this.child.kill('SIGKILL');
@@ -100,13 +100,21 @@ export class EngineHostSupervisor {
     const startedMs = Date.now();
     const writerPassword = randomBytes(24).toString('base64url');
     const analyticsPassword = randomBytes(24).toString('base64url');
-    const child = fork(HOST_FILE, [], { stdio: ['ignore', 'inherit', 'inherit', 'ipc'], serialization: 'json' });
+    const child = fork(HOST_FILE, [], {
+      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+      serialization: 'json',
+      // chdb runs each async statement on a libuv worker thread: with Node's default of 4,
+      // four running statements make every other session wait, whatever lane it is in
+      // (measured: a SELECT 1 waited 2.6 s behind four long statements). One thread per
+      // session, and a few for the rest of the process.
+      env: { ...process.env, UV_THREADPOOL_SIZE: String(this.opts.analyticsSessions + this.opts.writerSessions + 4) },
+    });
     this.child = child;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
     let served = false;
     child.on('message', (m: HostMessage) => {
       if (m.type === 'failed') {
-        log.warn('engine host could not start', { err: m.message, generation: n });
+        log.warn('engine host could not start', { err: m.message, generation: n, hostPid: child.pid });
         return;
       }
       if (m.type !== 'listening' || served || this.child !== child) return;
@@ -114,7 +122,7 @@ export class EngineHostSupervisor {
       const g: Generation = { n, url: `http://127.0.0.1:${m.port}`, pid: child.pid!, writerPassword, analyticsPassword, exited };
       this.gen = g;
       this.events.push({ n, startedMs, servingMs: Date.now() - startedMs });
-      log.info('engine host serving', { generation: n, pid: child.pid, port: m.port, startMs: Date.now() - startedMs });
+      log.info('engine host serving', { generation: n, hostPid: child.pid, port: m.port, startMs: Date.now() - startedMs });
       const w = this.waiting;
       this.waiting = [];
       for (const take of w) take(g);
@@ -129,7 +137,7 @@ export class EngineHostSupervisor {
       else {
         if (served && Date.now() - startedMs > 30_000) this.failures = 0;
         this.failures++;
-        log.error('engine host exited', { code, signal, generation: n });
+        log.error('engine host exited', { code, signal, generation: n, hostPid: child.pid });
       }
       const delay = deliberate ? 0 : BACKOFF_MS[Math.min(this.failures - 1, BACKOFF_MS.length - 1)]!;
       setTimeout(() => this.launch(), delay).unref();
