@@ -4,7 +4,7 @@
  * part of the HTTP interface this class uses). Rows go in as JSONEachRow text.
  */
 import { Readable } from 'node:stream';
-import { ClickHouseError, createClient, type ClickHouseClient } from '@clickhouse/client';
+import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, schemaStatements } from '../schema.js';
@@ -59,7 +59,9 @@ export class ClickHouseStore implements Store {
     this.kind = conn.embedded ? 'chdb' : 'clickhouse';
     this.db = conn.database;
     this.analyticsDb = conn.analyticsDatabase;
-    const compression = conn.embedded ? { compression: { request: false, response: false } } : {};
+    // The host: no compression on loopback, and no client log lines for the engine errors the
+    // service already reports in its own words.
+    const compression = conn.embedded ? { compression: { request: false, response: false }, log: { level: ClickHouseLogLevel.OFF } } : {};
     this.client = createClient({ url: conn.url, ...conn.writer, request_timeout: 60_000, ...compression });
     this.reader = createClient({
       url: conn.url,
