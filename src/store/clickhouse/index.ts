@@ -92,13 +92,16 @@ export class ClickHouseStore implements Store {
       },
       select: async (sql, settings, stop) => {
         try {
-          const rs = await reader.query({
-            query: sql,
-            format: 'JSONCompact',
+          // exec, not query: the output's bytes as they come, without decoding them to a string
+          // and encoding them again (10,000 rows are ~600 KB).
+          const r = await reader.exec({
+            query: `${sql}\nFORMAT JSONCompact`,
             clickhouse_settings: { ...(settings as Record<string, string>), ...stopSettings },
             ...(stop ? { abort_signal: stop } : {}),
           });
-          return Buffer.from(await rs.text());
+          const chunks: Buffer[] = [];
+          for await (const c of r.stream) chunks.push(c as Buffer);
+          return Buffer.concat(chunks);
         } catch (err) {
           throw engineError(err);
         }
