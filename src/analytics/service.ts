@@ -11,12 +11,13 @@
  * parser) → the engine, with the organization scope, readonly=1, the time left and the row
  * limits as settings → the exact 10,000-row cut.
  *
- * The time limit is on the wall clock from the request's arrival: waiting for a place counts
- * against it. The engine is told the time left; if it has not answered ANALYTICS_TIMEOUT_MS
- * + 0.5 s after arrival, the request answers 408 (at most 0.3 s later) and the statement's work is ended (the
- * engine's `select` is aborted: a server cancels the query, the embedded engine's host
- * process is killed and restarted). The slot and the place are held until the engine is done
- * with the statement.
+ * The time limit is on the wall clock from the request's admission (after the body check and
+ * the rate limiter): waiting for a slot and a place counts against it. The engine is told the
+ * time left; if it has not answered 0.5 s after the deadline, the request answers 408 (at most
+ * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
+ * cancels the query, the embedded engine's host process is killed and restarted). A last
+ * watchdog answers 408 at the deadline + 0.9 s whatever stage the request is in. The slot and
+ * the place are held until the engine is done with the statement.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
 import { log } from '../log.js';
@@ -182,9 +183,20 @@ export class AnalyticsService {
       },
       { deadline },
     );
+    // Whatever stage the request is in (compiling, waiting for the engine host to come back,
+    // running), it answers by the deadline + 1 s: the engine calls' own watchdog answers at
+    // + 0.8 s at the latest, and this one covers everything else.
+    let overall: NodeJS.Timeout | undefined;
+    const latest = new Promise<never>((_, reject) => {
+      overall = setTimeout(
+        () => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped')),
+        Math.max(0, deadline + STOP_GRACE_MS + STOP_SETTLE_MS + 100 - Date.now()),
+      );
+    });
     try {
-      return await body(track);
+      return await Promise.race([body(track), latest]);
     } finally {
+      clearTimeout(overall);
       // Normally the engine is done: give the slot back now. The release is not awaited, but
       // it is sent before the answer, and a caller's next query from this process goes to
       // Redis after it on the same connection, so it finds the slot free. After a watchdog
