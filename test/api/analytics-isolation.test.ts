@@ -66,6 +66,9 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
   t.equal(other.status, 200);
   t.ok(otherMs < 1_000, `another organization's SELECT 1 answered in ${otherMs} ms (bound 1 s)`);
 
+  const ready = await http(svc.url, 'GET', '/readyz');
+  t.equal(ready.status, 200, `/readyz during the attack: ${JSON.stringify(ready.body)}`);
+
   const probe = `probe-${Date.now()}`;
   const accepted = await sendBatch(svc.url, victim.live, { signals: [{ eventName: 'probe', customerId: probe }] });
   t.equal(accepted.status, 202);
@@ -145,9 +148,10 @@ t.test('the engine host killed from outside under ingestion loses and doubles no
     t.notOk(alive(host.pid), `engine host ${host.pid} (generation ${host.generation}) is dead`);
     const back = await waitFor(async () => hosts(svc), (h) => h.some((x) => x.generation > host.generation), 20_000);
     t.ok(back.some((x) => x.generation > host.generation), 'a new host serves');
-    const after = await waitFor(stored, (n) => n > seen, 30_000);
-    t.ok(after > seen, 'ingestion continues');
-    t.comment(`host serving again ${hosts(svc).at(-1) && Date.now() - killedAt} ms after the kill (upper bound, observed by polling)`);
+    const servingMs = Date.now() - killedAt;
+    const after = await waitFor(stored, (n) => n >= seen + 3_000, 30_000);
+    t.ok(after >= seen + 3_000, 'ingestion continues');
+    t.comment(`after the kill: host serving again within ${servingMs} ms, ${after - seen} more rows stored within ${Date.now() - killedAt} ms (observed by polling)`);
   }
   await producer;
   t.equal(sent, BATCHES);

@@ -52,6 +52,8 @@ t.test('schema, inserts and bound parameters through the writer', async (t) => {
   await writer.insert({ table: 'b.t', values: [{ k: odd, v: 1 }, { k: 'x', v: 2 }], format: 'JSONEachRow' });
   const rs = await writer.query({ query: 'SELECT k, v FROM b.t WHERE k = {k:String} OR k IN {ks:Array(String)} ORDER BY v', query_params: { k: odd, ks: ['x', "q'"] }, format: 'JSONEachRow' });
   t.same(await rs.json(), [{ k: odd, v: '1' }, { k: 'x', v: '2' }], 'parameters arrive exactly (quotes, backslashes, tabs, newlines, unicode)');
+  const later = await writer.query({ query: 'SELECT {k:String} AS k', format: 'JSONEachRow' }).then((r) => r.json(), (e: unknown) => e);
+  t.ok(later instanceof ClickHouseError || (Array.isArray(later) && later.length === 1 && (later[0] as { k: string }).k === ''), 'a later statement on the session does not read the earlier request’s parameter');
   t.equal((await writer.ping()).success, true);
 });
 

@@ -3,7 +3,7 @@
  * output format, settings (allowlisted), bound parameters, inserts.
  */
 import t from 'tap';
-import { HostError, basicAuth, errorCode, insertTarget, paramStatements, parseRequest, settingsClause } from '../../src/store/engine-host/protocol.js';
+import { HostError, basicAuth, errorCode, insertTarget, paramReset, paramStatements, parseRequest, settingsClause } from '../../src/store/engine-host/protocol.js';
 
 /** Whether `fn` throws a HostError. */
 function refused(fn: () => unknown): boolean {
@@ -62,6 +62,8 @@ t.test('bound parameters become SET param_ statements with the text quoted', asy
   t.same(r.params, [['org', "o'1\\x"], ['ids', "['a','b\\'c']"]]);
   t.equal(paramStatements(r.params), "SET param_org = 'o\\'1\\\\x'; SET param_ids = '[\\'a\\',\\'b\\\\\\'c\\']'; ");
   t.ok(refused(() => req({ 'param_a;b': '1' }, 'SELECT 1')), 'a parameter name must be an identifier');
+  t.equal(paramReset(r.params), "SET param_org = ''; SET param_ids = ''", 'emptied again after the statement');
+  t.equal(paramReset([]), undefined);
 });
 
 t.test('credentials and error codes', async (t) => {

@@ -23,7 +23,7 @@ import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { Session } from 'chdb';
 import { Lane } from './lane.js';
-import { HostError, basicAuth, errorCode, insertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
+import { HostError, basicAuth, errorCode, insertTarget, paramReset, paramStatements, parseRequest, settingsClause } from './protocol.js';
 
 export interface HostStart {
   type: 'start';
@@ -112,7 +112,7 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
   }
   const text = `${paramStatements(r.params)}${r.sql}${settingsClause(r.settings)}`;
   const lane = role === 'writer' ? lanes.writer : lanes.analytics;
-  const out = await lane.run((session) => session.queryAsync(text, { format: r.format }));
+  const out = await lane.run((session) => session.queryAsync(text, { format: r.format }), paramReset(r.params));
   const bytes = out.bytes();
   res
     .writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ read_rows: String(out.rowsRead), read_bytes: String(out.bytesRead), elapsed_ns: String(Math.round(out.elapsed * 1e9)) }) })
@@ -158,6 +158,7 @@ async function main(cfg: HostStart): Promise<void> {
   });
 }
 
+process.title = 'billing-engine-host';
 // The service went away: end at once, so the data directory is free for its successor.
 process.on('disconnect', () => process.kill(process.pid, 'SIGKILL'));
 process.once('message', (m: HostStart) => {

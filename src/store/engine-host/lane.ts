@@ -27,21 +27,28 @@ export class Lane {
     this.idle = [...sessions];
   }
 
-  /** Runs `call` on a free session of this lane (waiting for one in order of arrival). */
-  run<T>(call: (s: Session) => Promise<T>): Promise<T> {
+  /**
+   * Runs `call` on a free session of this lane (waiting for one in order of arrival), then
+   * `cleanup` (if any) on the same session before anyone else's statement runs on it.
+   */
+  run<T>(call: (s: Session) => Promise<T>, cleanup?: string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
+      const after = (s: Session, first: string | null): void => {
+        const steps = [first, cleanup].filter((x): x is string => !!x);
+        void steps
+          .reduce<Promise<unknown>>((p, sql) => p.then(() => s.queryAsync(sql, { format: 'TSVRaw' })).catch(() => undefined), Promise.resolve())
+          .then(() => this.free(s));
+      };
       const waiter: Waiter = {
         start: (s) => {
           call(s).then(
             (v) => {
-              this.free(s);
+              if (cleanup) after(s, null);
+              else this.free(s);
               resolve(v);
             },
             (err: unknown) => {
-              s.queryAsync(DRAIN_SQL, { format: 'TSVRaw' }).then(
-                () => this.free(s),
-                () => this.free(s),
-              );
+              after(s, DRAIN_SQL);
               reject(err);
             },
           );

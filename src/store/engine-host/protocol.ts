@@ -130,6 +130,15 @@ export function paramStatements(params: readonly [string, string][]): string {
   return params.map(([k, v]) => `SET param_${k} = ${quote(v)}; `).join('');
 }
 
+/**
+ * Empties the parameters again (`SET param_<name> = ''`), run on the session right after the
+ * statement: a parameter set on a session stays set, and a later statement naming it without
+ * sending it must not read another request's value.
+ */
+export function paramReset(params: readonly [string, string][]): string | undefined {
+  return params.length === 0 ? undefined : params.map(([k]) => `SET param_${k} = ''`).join('; ');
+}
+
 export interface InsertTarget {
   table: string;
   format: 'JSONEachRow';
