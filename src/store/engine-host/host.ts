@@ -125,9 +125,9 @@ function fail(res: http.ServerResponse, err: unknown): void {
     : (() => {
         const message = err instanceof Error ? err.message : String(err);
         const { code, name } = errorCode(message);
-        // chdb's message already reads "Code: N. DB::Exception: … (NAME)"; keep it as it is.
         const h = new HostError(500, code, name, message);
-        h.text = () => `${message.trimEnd()}\n`;
+        // chdb's engine errors already read "Code: N. DB::Exception: … (NAME)": keep them as they are.
+        if (/^Code: \d+\./.test(message)) h.text = () => `${message.trimEnd()}\n`;
         return h;
       })();
   if (res.headersSent) {
