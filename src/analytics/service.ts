@@ -31,6 +31,7 @@ import { apiErrorFor, toEngineError } from './engine-error.js';
 import { MAX_QUERY_CHARS, QueryGuard } from './guard.js';
 import { MAX_ROWS, shapeResult } from './result.js';
 import { FairQueue } from './fair-queue.js';
+import { engineUnreachable } from './unreachable.js';
 import { NO_PUSHDOWN_SETTINGS, SCOPE_SETTING, VIEW_NAMES, schemaDocument, scopeValue } from './views.js';
 
 export interface AnalyticsOptions {
@@ -130,6 +131,10 @@ export class AnalyticsService {
       if (err instanceof ApiError) throw err;
       // Ended by the watchdog: whatever the engine call says now (a broken connection), it is the timeout.
       if (stop.signal.aborted) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
+      if (engineUnreachable(err)) {
+        log.warn('analytics engine unreachable', { err: err instanceof Error ? err.message : String(err) });
+        throw new ApiError('ANALYTICS_UNAVAILABLE', 'the analytics engine is not reachable right now; retry later');
+      }
       const e = toEngineError(err);
       const api = apiErrorFor(e, this.opts.internalNames, VIEW_NAMES);
       if (api.code === 'INTERNAL') log.error('analytics engine error', { code: e.codeName, reason: e.reason, org: p.org.id });

@@ -33,6 +33,7 @@ export interface Generation {
 export class HostUnavailable extends Error {
   constructor(message: string) {
     super(message);
+    this.name = 'HostUnavailable';
   }
 }
 
@@ -47,7 +48,6 @@ export class EngineHostSupervisor {
   private n = 0;
   /** The next exit is one this supervisor asked for (restart at once, no back-off). */
   private deliberate = false;
-  readonly events: { n: number; startedMs: number; servingMs: number }[] = [];
 
   constructor(private readonly opts: HostOptions) {}
 
@@ -121,7 +121,6 @@ export class EngineHostSupervisor {
       served = true;
       const g: Generation = { n, url: `http://127.0.0.1:${m.port}`, pid: child.pid!, writerPassword, analyticsPassword, exited };
       this.gen = g;
-      this.events.push({ n, startedMs, servingMs: Date.now() - startedMs });
       log.info('engine host serving', { generation: n, hostPid: child.pid, port: m.port, startMs: Date.now() - startedMs });
       const w = this.waiting;
       this.waiting = [];
