@@ -11,7 +11,8 @@ import t from 'tap';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { OPERATOR_TOKEN, createOrg, http as call, sendBatch, useService, waitFor, type TestOrg } from '../helpers/service.js';
-import { type WebhookEvent, WEBHOOK_EVENTS, WebhookReceiver, creditsDecimals, signatureHeader } from '../../packages/receiver/src/index.js';
+import { Redis } from 'ioredis';
+import { type WebhookEvent, RedisDedupeStore, WEBHOOK_EVENTS, WebhookReceiver, creditsDecimals, signatureHeader } from '../../packages/receiver/src/index.js';
 import { type ExampleOptions, createNodeHttpReceiver } from '../../packages/receiver/examples/node-http.js';
 import { createExpressApp } from '../../packages/receiver/examples/express.js';
 import { createFastifyApp } from '../../packages/receiver/examples/fastify.js';
@@ -205,6 +206,17 @@ for (const [name, start] of Object.entries(FRAMEWORKS)) {
       const plain = await post(hook, text, { 'content-type': 'text/plain', 'x-webhook-signature': real.headers['x-webhook-signature']! });
       t.equal(plain.status, 415, 'only application/json bodies are read raw');
     }
+    const tooBig = await post(hook, Buffer.alloc((1 << 20) + 1, 0x20), { ...json, 'x-webhook-signature': real.headers['x-webhook-signature']! }).catch((err: Error) => ({ status: 0, text: err.message }));
+    t.equal(tooBig.status, 413, 'a body over 1 MiB: 413');
     t.equal(processed.length, 3, 'nothing refused or replayed was processed');
+
+    // 6. The dedupe store unreachable (a real ioredis client to a closed port): 500, so the service retries.
+    const dead = new Redis({ port: 1, lazyConnect: true, enableOfflineQueue: false, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    t.teardown(() => dead.disconnect());
+    const down = await start({ receiver: new WebhookReceiver({ secret, store: new RedisDedupeStore(dead) }), onEvent: (e) => void processed.push(e) });
+    t.teardown(down.close);
+    const r = await post(`${down.url}/webhooks`, text, { ...json, 'x-webhook-signature': signatureHeader(secret, text, Date.now()) });
+    t.same([r.status, JSON.parse(r.text)], [500, { error: 'could not check the delivery' }], 'store down: 500, nothing processed');
+    t.equal(processed.length, 3);
   });
 }

@@ -32,20 +32,33 @@ export function createNodeHttpReceiver(opts: ExampleOptions): http.Server {
     req.on('data', (c: Buffer) => {
       size += c.length;
       if (size > max) {
-        send(res, 413, { error: 'body too large' });
-        req.destroy();
+        if (!res.headersSent) {
+          res.once('finish', () => req.destroy()); // stop reading once the answer is out
+          res.writeHead(413, { 'content-type': 'application/json', connection: 'close' }).end(JSON.stringify({ error: 'body too large' }));
+        }
       } else chunks.push(c);
     });
     req.on('end', () => {
+      if (size > max) return;
       const raw = Buffer.concat(chunks); // the raw bytes: do not parse before verifying
-      void handle(opts, raw, req.headers[SIGNATURE_HEADER]).then(([status, body]) => send(res, status, body));
+      void handle(opts, raw, req.headers[SIGNATURE_HEADER]).then(
+        ([status, body]) => send(res, status, body),
+        () => send(res, 500, { error: 'internal error' }),
+      );
     });
   });
 }
 
 /** The part every framework shares: verify, dedupe, queue; returns the status and a small JSON body. */
 export async function handle(opts: ExampleOptions, raw: Buffer, header: string | string[] | undefined): Promise<[number, unknown]> {
-  const outcome = await opts.receiver.receive(raw, header);
+  let outcome;
+  try {
+    outcome = await opts.receiver.receive(raw, header);
+  } catch (err) {
+    // The dedupe store is unreachable (or a configuration mistake): 5xx, so the service retries.
+    console.error('webhook receiver:', err);
+    return [500, { error: 'could not check the delivery' }];
+  }
   switch (outcome.action) {
     case 'refused':
       return [outcome.status, { error: outcome.reason }];
@@ -55,7 +68,8 @@ export async function handle(opts: ExampleOptions, raw: Buffer, header: string |
       try {
         await opts.onEvent(outcome.event);
       } catch {
-        await outcome.release(); // not queued: let the retry through
+        // Not queued: forget the key so the service's retry is processed.
+        await Promise.resolve(outcome.release()).catch((err: unknown) => console.error('webhook receiver: could not release', outcome.key, err));
         return [500, { error: 'could not queue the event' }];
       }
       return [200, { action: 'process' }];

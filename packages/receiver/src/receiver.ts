@@ -12,7 +12,9 @@
  * Statuses: 401 for a delivery that does not verify (missing or malformed header, bad
  * signature, timestamp more than the tolerance away), 400 for a verified body that is not an
  * envelope, 200 otherwise — duplicates, test deliveries and unknown events included, so the
- * service does not retry them. Any non-2xx makes the service retry later.
+ * service does not retry them. Any non-2xx makes the service retry later. `receive` rejects
+ * only when the store fails (or on a configuration mistake such as an empty secret): answer
+ * 5xx then, and the service tries again later.
  */
 import { type DedupeStore, DEFAULT_DEDUPE_TTL_MS, MemoryDedupeStore, dedupeKey } from './dedupe.js';
 import { parseEnvelope } from './envelope.js';
