@@ -18,13 +18,16 @@
  * answers 400 INVALID_CONTENT_ENCODING with zlib's reason. Neither reaches a handler, so
  * nothing is ingested or changed.
  *
- * The inflating runs on the libuv thread pool (the zlib stream API); the event loop only sees
- * one callback per output chunk. Measured on this machine (2 cores, busy with other helpers'
- * work; /tmp script, Node 20): a typical 500-signal batch of bench/lib/signals.ts (132 KB of
- * JSON, 10.9 KB gzipped at level 6: 12×) inflates in ≈0.17 ms of CPU; 64 of them decoded
- * concurrently delayed the event loop by at most 0.7–7 ms, where gunzipSync of the same 64
- * held it for one block of 7–10 ms. A 10 MB-of-zeros bomb (9.7 KB gzipped) against a 1 MB
- * limit stopped after producing 1,048,576 bytes (16 chunks), RSS unchanged.
+ * The inflating runs on the libuv thread pool (the zlib stream API); the event loop only sets
+ * the stream up and takes one callback per output chunk, so however large the limit
+ * (MAX_BODY_BYTES goes up to 64 MiB) no request holds it for long. Measured with
+ * bench/decompress.ts (2 cores shared with other work, load average 13; Node 20): a typical
+ * 500-signal batch (132,009 bytes of JSON, 11,032 gzipped at level 6: 12×) inflates in
+ * 0.16–0.21 ms of CPU. 64 decoded at once kept the event loop busy 7–12 ms in all, about what
+ * gunzipSync of the same 64 costs (for a body this small the stream's set-up on the main
+ * thread costs about as much as the inflating saved), but in slices: worst single delay
+ * 2.5–5.7 ms, against 7–9 ms in one block with gunzipSync. A 10 MB-of-zeros bomb (9.7 KB of
+ * gzip) against the 1 MB limit stopped after producing 1,048,576 bytes (16 chunks).
  */
 import zlib from 'node:zlib';
 import type { Transform } from 'node:stream';
