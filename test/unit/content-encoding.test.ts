@@ -90,6 +90,7 @@ t.test('decodeBody: corrupt data is 400 naming the problem', async (t) => {
     ['not gzip at all', Buffer.from('{"signals":[]}'), 'gzip', /incorrect header check/],
     ['truncated', gz.subarray(0, gz.length - 10), 'gzip', /unexpected end of file/],
     ['checksum', flipped, 'gzip', /incorrect data check/],
+    ['trailing garbage after the member', Buffer.concat([gz, Buffer.from('xyz')]), 'gzip', /incorrect header check/],
     ['deflate garbage', Buffer.from('\xff\xff\xff\xff garbage', 'latin1'), 'deflate', /invalid/],
     ...(ZSTD_AVAILABLE ? [['zstd garbage', Buffer.from('not zstd at all'), 'zstd', /./] as [string, Buffer, 'zstd', RegExp]] : []),
   ];
