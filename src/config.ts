@@ -42,6 +42,11 @@ export interface Config {
     database: string;
     /** Engine time limit of one analytics query (spec: 30 s); past it the answer is 408. */
     timeoutMs: number;
+    /**
+     * Analytics statements run at once by this process (the fair queue's width), and the
+     * embedded engine host's analytics sessions.
+     */
+    engineSessions: number;
     /** Engine memory limit of one analytics query. */
     maxMemoryBytes: number;
     /** Spec 8.3: when on, an analytics query takes one token from the organization's bucket. */
@@ -215,6 +220,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     analytics: {
       database: r.prefix('ANALYTICS_DATABASE', 'analytics', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
       timeoutMs: r.int('ANALYTICS_TIMEOUT_MS', 30_000, 100, 30_000),
+      engineSessions: r.int('ANALYTICS_ENGINE_SESSIONS', 8, 2, 64),
       maxMemoryBytes: r.int('ANALYTICS_MAX_MEMORY_BYTES', 2 * 1024 ** 3, 64 * 1024 ** 2, 1024 ** 4),
       rateLimited: r.oneOf('ANALYTICS_RATE_LIMITED', 'false', ['true', 'false'] as const) === 'true',
       user: r.optional('CLICKHOUSE_ANALYTICS_USER'),

@@ -197,6 +197,7 @@ export async function start(cfg: Config): Promise<Running> {
           ? new AnalyticsService(engineStore.analytics, analyticsDeps.slots, analyticsDeps.buckets, {
               timeoutMs: cfg.analytics.timeoutMs,
               maxMemoryBytes: cfg.analytics.maxMemoryBytes,
+              engineSessions: cfg.analytics.engineSessions,
               rateLimited: cfg.analytics.rateLimited,
               internalNames: [cfg.clickhouseDatabase, cfg.analytics.database],
               analyticsDatabase: cfg.analytics.database,

@@ -10,6 +10,7 @@
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
 import { log } from '../log.js';
+import { decodeBody, parseContentEncoding } from './content-encoding.js';
 import type { Principal } from '../orgs/registry.js';
 import { observeRequest } from '../metrics/index.js';
 
@@ -40,7 +41,11 @@ export type Handler = (req: Request) => Reply | Promise<Reply>;
 export interface RouteOptions {
   /** Read the body (POST/PATCH). */
   body?: boolean;
-  /** Upper bound of the body in bytes; larger bodies answer 413 without being read. */
+  /**
+   * Upper bound of the body in bytes; larger bodies answer 413 without being read. A
+   * compressed body (Content-Encoding, src/ingress/content-encoding.ts) is held to it twice:
+   * as received, and once decompressed.
+   */
   maxBodyBytes?: number;
   /**
    * Runs before the handler, while the body is being read; may answer early (401) without
@@ -55,6 +60,7 @@ const STATUS_TEXT: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content',
   400: '400 Bad Request', 401: '401 Unauthorized', 403: '403 Forbidden', 404: '404 Not Found',
   405: '405 Method Not Allowed', 408: '408 Request Timeout', 409: '409 Conflict', 413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type',
   429: '429 Too Many Requests', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
 };
 
@@ -117,8 +123,17 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
 
     // The body is read from the start, synchronously attached: uWS delivers body chunks only
     // to an onData registered by then, so waiting for an asynchronous `before` (a key lookup)
-    // first could lose the body and hang the request.
-    const body = opts.body ? readBody(res, state, contentLength, opts.maxBodyBytes ?? 1024 * 1024) : null;
+    // first could lose the body and hang the request. A compressed body is decompressed here,
+    // before any handler sees it; an unknown coding is refused without reading the body. Its
+    // errors (415, 413, 400) are answered only after `before`, like every body error.
+    let body: Promise<Buffer> | null = null;
+    if (opts.body) {
+      const max = opts.maxBodyBytes ?? 1024 * 1024;
+      const coding = parseContentEncoding(uReq.getHeader('content-encoding'));
+      if (coding instanceof ApiError) body = Promise.reject(coding);
+      else if (coding === 'identity') body = readBody(res, state, contentLength, max);
+      else body = readBody(res, state, contentLength, max).then((raw) => decodeBody(raw, coding, max));
+    }
     body?.catch(() => undefined);
     const run = async (): Promise<void> => {
       try {
