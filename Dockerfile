@@ -1,4 +1,4 @@
-FROM node:20-bookworm-slim
+FROM node:22-bookworm-slim
 WORKDIR /app
 COPY package.json package-lock.json ./
 # npm install, not npm ci: see scripts/setup.sh (chdb optional packages missing from the registry)
