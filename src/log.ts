@@ -1,22 +1,130 @@
-/** A small structured logger: one JSON object per line on stderr. */
+/**
+ * Logging: pino, one JSON object per line on stdout, written asynchronously (pino's
+ * sonic-boom destination; flushed synchronously on exit and after `fatal`).
+ *
+ * Call sites keep the shape `log.info(msg, { fields })`; this module adapts it to pino's
+ * `info(fields, msg)`. Every line carries `role` (set once by main) and, while an HTTP
+ * request is being handled, its `reqId` (see `withRequest`, used by src/ingress/http.ts),
+ * found through AsyncLocalStorage, so no call site has to pass it. `moduleLog('name')` is a
+ * child logger adding `module`. Secrets are redacted by field name wherever they sit (top
+ * level or one object down, plus request headers), whatever a future call site passes.
+ */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { pino, type Logger } from 'pino';
+
 export type Level = 'debug' | 'info' | 'warn' | 'error';
-const ORDER: Record<Level, number> = { debug: 10, info: 20, warn: 30, error: 40 };
-let threshold = ORDER.info;
+export type Fields = Record<string, unknown>;
 
+/** Field names whose values never reach a log line. */
+const SECRET_FIELDS = [
+  'apiKey',
+  'apiKeys',
+  'authorization',
+  'signingSecret',
+  'previousSigningSecret',
+  'secret',
+  'token',
+  'password',
+  'operatorToken',
+  'encryptionKey',
+  'webhookEncryptionKey',
+];
+export const REDACT_PATHS = [
+  ...SECRET_FIELDS,
+  ...SECRET_FIELDS.map((f) => `*.${f}`),
+  'headers.authorization',
+  'headers.cookie',
+  'req.headers.authorization',
+  'req.headers.cookie',
+  '*.headers.authorization',
+];
+
+const destination = pino.destination({ dest: 1, sync: false });
+const root: Logger = pino(
+  {
+    level: 'info',
+    base: { pid: process.pid },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    // Level names ("info"), not numbers, as the hand-written logger wrote them.
+    formatters: { level: (label) => ({ level: label }) },
+    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+  },
+  destination,
+);
+
+let base: Logger = root;
+
+/** Set once at start from the validated configuration (src/config.ts owns LOG_LEVEL). */
+export function configureLog(opts: { level: Level; role?: string }): void {
+  root.level = opts.level;
+  base = opts.role ? root.child({ role: opts.role }) : root;
+}
+
+/** Kept for callers of the old logger. */
 export function setLogLevel(level: Level): void {
-  threshold = ORDER[level];
+  configureLog({ level });
 }
 
-function write(level: Level, msg: string, fields?: Record<string, unknown>): void {
-  if (ORDER[level] < threshold) return;
-  const rec: Record<string, unknown> = { t: new Date().toISOString(), level, msg, pid: process.pid, ...fields };
-  if (fields?.err instanceof Error) rec.err = { name: fields.err.name, message: fields.err.message, stack: fields.err.stack };
-  process.stderr.write(`${JSON.stringify(rec)}\n`);
+const requestContext = new AsyncLocalStorage<{ reqId: string }>();
+
+/** Runs `fn` with `reqId` attached to every line logged from it (and what it awaits). */
+export function withRequest<T>(reqId: string, fn: () => T): T {
+  return requestContext.run({ reqId }, fn);
 }
 
-export const log = {
-  debug: (msg: string, f?: Record<string, unknown>) => write('debug', msg, f),
-  info: (msg: string, f?: Record<string, unknown>) => write('info', msg, f),
-  warn: (msg: string, f?: Record<string, unknown>) => write('warn', msg, f),
-  error: (msg: string, f?: Record<string, unknown>) => write('error', msg, f),
-};
+/** The request id of the request being handled, if any. */
+export const currentRequestId = (): string | undefined => requestContext.getStore()?.reqId;
+
+export interface Log {
+  debug(msg: string, fields?: Fields): void;
+  info(msg: string, fields?: Fields): void;
+  warn(msg: string, fields?: Fields): void;
+  error(msg: string, fields?: Fields): void;
+  /** Logs and flushes synchronously: for the last words before exiting. */
+  fatal(msg: string, fields?: Fields): void;
+  child(bindings: Fields): Log;
+}
+
+function adapter(bindings: Fields | null): Log {
+  let cachedFor: Logger | null = null;
+  let cached: Logger = root;
+  const target = (): Logger => {
+    if (!bindings) return base;
+    if (cachedFor !== base) {
+      cachedFor = base;
+      cached = base.child(bindings);
+    }
+    return cached;
+  };
+  const write = (level: Level | 'fatal', msg: string, fields?: Fields): void => {
+    const l = target();
+    if (!l.isLevelEnabled(level)) return;
+    const reqId = requestContext.getStore()?.reqId;
+    l[level](reqId === undefined ? (fields ?? {}) : { reqId, ...fields }, msg);
+  };
+  return {
+    debug: (msg, f) => write('debug', msg, f),
+    info: (msg, f) => write('info', msg, f),
+    warn: (msg, f) => write('warn', msg, f),
+    error: (msg, f) => write('error', msg, f),
+    fatal: (msg, f) => {
+      write('fatal', msg, f);
+      flushLog();
+    },
+    child: (more) => adapter({ ...bindings, ...more }),
+  };
+}
+
+export const log: Log = adapter(null);
+
+/** A child logger naming the module it logs for. */
+export const moduleLog = (module: string): Log => log.child({ module });
+
+/** Writes out what is buffered, synchronously (before process.exit). */
+export function flushLog(): void {
+  try {
+    destination.flushSync();
+  } catch {
+    // Not ready yet (nothing written) or the descriptor is gone: nothing to flush.
+  }
+}

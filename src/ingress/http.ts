@@ -9,7 +9,8 @@
  */
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
-import { log } from '../log.js';
+import { randomUUID } from 'node:crypto';
+import { log, withRequest } from '../log.js';
 import type { Principal } from '../orgs/registry.js';
 
 export interface Request {
@@ -26,6 +27,8 @@ export interface Request {
   body: Buffer;
   /** Set by the authentication hook of /api routes. */
   principal?: Principal;
+  /** The request id: a valid incoming X-Request-Id, or a generated one; sent back on every answer. */
+  id?: string;
 }
 
 export interface Reply {
@@ -57,7 +60,11 @@ const STATUS_TEXT: Record<number, string> = {
 
 const EMPTY = Buffer.alloc(0);
 
-function send(res: uWS.HttpResponse, state: { done: boolean }, reply: Reply): void {
+/** An incoming X-Request-Id is kept when it is 1–128 characters of [A-Za-z0-9._:-]; otherwise one is generated. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+export const requestId = (incoming: string): string => (REQUEST_ID.test(incoming) ? incoming : randomUUID());
+
+function send(res: uWS.HttpResponse, state: { done: boolean; reqId?: string }, reply: Reply): void {
   if (state.done) return;
   state.done = true;
   const payload = reply.body === undefined ? '' : typeof reply.body === 'string' || Buffer.isBuffer(reply.body) ? reply.body : JSON.stringify(reply.body);
@@ -67,6 +74,7 @@ function send(res: uWS.HttpResponse, state: { done: boolean }, reply: Reply): vo
       res.writeHeader('Content-Type', 'application/json');
     }
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    if (state.reqId) res.writeHeader('X-Request-Id', state.reqId);
     res.end(payload as string | Buffer);
   });
 }
@@ -86,7 +94,8 @@ function errorReply(err: unknown, req: Request): Reply {
 export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
   const names = paramNames(pattern);
   return (res, uReq) => {
-    const state = { done: false };
+    const started = performance.now();
+    const state: { done: boolean; reqId: string } = { done: false, reqId: requestId(uReq.getHeader('x-request-id')) };
     res.onAborted(() => {
       state.done = true;
     });
@@ -105,6 +114,7 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
       authorization: uReq.getHeader('authorization'),
       contentType: uReq.getHeader('content-type'),
       body: EMPTY,
+      id: state.reqId,
     };
     const contentLength = uReq.getHeader('content-length');
 
@@ -113,21 +123,27 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
     // first could lose the body and hang the request.
     const body = opts.body ? readBody(res, state, contentLength, opts.maxBodyBytes ?? 1024 * 1024) : null;
     body?.catch(() => undefined);
+    const answer = (reply: Reply): void => {
+      const aborted = state.done;
+      send(res, state, reply);
+      log.debug('request', { method: req.method, path: req.url, status: aborted ? 'aborted' : reply.status, ms: Math.round((performance.now() - started) * 10) / 10 });
+    };
     const run = async (): Promise<void> => {
       try {
         if (opts.before) {
           const early = await opts.before(req);
-          if (early) return send(res, state, early);
+          if (early) return answer(early);
         }
         if (badParam) throw badParam;
         if (body) req.body = await body;
         if (state.done) return;
-        send(res, state, await handler(req));
+        answer(await handler(req));
       } catch (err) {
-        send(res, state, errorReply(err, req));
+        answer(errorReply(err, req));
       }
     };
-    void run();
+    // Every line logged while handling the request carries its id.
+    void withRequest(state.reqId, run);
   };
 }
 
