@@ -120,6 +120,18 @@ export const log: Log = adapter(null);
 /** A child logger naming the module it logs for. */
 export const moduleLog = (module: string): Log => log.child({ module });
 
+// One child logger per module of the service (imported as `log`, e.g. `import { pipelineLog as log }`).
+export const analyticsLog = moduleLog('analytics');
+export const billingLog = moduleLog('billing');
+export const httpLog = moduleLog('http');
+export const ingressLog = moduleLog('ingress');
+export const natsLog = moduleLog('nats');
+export const orgsLog = moduleLog('orgs');
+export const pipelineLog = moduleLog('pipeline');
+export const ratelimitLog = moduleLog('ratelimit');
+export const storeLog = moduleLog('store');
+export const webhooksLog = moduleLog('webhooks');
+
 /** Writes out what is buffered, synchronously (before process.exit). */
 export function flushLog(): void {
   try {

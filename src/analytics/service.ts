@@ -13,7 +13,7 @@
  * statement, even when the watchdog answered 408 first.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
-import { log } from '../log.js';
+import { analyticsLog as log } from '../log.js';
 import type { Principal } from '../orgs/registry.js';
 import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';

@@ -10,7 +10,7 @@
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
 import { randomUUID } from 'node:crypto';
-import { log, withRequest } from '../log.js';
+import { httpLog as log, withRequest } from '../log.js';
 import type { Principal } from '../orgs/registry.js';
 
 export interface Request {

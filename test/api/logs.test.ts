@@ -142,7 +142,7 @@ t.test('no secret in any log line; request ids in the lines of their requests', 
     t.match(s.id, /^[A-Za-z0-9._:-]{1,128}$/, `${s.path}: answered with a request id`);
     const mine = records.filter((r) => r.reqId === s.id);
     t.ok(
-      mine.some((r) => r.msg === 'request' && r.status === s.status && r.path === s.path.split('?')[0]),
+      mine.some((r) => r.msg === 'request' && r.module === 'http' && r.role === 'all' && r.status === s.status && r.path === s.path.split('?')[0]),
       `${s.path} (${s.status}): its request line carries X-Request-Id ${s.id}`,
     );
   }

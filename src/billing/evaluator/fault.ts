@@ -17,7 +17,7 @@
  *   after-state-write   the state is committed; the message is not acked.
  */
 import type { BillingFaultPoint } from '../../config.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
 
 export interface FaultContext {
   seq: number;
