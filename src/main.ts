@@ -67,7 +67,7 @@ export async function start(cfg: Config): Promise<Running> {
   if (hasIngress(cfg.role)) checks.redis = async () => Promise.reject(new Error('connecting'));
   if (hasPipeline(cfg.role)) checks.clickhouse = async () => Promise.reject(new Error('starting'));
   const { port, socket } = await listen(server.app, cfg.host, cfg.port);
-  log.info('listening', { port });
+  log.info('listening', { port, node: process.version });
 
   try {
     nats = await Nats.connect(cfg);
