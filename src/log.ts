@@ -1,6 +1,7 @@
 /**
  * Logging: pino, one JSON object per line on stdout, written asynchronously (pino's
- * sonic-boom destination; flushed synchronously on exit and after `fatal`).
+ * sonic-boom destination; what is buffered is flushed synchronously on exit, and `fatal`
+ * and `now` lines are written synchronously).
  *
  * Call sites keep the shape `log.info(msg, { fields })`; this module adapts it to pino's
  * `info(fields, msg)`. Every line carries `role` (set once by main) and, while an HTTP
@@ -39,25 +40,34 @@ export const REDACT_PATHS = [
   '*.headers.authorization',
 ];
 
+const OPTIONS = {
+  level: 'info',
+  base: { pid: process.pid },
+  timestamp: pino.stdTimeFunctions.isoTime,
+  // Level names ("info"), not numbers, as the hand-written logger wrote them.
+  formatters: { level: (label: string) => ({ level: label }) },
+  redact: { paths: REDACT_PATHS, censor: '[redacted]' },
+};
 const destination = pino.destination({ dest: 1, sync: false });
-const root: Logger = pino(
-  {
-    level: 'info',
-    base: { pid: process.pid },
-    timestamp: pino.stdTimeFunctions.isoTime,
-    // Level names ("info"), not numbers, as the hand-written logger wrote them.
-    formatters: { level: (label) => ({ level: label }) },
-    redact: { paths: REDACT_PATHS, censor: '[redacted]' },
-  },
-  destination,
-);
-
+const root: Logger = pino(OPTIONS, destination);
+let roleBindings: Fields = {};
 let base: Logger = root;
+
+// Lines that must be out before the process dies (`fatal`, `now`): written synchronously by a
+// second logger on the same descriptor, made on first use. An asynchronous write still in
+// flight at that moment may land after such a line.
+let syncRoot: Logger | null = null;
+const syncBase = (): Logger => {
+  syncRoot ??= pino({ ...OPTIONS, level: root.level }, pino.destination({ dest: 1, sync: true }));
+  return syncRoot.child(roleBindings);
+};
 
 /** Set once at start from the validated configuration (src/config.ts owns LOG_LEVEL). */
 export function configureLog(opts: { level: Level; role?: string }): void {
   root.level = opts.level;
-  base = opts.role ? root.child({ role: opts.role }) : root;
+  if (syncRoot) syncRoot.level = opts.level;
+  roleBindings = opts.role ? { role: opts.role } : {};
+  base = opts.role ? root.child(roleBindings) : root;
 }
 
 /** Kept for callers of the old logger. */
@@ -80,8 +90,10 @@ export interface Log {
   info(msg: string, fields?: Fields): void;
   warn(msg: string, fields?: Fields): void;
   error(msg: string, fields?: Fields): void;
-  /** Logs and flushes synchronously: for the last words before exiting. */
+  /** Written synchronously, with what is buffered flushed first: the last words before exiting. */
   fatal(msg: string, fields?: Fields): void;
+  /** Written synchronously: a line that must be out before the process dies (e.g. a SIGKILL). */
+  now(level: Level, msg: string, fields?: Fields): void;
   child(bindings: Fields): Log;
 }
 
@@ -96,8 +108,8 @@ function adapter(bindings: Fields | null): Log {
     }
     return cached;
   };
-  const write = (level: Level | 'fatal', msg: string, fields?: Fields): void => {
-    const l = target();
+  const write = (level: Level | 'fatal', msg: string, fields?: Fields, sync = false): void => {
+    const l = sync ? (bindings ? syncBase().child(bindings) : syncBase()) : target();
     if (!l.isLevelEnabled(level)) return;
     const reqId = requestContext.getStore()?.reqId;
     l[level](reqId === undefined ? (fields ?? {}) : { reqId, ...fields }, msg);
@@ -108,8 +120,12 @@ function adapter(bindings: Fields | null): Log {
     warn: (msg, f) => write('warn', msg, f),
     error: (msg, f) => write('error', msg, f),
     fatal: (msg, f) => {
-      write('fatal', msg, f);
       flushLog();
+      write('fatal', msg, f, true);
+    },
+    now: (level, msg, f) => {
+      flushLog();
+      write(level, msg, f, true);
     },
     child: (more) => adapter({ ...bindings, ...more }),
   };

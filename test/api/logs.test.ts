@@ -184,3 +184,20 @@ t.test('the logger: redaction paths, LOG_LEVEL, flush on exit', async (t) => {
   t.equal(f.endpoint.signingSecret, '[redacted]');
   t.match(lines.at(-1), { msg: 'last words', level: 'fatal', err: { message: 'boom', type: 'Error' } });
 });
+
+t.test('a line written with now() is out before a SIGKILL', async (t) => {
+  const dist = fileURLToPath(new URL('../../dist/src/log.js', import.meta.url));
+  const script = `
+    import { configureLog, moduleLog } from ${JSON.stringify(dist)};
+    configureLog({ level: 'info', role: 'pipeline' });
+    const m = moduleLog('billing');
+    for (let i = 0; i < 500; i++) m.info('before', { i });
+    m.now('warn', 'fault point', { point: 'after-events', token: 'S13-now' });
+    process.kill(process.pid, 'SIGKILL');
+  `;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 30_000 });
+  t.equal(r.signal, 'SIGKILL');
+  const line = r.stdout.split('\n').find((l) => l.includes('"msg":"fault point"'));
+  t.ok(line, 'the line is written');
+  t.match(JSON.parse(line ?? '{}'), { level: 'warn', role: 'pipeline', module: 'billing', point: 'after-events', token: '[redacted]' });
+});
