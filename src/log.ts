@@ -70,9 +70,10 @@ export function configureLog(opts: { level: Level; role?: string }): void {
   base = opts.role ? root.child(roleBindings) : root;
 }
 
-/** Kept for callers of the old logger. */
+/** The level alone (the role bindings stay). */
 export function setLogLevel(level: Level): void {
-  configureLog({ level });
+  root.level = level;
+  if (syncRoot) syncRoot.level = level;
 }
 
 const requestContext = new AsyncLocalStorage<{ reqId: string }>();
