@@ -7,7 +7,7 @@
  */
 import { Redis } from 'ioredis';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
-import { log, setLogLevel } from './log.js';
+import { configureLog, log } from './log.js';
 import { Nats } from './nats/connection.js';
 import { OrgRegistry } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
@@ -45,7 +45,7 @@ export interface Running {
 }
 
 export async function start(cfg: Config): Promise<Running> {
-  setLogLevel(cfg.logLevel);
+  configureLog({ level: cfg.logLevel, role: cfg.role });
   startDefaultMetrics();
   const closers: (() => Promise<void> | void)[] = [];
   let nats: Nats | null = null;
@@ -69,7 +69,7 @@ export async function start(cfg: Config): Promise<Running> {
   if (hasIngress(cfg.role)) checks.redis = async () => Promise.reject(new Error('connecting'));
   if (hasPipeline(cfg.role)) checks.clickhouse = async () => Promise.reject(new Error('starting'));
   const { port, socket } = await listen(server.app, cfg.host, cfg.port);
-  log.info('listening', { role: cfg.role, port });
+  log.info('listening', { port, node: process.version });
 
   try {
     nats = await Nats.connect(cfg);
@@ -226,7 +226,7 @@ export async function start(cfg: Config): Promise<Running> {
     throw err;
   }
   server.markReady();
-  log.info('ready', { role: cfg.role, port, store: store?.kind ?? null });
+  log.info('ready', { port, store: store?.kind ?? null });
 
   let stopping: Promise<void> | null = null;
   return {
@@ -276,7 +276,7 @@ async function main(): Promise<void> {
 if (isMain(import.meta.url)) {
   main().catch((err: unknown) => {
     if (err instanceof ConfigError) process.stderr.write(`${err.message}\n`);
-    else log.error('failed to start', { err });
+    else log.fatal('failed to start', { err });
     process.exit(err instanceof ConfigError ? 2 : 1);
   });
 }

@@ -9,7 +9,8 @@
  */
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
-import { log } from '../log.js';
+import { randomUUID } from 'node:crypto';
+import { httpLog as log, withRequest } from '../log.js';
 import { decodeBody, parseContentEncoding } from './content-encoding.js';
 import type { Principal } from '../orgs/registry.js';
 import { observeRequest } from '../metrics/index.js';
@@ -28,6 +29,8 @@ export interface Request {
   body: Buffer;
   /** Set by the authentication hook of /api routes. */
   principal?: Principal;
+  /** The request id: a valid incoming X-Request-Id, or a generated one; sent back on every answer. */
+  id?: string;
 }
 
 export interface Reply {
@@ -66,8 +69,12 @@ const STATUS_TEXT: Record<number, string> = {
 
 const EMPTY = Buffer.alloc(0);
 
+/** An incoming X-Request-Id is kept when it is 1–128 characters of [A-Za-z0-9._:-]; otherwise one is generated. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+export const requestId = (incoming: string): string => (REQUEST_ID.test(incoming) ? incoming : randomUUID());
+
 /** `observe` records the answer in the metrics (src/metrics): once, when it is sent. */
-type SendState = { done: boolean; observe?: (status: number, body: unknown) => void };
+type SendState = { done: boolean; reqId?: string; observe?: (status: number, body: unknown) => void };
 
 function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
   if (state.done) return;
@@ -80,6 +87,7 @@ function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
       res.writeHeader('Content-Type', 'application/json');
     }
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    if (state.reqId) res.writeHeader('X-Request-Id', state.reqId);
     res.end(payload as string | Buffer);
   });
 }
@@ -99,7 +107,8 @@ function errorReply(err: unknown, req: Request): Reply {
 export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
   const names = paramNames(pattern);
   return (res, uReq) => {
-    const state: SendState = { done: false, observe: observeRequest(opts.route ?? pattern, uReq.getCaseSensitiveMethod()) };
+    const started = performance.now();
+    const state: SendState & { reqId: string } = { done: false, reqId: requestId(uReq.getHeader('x-request-id')), observe: observeRequest(opts.route ?? pattern, uReq.getCaseSensitiveMethod()) };
     res.onAborted(() => {
       state.done = true;
     });
@@ -118,6 +127,7 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
       authorization: uReq.getHeader('authorization'),
       contentType: uReq.getHeader('content-type'),
       body: EMPTY,
+      id: state.reqId,
     };
     const contentLength = uReq.getHeader('content-length');
 
@@ -135,21 +145,27 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
       else body = readBody(res, state, contentLength, max).then((raw) => decodeBody(raw, coding, max));
     }
     body?.catch(() => undefined);
+    const answer = (reply: Reply): void => {
+      const aborted = state.done;
+      send(res, state, reply);
+      log.debug('request', { method: req.method, path: req.url, status: aborted ? 'aborted' : reply.status, ms: Math.round((performance.now() - started) * 10) / 10 });
+    };
     const run = async (): Promise<void> => {
       try {
         if (opts.before) {
           const early = await opts.before(req);
-          if (early) return send(res, state, early);
+          if (early) return answer(early);
         }
         if (badParam) throw badParam;
         if (body) req.body = await body;
         if (state.done) return;
-        send(res, state, await handler(req));
+        answer(await handler(req));
       } catch (err) {
-        send(res, state, errorReply(err, req));
+        answer(errorReply(err, req));
       }
     };
-    void run();
+    // Every line logged while handling the request carries its id.
+    void withRequest(state.reqId, run);
   };
 }
 

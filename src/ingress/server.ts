@@ -9,7 +9,7 @@
  *   ingress, all    /api/v2/webhooks..., GET /settings (the web settings page, no key needed)
  */
 import { ApiError } from '../errors.js';
-import { log } from '../log.js';
+import { ingressLog as log } from '../log.js';
 import { OPENAPI } from '../openapi.js';
 import type { OrgRegistry } from '../orgs/registry.js';
 import { ORG_ID_PATTERN } from '../orgs/keys.js';

@@ -17,7 +17,7 @@ import type { TokenBuckets } from '../ratelimit/bucket.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../pipeline/message.js';
 import { mayHaveSurrogates, parseJson, validateBulk, validateV1 } from './validate.js';
 import type { Reply, Request } from './http.js';
-import { log } from '../log.js';
+import { ingressLog as log } from '../log.js';
 import { signalsAccepted } from '../metrics/index.js';
 
 export interface AcceptedBatch {

@@ -4,7 +4,7 @@
  * a message id once within its duplicate window, so a retried batch is never stored twice.
  */
 import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
-import { log } from '../log.js';
+import { natsLog as log } from '../log.js';
 import { publishDuration, streamKind } from '../metrics/index.js';
 
 /** The server answered and refused the message (as opposed to no answer in time). */

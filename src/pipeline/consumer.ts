@@ -43,7 +43,7 @@ import { IdempotencyClaims } from './dedupe.js';
 import { publishDurable } from '../nats/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
-import { log } from '../log.js';
+import { pipelineLog as log } from '../log.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
 import { billingNames, type BillingNames } from '../billing/evaluator/streams.js';
 

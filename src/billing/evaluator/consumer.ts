@@ -57,7 +57,7 @@ import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import type { Nats } from '../../nats/connection.js';
 import { publishDurable } from '../../nats/publish.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
 import { billingEvents, billingLag } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../pipeline/message.js';
 import type { BillingConfig } from '../model.js';

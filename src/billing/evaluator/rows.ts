@@ -14,7 +14,7 @@
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { Nats } from '../../nats/connection.js';
 import type { Store } from '../../store/index.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
 import { H_ORG } from '../../pipeline/message.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
