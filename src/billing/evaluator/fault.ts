@@ -33,6 +33,8 @@ export class FaultHook {
     private readonly point: BillingFaultPoint | null,
     private readonly action: 'kill' | 'pause',
     private readonly pauseMs: number,
+    /** Where the "reached" line goes; written synchronously by default (see `at`). */
+    private readonly report: (fields: Record<string, unknown>) => void = (fields) => log.now('warn', 'billing fault point reached', fields),
   ) {}
 
   static readonly off = new FaultHook(null, 'kill', 0);
@@ -41,7 +43,7 @@ export class FaultHook {
     if (this.point !== point || this.fired || ctx.events === 0) return;
     this.fired = true;
     // Written synchronously: with `kill` the process dies right after (tests read this line).
-    log.now('warn', 'billing fault point reached', { point, action: this.action, ...ctx });
+    this.report({ point, action: this.action, ...ctx });
     if (this.action === 'kill') {
       process.kill(process.pid, 'SIGKILL');
       await new Promise<never>(() => undefined);
