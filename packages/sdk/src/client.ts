@@ -109,6 +109,8 @@ interface Item {
 /** `{"signals":[` + `]}`. */
 const ENVELOPE_BYTES = 15;
 export const API_MAX_SIGNALS = 500;
+/** Failures a DeliveryError lists (all are counted). */
+const MAX_KEPT_FAILURES = 1000;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -157,6 +159,8 @@ export class SignalClient {
   private pausedUntil = 0;
   private gzipRefused = false;
   private closed = false;
+  /** Outcomes since the last flush()/close() returned. */
+  private tally: { delivered: number; failed: number; failures: SignalFailure<Signal>[] } = { delivered: 0, failed: 0, failures: [] };
   private readonly analyticsInFlight = new Set<Promise<unknown>>();
 
   constructor(options: SignalClientOptions) {
@@ -226,19 +230,16 @@ export class SignalClient {
 
   /**
    * Sends the open batch now and waits until every signal queued before the call is
-   * delivered or given up. Rejects with a DeliveryError listing the signals that were not
-   * delivered; resolves with the number delivered otherwise.
+   * delivered or given up. Resolves with the number of signals delivered since the previous
+   * flush()/close() returned; rejects with a DeliveryError when any signal settled in that
+   * time was not delivered (its `failures` list the first 1,000 of them, with their errors).
    */
   async flush(): Promise<FlushResult> {
     this.cut();
-    const waiting = [...this.open];
-    const results = await Promise.allSettled(waiting.map((i) => i.delivered));
-    const failures: SignalFailure<Signal>[] = [];
-    results.forEach((r, i) => {
-      if (r.status === 'rejected') failures.push({ signal: waiting[i]!.signal, error: r.reason as Error });
-    });
-    const delivered = waiting.length - failures.length;
-    if (failures.length > 0) throw new DeliveryError(failures, delivered);
+    await Promise.allSettled([...this.open].map((i) => i.delivered));
+    const { delivered, failed, failures } = this.tally;
+    this.tally = { delivered: 0, failed: 0, failures: [] };
+    if (failed > 0) throw new DeliveryError(failures, delivered, failed);
     return { delivered };
   }
 
@@ -381,8 +382,14 @@ export class SignalClient {
 
   private settle(item: Item, outcome: { ok: Delivered } | { error: Error }): void {
     if (!this.open.delete(item)) return;
-    if ('ok' in outcome) item.resolve(outcome.ok);
-    else item.reject(outcome.error);
+    if ('ok' in outcome) {
+      this.tally.delivered++;
+      item.resolve(outcome.ok);
+    } else {
+      this.tally.failed++;
+      if (this.tally.failures.length < MAX_KEPT_FAILURES) this.tally.failures.push({ signal: item.signal, error: outcome.error });
+      item.reject(outcome.error);
+    }
     this.release(1);
   }
 

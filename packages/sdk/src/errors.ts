@@ -73,10 +73,17 @@ export interface SignalFailure<S = unknown> {
   error: Error;
 }
 
-/** `flush()` / `close()`: some of the signals they waited for were not delivered. */
+/** `flush()` / `close()`: signals settled since the previous flush were not all delivered. */
 export class DeliveryError<S = unknown> extends Error {
   override readonly name = 'DeliveryError';
-  constructor(readonly failures: SignalFailure<S>[], readonly delivered: number) {
-    super(`${failures.length} signal(s) not delivered (${delivered} delivered); first: ${failures[0]?.error.message ?? ''}`);
+  constructor(
+    /** The first 1,000 failures, each with its signal and error. */
+    readonly failures: SignalFailure<S>[],
+    /** Signals delivered in the same time. */
+    readonly delivered: number,
+    /** Signals not delivered (all of them, also beyond `failures`). */
+    readonly failed: number = failures.length,
+  ) {
+    super(`${failed} signal(s) not delivered (${delivered} delivered); first: ${failures[0]?.error.message ?? ''}`);
   }
 }
