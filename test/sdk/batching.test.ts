@@ -111,6 +111,18 @@ t.test('a server limit lower than maxBodyBytes: the 413 batch is split and still
   t.same(await counts(svc.url, org.id), { live: 40, test: 0 });
 });
 
+t.test('BigInt values in data are sent as JSON integers with all their digits', async (t) => {
+  const org = await createOrg(svc.url);
+  const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none' });
+  const tricky = { eventName: 'big', customerId: 'c', data: { big: 9007199254740993n, nested: { neg: -18446744073709551615n }, text: '\u0000x:1', list: [1n, 2] } };
+  const r = await client.send(tricky as unknown as Signal);
+  t.match(await r.delivered, { batchId: /^bat_/ }, 'accepted by the service');
+  await client.close();
+  const raw = proxy.requests('/api/v2/signals/bulk').at(-1)!.raw.toString();
+  t.match(raw, '"data":{"big":9007199254740993,"nested":{"neg":-18446744073709551615},"text":"\\u0000x:1","list":[1,2]}');
+  t.equal(typeof tricky.data.big, 'bigint', 'the caller object is untouched');
+});
+
 t.test('a signal that cannot fit in any body is refused by send(); so is a non-object', async (t) => {
   const client = new SignalClient({ baseUrl: svc.url, apiKey: 'sk_live_x', maxBodyBytes: 1000 });
   await t.rejects(client.send(sig(1, { data: { pad: 'x'.repeat(1000) } })), InvalidSignalError);

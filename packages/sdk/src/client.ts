@@ -158,6 +158,8 @@ export class SignalClient {
   /** No request leaves before this time (set by a 429 RATE_LIMIT_EXCEEDED: the bucket is the organization's). */
   private pausedUntil = 0;
   private gzipRefused = false;
+  private readonly nonce = randomUUID();
+  private readonly bigintMarker = new RegExp(`"\\\\u0000${this.nonce}:(-?\\d+)"`, 'g');
   private closed = false;
   /** Outcomes since the last flush()/close() returned. */
   private tally: { delivered: number; failed: number; failures: SignalFailure<Signal>[] } = { delivered: 0, failed: 0, failures: [] };
@@ -259,8 +261,9 @@ export class SignalClient {
    * Runs one analytics query (`POST /api/v2/analytics/query`). 64-bit and wider integers come
    * back as BigInt, decimals as exact strings (or `options.decimal(text)`). Retries a 429
    * RATE_LIMIT_EXCEEDED after Retry-After, a 429 CONCURRENCY_LIMIT_EXCEEDED after one of
-   * this client's own queries ends (or a jittered backoff when it has none running), 5xx and
-   * network errors with backoff; other answers reject with SignalApiError.
+   * this client's own queries ends (or a jittered backoff when it has none running), 502, 503,
+   * 504 and network errors with backoff; other answers (400, 403, 408, 500, …) reject with
+   * SignalApiError at once.
    */
   async analyticsQuery<D = string>(sql: string, options: AnalyticsQueryOptions<D> = {}): Promise<AnalyticsResult> {
     const json = JSON.stringify({ query: sql });
@@ -297,7 +300,8 @@ export class SignalClient {
           // others' (another process) are waited out with the jittered backoff.
           wait = backoffMs(++failures, this.backoff);
           if (this.analyticsInFlight.size > 0) until = Promise.race([...this.analyticsInFlight].map((p) => p.catch(() => undefined)));
-        } else if (answer.status >= 500) wait = backoffMs(++failures, this.backoff);
+        } else if (answer.status === 502 || answer.status === 503 || answer.status === 504) wait = backoffMs(++failures, this.backoff);
+        // A 500 is the engine failing on this query: asking again fails again.
         else throw e;
       } else wait = backoffMs(++failures, this.backoff);
       if (attempts >= this.maxAttempts || Date.now() - started + wait > this.maxRetryTimeMs) {
@@ -320,7 +324,7 @@ export class SignalClient {
       key = randomUUID();
       toSend = { ...signal, idempotencyKey: key };
     }
-    const json = JSON.stringify(toSend);
+    const json = this.serialize(toSend);
     const bytes = Buffer.byteLength(json, 'utf8');
     if (ENVELOPE_BYTES + bytes > this.maxBodyBytes) {
       throw new InvalidSignalError(`the signal is ${bytes} bytes as JSON; a request body holds at most ${this.maxBodyBytes} bytes (maxBodyBytes)`);
@@ -335,6 +339,22 @@ export class SignalClient {
     // see it through `delivered`, flush(), close() and onError.
     delivered.catch(() => undefined);
     return { signal, json, bytes, key, delivered, resolve, reject };
+  }
+
+  /**
+   * JSON text of a signal. BigInt values (in `data`) become JSON integers with all their
+   * digits (the API keeps a number's digits as written); JSON.stringify cannot write them, so
+   * they go through a marker string carrying this client's random nonce, then unquoted.
+   */
+  private serialize(s: Signal): string {
+    try {
+      return JSON.stringify(s);
+    } catch (err) {
+      if (!(err instanceof TypeError) || !/BigInt/i.test(err.message)) throw new InvalidSignalError(`the signal cannot be serialized as JSON: ${(err as Error).message}`);
+    }
+    // In the text, the marker's NUL character is the six characters \u0000: no string of the caller's can carry the nonce.
+    const text = JSON.stringify(s, (_k, v: unknown) => (typeof v === 'bigint' ? `\u0000${this.nonce}:${v}` : v));
+    return text.replace(this.bigintMarker, '$1');
   }
 
   private async reserve(): Promise<void> {
