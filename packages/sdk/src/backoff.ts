@@ -39,7 +39,8 @@ export function parseRetryAfter(value: string | null, now = Date.now()): number 
   if (value === null) return undefined;
   const v = value.trim();
   if (/^\d+$/.test(v)) return Number(v);
-  const at = Date.parse(v);
+  // IMF-fixdate, e.g. `Thu, 01 Jan 2026 00:00:05 GMT` (Date.parse alone takes `-1` for a year).
+  const at = /^[A-Za-z]{3}, \d{2} [A-Za-z]{3} \d{4} \d{2}:\d{2}:\d{2} GMT$/.test(v) ? Date.parse(v) : NaN;
   if (Number.isFinite(at)) return Math.max(0, Math.ceil((at - now) / 1000));
   return undefined;
 }
