@@ -6,7 +6,7 @@
  * own running query ends.
  */
 import t from 'tap';
-import Decimal from 'decimal.js';
+import { Decimal } from 'decimal.js';
 import { SignalClient, SignalApiError } from '../../packages/sdk/src/index.js';
 import { cleanup, createOrg, drained, isolation, ServiceProcess, useService, type TestOrg } from '../helpers/service.js';
 

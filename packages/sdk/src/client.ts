@@ -407,7 +407,7 @@ export class SignalClient {
       item.resolve(outcome.ok);
     } else {
       this.tally.failed++;
-      if (this.tally.failures.length < MAX_KEPT_FAILURES) this.tally.failures.push({ signal: item.signal, error: outcome.error });
+      if (this.tally.failures.length < MAX_KEPT_FAILURES) this.tally.failures.push({ signal: item.signal, idempotencyKey: item.key, error: outcome.error });
       item.reject(outcome.error);
     }
     this.release(1);

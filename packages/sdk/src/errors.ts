@@ -69,7 +69,10 @@ export class InvalidSignalError extends Error {
 
 /** One signal that was not delivered, and why. */
 export interface SignalFailure<S = unknown> {
+  /** The signal as given to `send()`. */
   signal: S;
+  /** The key it was sent with (its own or the one the SDK gave it); resend with this key. */
+  idempotencyKey: string | undefined;
   error: Error;
 }
 
