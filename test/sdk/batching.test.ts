@@ -98,6 +98,29 @@ t.test('splits at the body limit, measured on the serialized JSON; no 413', asyn
   t.same(await counts(svc.url, org.id), { live: 60, test: 0 });
 });
 
+t.test('the byte limit is exact: a body of exactly maxBodyBytes goes as one request, one byte more as two', async (t) => {
+  const org = await createOrg(svc.url);
+  /** A signal whose JSON is exactly `n` bytes. */
+  const sized = (key: string, n: number): Signal => {
+    const base = { eventName: 'exact', customerId: 'c', idempotencyKey: key, data: { p: '' } };
+    return { ...base, data: { p: 'x'.repeat(n - Buffer.byteLength(JSON.stringify(base))) } };
+  };
+  for (const extra of [0, 1]) {
+    const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none', maxBodyBytes: LIMIT, flushIntervalMs: 60_000 });
+    const before = proxy.requests('/api/v2/signals/bulk').length;
+    // {"signals":[ s1 , s2 , s3 , s4 , s5 ]} = 12 + 4 × 13,000 + 4 commas + s5 + 2 bytes (data is at most 16 KB a signal)
+    const last = LIMIT - 18 - 4 * 13_000 + extra;
+    for (let i = 0; i < 4; i++) await client.send(sized(`exact-${i}-${extra}`, 13_000));
+    await client.send(sized(`exact-4-${extra}`, last));
+    t.same(await client.close(), { delivered: 5 });
+    const reqs = proxy.requests('/api/v2/signals/bulk').slice(before);
+    t.same(reqs.map((r) => r.raw.length), extra === 0 ? [LIMIT] : [14 + 4 * 13_000 + 3, 14 + last], extra === 0 ? 'exactly the limit: one request' : 'one byte over: two');
+    t.ok(reqs.every((r) => r.status === 202));
+  }
+  await drained(iso);
+  t.same(await counts(svc.url, org.id), { live: 10, test: 0 });
+});
+
 t.test('a server limit lower than maxBodyBytes: the 413 batch is split and still delivered', async (t) => {
   const org = await createOrg(svc.url);
   const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none', flushIntervalMs: 60_000 });
@@ -127,6 +150,10 @@ t.test('a signal that cannot fit in any body is refused by send(); so is a non-o
   const client = new SignalClient({ baseUrl: svc.url, apiKey: 'sk_live_x', maxBodyBytes: 1000 });
   await t.rejects(client.send(sig(1, { data: { pad: 'x'.repeat(1000) } })), InvalidSignalError);
   await t.rejects(client.send(null as unknown as Signal), { name: 'InvalidSignalError', message: /must be an object, got null/ });
+  const circular: Record<string, unknown> = { n: 1n };
+  circular.self = circular;
+  await t.rejects(client.send(sig(1, { data: circular })), { name: 'InvalidSignalError', message: /cannot be serialized as JSON: .*circular/ });
+  await t.rejects(client.send(sig(1, { data: { f: 1n, self: circular } })), { name: 'InvalidSignalError', message: /circular/ }, 'also with a BigInt inside');
   t.equal(client.bufferedSignals, 0);
   await client.close();
 });

@@ -111,7 +111,7 @@ t.test("compression: 'auto' falls back on a 415, whatever the code", async (t) =
   const org = await createOrg(svc.url);
   const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compressMinBytes: 0 });
   proxy.decide = (s) =>
-    s.headers['content-encoding'] ? { kind: 'answer', status: 415, body: { error: 'Unsupported Media Type', code: 'UNSUPPORTED_ENCODING', details: 'gzip is not accepted' } } : { kind: 'forward' };
+    s.headers['content-encoding'] ? { kind: 'answer', status: 415, body: { error: 'Unsupported Media Type', code: 'UNSUPPORTED_CONTENT_ENCODING', details: 'Content-Encoding gzip is not accepted; accepted: identity' } } : { kind: 'forward' };
   const from = proxy.seen.length;
   const r = await client.send(sig(1));
   t.match(await r.delivered, { batchId: /^bat_/ });

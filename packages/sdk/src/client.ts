@@ -106,8 +106,8 @@ interface Item {
   reject: (e: Error) => void;
 }
 
-/** `{"signals":[` + `]}`. */
-const ENVELOPE_BYTES = 15;
+/** `{"signals":[` (12 bytes) + `]}` (2 bytes). */
+const ENVELOPE_BYTES = 14;
 export const API_MAX_SIGNALS = 500;
 /** Failures a DeliveryError lists (all are counted). */
 const MAX_KEPT_FAILURES = 1000;
@@ -352,9 +352,13 @@ export class SignalClient {
     } catch (err) {
       if (!(err instanceof TypeError) || !/BigInt/i.test(err.message)) throw new InvalidSignalError(`the signal cannot be serialized as JSON: ${(err as Error).message}`);
     }
-    // In the text, the marker's NUL character is the six characters \u0000: no string of the caller's can carry the nonce.
-    const text = JSON.stringify(s, (_k, v: unknown) => (typeof v === 'bigint' ? `\u0000${this.nonce}:${v}` : v));
-    return text.replace(this.bigintMarker, '$1');
+    try {
+      // In the text, the marker's NUL character is the six characters \u0000: no string of the caller's can carry the nonce.
+      const text = JSON.stringify(s, (_k, v: unknown) => (typeof v === 'bigint' ? `\u0000${this.nonce}:${v}` : v));
+      return text.replace(this.bigintMarker, '$1');
+    } catch (err) {
+      throw new InvalidSignalError(`the signal cannot be serialized as JSON: ${(err as Error).message}`);
+    }
   }
 
   private async reserve(): Promise<void> {
