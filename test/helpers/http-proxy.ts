@@ -24,6 +24,8 @@ export interface Seen {
   answeredAt?: number;
   status?: number;
   retryAfter?: string | undefined;
+  /** The answer's body text. */
+  answer?: string;
   /** What was done with it. */
   action?: Action['kind'];
 }
@@ -92,6 +94,7 @@ export class HttpProxy {
     const answer = (status: number, body: unknown, headers: Record<string, string> = {}): void => {
       const text = body === undefined ? '' : typeof body === 'string' ? body : JSON.stringify(body);
       seen.status = status;
+      seen.answer = text;
       seen.retryAfter = headers['retry-after'] ?? headers['Retry-After'];
       seen.answeredAt = Date.now();
       res.writeHead(status, { 'content-type': 'application/json', ...headers });
