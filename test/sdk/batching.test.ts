@@ -62,6 +62,21 @@ t.test('a signal keeps its own idempotency key; the caller object is not changed
   t.ok(b.idempotencyKey);
 });
 
+t.test('stampTimestamps: signals without a timestamp carry the time of send(); others keep theirs', async (t) => {
+  const org = await createOrg(svc.url);
+  const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none', stampTimestamps: true });
+  const before = Date.now();
+  await client.send(sig(1));
+  await client.send(sig(2, { timestamp: '2026-01-01T00:00:00Z' }));
+  await client.send(sig(3, { timestamp: new Date('2026-01-02T00:00:00Z') }));
+  const after = Date.now();
+  t.same(await client.close(), { delivered: 3 });
+  const sent = proxy.requests('/api/v2/signals/bulk').at(-1)!.json.signals.map((s: Signal) => s.timestamp);
+  t.match(sent[0], /^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$/);
+  t.ok(Date.parse(sent[0]) >= before && Date.parse(sent[0]) <= after, 'the time of send()');
+  t.same(sent.slice(1), ['2026-01-01T00:00:00Z', '2026-01-02T00:00:00.000Z'], 'given timestamps kept (a Date as its ISO string)');
+});
+
 t.test('autoIdempotencyKeys: false sends keyless signals keyless', async (t) => {
   const org = await createOrg(svc.url);
   const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, autoIdempotencyKeys: false, compression: 'none' });

@@ -57,6 +57,12 @@ export interface SignalClientOptions {
   maxConcurrentRequests?: number;
   /** Give every signal without an `idempotencyKey` a random UUID. Default true. */
   autoIdempotencyKeys?: boolean;
+  /**
+   * Give every signal without a `timestamp` the time of `send()` (ISO 8601, UTC). Default false:
+   * the API then stamps the time it received the attempt that was accepted, which after
+   * retries can be seconds (or a billing period boundary) later than the usage.
+   */
+  stampTimestamps?: boolean;
   /** Request body compression. Default `'auto'`: gzip, falling back to none for good when the server refuses it. */
   compression?: Compression;
   /** In `'auto'` mode, bodies smaller than this are sent uncompressed. Default 1024 bytes. */
@@ -135,6 +141,7 @@ export class SignalClient {
   private readonly maxBuffered: number;
   private readonly maxConcurrent: number;
   private readonly autoKeys: boolean;
+  private readonly stampTimestamps: boolean;
   private readonly compression: Compression;
   private readonly compressMinBytes: number;
   private readonly maxAttempts: number;
@@ -178,6 +185,7 @@ export class SignalClient {
     this.maxBuffered = positiveInt('maxBufferedSignals', options.maxBufferedSignals, 10_000);
     this.maxConcurrent = positiveInt('maxConcurrentRequests', options.maxConcurrentRequests, 4);
     this.autoKeys = options.autoIdempotencyKeys ?? true;
+    this.stampTimestamps = options.stampTimestamps ?? false;
     const compression = options.compression ?? 'auto';
     if (!['auto', 'gzip', 'none'].includes(compression)) throw new RangeError(`compression must be 'auto', 'gzip' or 'none', got ${String(compression)}`);
     this.compression = compression;
@@ -322,7 +330,10 @@ export class SignalClient {
     let toSend: Signal = signal;
     if (key === undefined && this.autoKeys) {
       key = randomUUID();
-      toSend = { ...signal, idempotencyKey: key };
+      toSend = { ...toSend, idempotencyKey: key };
+    }
+    if (this.stampTimestamps && (signal.timestamp === undefined || signal.timestamp === null)) {
+      toSend = { ...toSend, timestamp: new Date().toISOString() };
     }
     const json = this.serialize(toSend);
     const bytes = Buffer.byteLength(json, 'utf8');
