@@ -27,6 +27,8 @@ export interface Config {
   host: string;
   port: number;
   operatorToken: string | null;
+  /** GET /metrics wants it as a bearer token when set; unset: /metrics is open. */
+  metricsToken: string | null;
   redisUrl: string;
   redisPrefix: string;
   natsUrl: string;
@@ -40,6 +42,11 @@ export interface Config {
     database: string;
     /** Engine time limit of one analytics query (spec: 30 s); past it the answer is 408. */
     timeoutMs: number;
+    /**
+     * Analytics statements run at once by this process (the fair queue's width), and the
+     * embedded engine host's analytics sessions.
+     */
+    engineSessions: number;
     /** Engine memory limit of one analytics query. */
     maxMemoryBytes: number;
     /** Spec 8.3: when on, an analytics query takes one token from the organization's bucket. */
@@ -191,12 +198,17 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
   if ((role === 'all' || role === 'ingress') && (operatorToken === null || operatorToken.length < 16)) {
     r.problems.push('OPERATOR_TOKEN: required for roles all and ingress, at least 16 characters (protects /admin/v1)');
   }
+  const metricsToken = r.optional('METRICS_TOKEN');
+  if (metricsToken !== null && (metricsToken.length < 16 || !/^[\x21-\x7e]+$/.test(metricsToken))) {
+    r.problems.push('METRICS_TOKEN: at least 16 printable characters without spaces when set (unset: GET /metrics is open)');
+  }
   const cores = Math.max(1, os.availableParallelism());
   const cfg: Config = {
     role,
     host: r.str('HOST', '0.0.0.0'),
     port: r.int('PORT', 8080, 0, 65535),
     operatorToken,
+    metricsToken,
     redisUrl: r.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'])!,
     redisPrefix: r.prefix('REDIS_PREFIX', 'billing:', /^[A-Za-z0-9:_-]{1,64}$/, 'letters, digits, ":", "_" or "-", 1 to 64 characters'),
     natsUrl: r.url('NATS_URL', 'nats://127.0.0.1:4222', ['nats:', 'tls:'])!,
@@ -208,6 +220,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     analytics: {
       database: r.prefix('ANALYTICS_DATABASE', 'analytics', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
       timeoutMs: r.int('ANALYTICS_TIMEOUT_MS', 30_000, 100, 30_000),
+      engineSessions: r.int('ANALYTICS_ENGINE_SESSIONS', 8, 2, 64),
       maxMemoryBytes: r.int('ANALYTICS_MAX_MEMORY_BYTES', 2 * 1024 ** 3, 64 * 1024 ** 2, 1024 ** 4),
       rateLimited: r.oneOf('ANALYTICS_RATE_LIMITED', 'false', ['true', 'false'] as const) === 'true',
       user: r.optional('CLICKHOUSE_ANALYTICS_USER'),

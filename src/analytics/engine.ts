@@ -10,11 +10,12 @@ export interface AnalyticsEngine {
    * organization scope in its view reads, with these settings (limits, read-only, output
    * format). Returns the JSONCompact output as bytes; throws engine errors as EngineError or
    * as the engine's own error (see engine-error.ts).
+   *
+   * `stop` aborts when the caller's deadline has passed: the engine must then stop the
+   * statement's work (a server cancels the query; the embedded engine's host is killed) and
+   * the call rejects.
    */
-  select(sql: string, settings: QuerySettings): Promise<Buffer>;
-  /** No longer used (the guard that needed the engine's parser is gone); stores may drop these. */
-  normalize?(text: string): Promise<string>;
-  explainAst?(sql: string): Promise<string>;
+  select(sql: string, settings: QuerySettings, stop?: AbortSignal): Promise<Buffer>;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

@@ -8,12 +8,20 @@
  * framework is on for analytics (spec 8.3, off by default) → the compiler (compiler/: the
  * project's own parser, name resolution and printer, which writes the caller's organization
  * and mode into every view read; in process, no slot needed) → a concurrency slot (429
- * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → the engine, with readonly=1, the time
- * limit and the row limits as settings → the exact 10,000-row cut. The slot is held until the engine is done with the
- * statement, even when the watchdog answered 408 first.
+ * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → a place in the engine (fair-queue.ts:
+ * a process-wide limit shared in turn by the organizations) → the engine, with readonly=1,
+ * the time left and the row limits as settings → the exact 10,000-row cut.
+ *
+ * The time limit is on the wall clock from the request's admission (after the body check and
+ * the rate limiter): waiting for a slot and a place counts against it. The engine is told the
+ * time left; if it has not answered 0.5 s after the deadline, the request answers 408 (at most
+ * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
+ * cancels the query, the embedded engine's host process is killed and restarted). A last
+ * watchdog answers 408 at the deadline + 0.9 s whatever stage the request is in. The slot and
+ * the place are held until the engine is done with the statement.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
-import { log } from '../log.js';
+import { analyticsLog as log } from '../log.js';
 import type { Principal } from '../orgs/registry.js';
 import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';
@@ -23,6 +31,8 @@ import type { AnalyticsEngine, QuerySettings } from './engine.js';
 import { apiErrorFor, toEngineError } from './engine-error.js';
 import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
 import { MAX_ROWS, shapeResult } from './result.js';
+import { FairQueue } from './fair-queue.js';
+import { engineUnreachable } from './unreachable.js';
 import { NO_PUSHDOWN_SETTINGS, VIEW_NAMES, VIEW_SCHEMAS, schemaDocument } from './views.js';
 
 export const MAX_QUERY_CHARS = 20_480;
@@ -30,6 +40,8 @@ export const MAX_QUERY_CHARS = 20_480;
 export interface AnalyticsOptions {
   timeoutMs: number;
   maxMemoryBytes: number;
+  /** Statements this process runs in the engine at once (ANALYTICS_ENGINE_SESSIONS). */
+  engineSessions: number;
   rateLimited: boolean;
   /** Database names that must never appear in an error message. */
   internalNames: string[];
@@ -37,8 +49,13 @@ export interface AnalyticsOptions {
   analyticsDatabase: string;
 }
 
-/** Grace after the engine's own time limit before the watchdog answers 408 by itself. */
-const WATCHDOG_GRACE_MS = 5_000;
+/** Grace after the deadline before the watchdog answers 408 and ends the statement's work. */
+export const STOP_GRACE_MS = 500;
+/** How long the watchdog waits, after ending the work, for the engine call to settle before it answers. */
+const STOP_SETTLE_MS = 300;
+
+/** Hands each engine call of a request to withSlot (which keeps its slot until the call settled); knows the deadline. */
+type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: number };
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -52,6 +69,7 @@ export class AnalyticsService {
   private readonly compiler: QueryCompiler;
   private readonly metadata: Compiled;
   private readonly schemaBody: string;
+  private readonly lanes: FairQueue;
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -62,6 +80,7 @@ export class AnalyticsService {
     this.compiler = new QueryCompiler(VIEW_SCHEMAS, opts.analyticsDatabase);
     this.metadata = compile(METADATA_SQL, VIEW_SCHEMAS);
     this.schemaBody = JSON.stringify(schemaDocument());
+    this.lanes = new FairQueue(opts.engineSessions);
   }
 
   schema(): Reply {
@@ -103,18 +122,38 @@ export class AnalyticsService {
     return engineSettings(this.opts);
   }
 
-  /** Runs a statement for the caller; engine errors become API errors; a stuck engine gets 408 from the watchdog. */
-  private async execute(sql: string, p: Principal, track: (engine: Promise<unknown>) => void): Promise<Buffer> {
-    const run = this.engine.select(sql, this.settings());
+  /**
+   * Runs a statement for the caller with the time it has left; engine errors become API
+   * errors. At the deadline + STOP_GRACE_MS the watchdog answers 408 and aborts the engine
+   * call, which ends the statement's work.
+   */
+  private async execute(sql: string, p: Principal, track: Tracker): Promise<Buffer> {
+    const left = track.deadline - Date.now();
+    if (left <= 0) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit');
+    const stop = new AbortController();
+    const run = this.engine.select(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal);
     track(run);
     let timer: NodeJS.Timeout | undefined;
     const watchdog = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit')), this.opts.timeoutMs + WATCHDOG_GRACE_MS);
+      timer = setTimeout(() => {
+        // End the work, and give the engine call a moment to settle so that the slot is free
+        // by the time the caller reads the 408.
+        stop.abort();
+        const answer = (): void => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
+        const settle = setTimeout(answer, STOP_SETTLE_MS);
+        run.then(answer, answer).finally(() => clearTimeout(settle));
+      }, left + STOP_GRACE_MS);
     });
     try {
       return await Promise.race([run, watchdog]);
     } catch (err) {
       if (err instanceof ApiError) throw err;
+      // Ended by the watchdog: whatever the engine call says now (a broken connection), it is the timeout.
+      if (stop.signal.aborted) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
+      if (engineUnreachable(err)) {
+        log.warn('analytics engine unreachable', { err: err instanceof Error ? err.message : String(err) });
+        throw new ApiError('ANALYTICS_UNAVAILABLE', 'the analytics engine is not reachable right now; retry later');
+      }
       const e = toEngineError(err);
       const api = apiErrorFor(e, this.opts.internalNames, VIEW_NAMES);
       if (api.code === 'INTERNAL') log.error('analytics engine error', { code: e.codeName, reason: e.reason, org: p.org.id });
@@ -136,8 +175,12 @@ export class AnalyticsService {
     if (!take.allowed) throw rateLimited(take.retryAfterSeconds);
   }
 
-  /** Runs `body` holding a slot; the slot is given back once every engine call `body` tracked has settled. */
-  private async withSlot(p: Principal, body: (track: (engine: Promise<unknown>) => void) => Promise<Reply>): Promise<Reply> {
+  /**
+   * Runs `body` holding a slot and a place in the engine; both are given back once every
+   * engine call `body` tracked has settled. The deadline starts now.
+   */
+  private async withSlot(p: Principal, body: (track: Tracker) => Promise<Reply>): Promise<Reply> {
+    const deadline = Date.now() + this.opts.timeoutMs;
     let slot;
     try {
       slot = await this.slots.acquire(p.org.id, p.mode, p.org.limits.analyticsConcurrency);
@@ -146,22 +189,50 @@ export class AnalyticsService {
       throw new ApiError('RATE_LIMITER_UNAVAILABLE', 'the concurrency limiter is unreachable, retry later');
     }
     if (!slot) throw concurrencyLimited();
+    let place: () => void;
+    try {
+      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, deadline);
+    } catch (err) {
+      void slot.release();
+      throw err;
+    }
     const engineCalls: Promise<unknown>[] = [];
     let outstanding = 0;
     const settled = (): void => void outstanding--;
-    try {
-      return await body((e) => {
+    const track = Object.assign(
+      (e: Promise<unknown>) => {
         outstanding++;
         e.then(settled, settled);
         engineCalls.push(e);
-      });
+      },
+      { deadline },
+    );
+    // Whatever stage the request is in (compiling, waiting for the engine host to come back,
+    // running), it answers by the deadline + 1 s: the engine calls' own watchdog answers at
+    // + 0.8 s at the latest, and this one covers everything else.
+    let overall: NodeJS.Timeout | undefined;
+    const latest = new Promise<never>((_, reject) => {
+      overall = setTimeout(
+        () => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped')),
+        Math.max(0, deadline + STOP_GRACE_MS + STOP_SETTLE_MS + 100 - Date.now()),
+      );
+    });
+    try {
+      return await Promise.race([body(track), latest]);
     } finally {
+      clearTimeout(overall);
       // Normally the engine is done: give the slot back now. The release is not awaited, but
       // it is sent before the answer, and a caller's next query from this process goes to
       // Redis after it on the same connection, so it finds the slot free. After a watchdog
-      // 408 the engine still runs: the slot is kept until it stops.
-      if (outstanding === 0) void slot.release();
-      else void Promise.allSettled(engineCalls).then(() => slot.release());
+      // 408 the engine call is still being ended: the slot and place are kept until it is.
+      if (outstanding === 0) {
+        place();
+        void slot.release();
+      } else
+        void Promise.allSettled(engineCalls).then(() => {
+          place();
+          return slot.release();
+        });
     }
   }
 }

@@ -1,7 +1,9 @@
 /**
- * The analytics store: where accepted signals become rows. Two implementations with the
- * same behaviour: `chdb/` (embedded ClickHouse engine in this process, the default) and
- * `clickhouse/` (a ClickHouse server over HTTP, chosen by CLICKHOUSE_URL).
+ * The analytics store: where accepted signals become rows. The service talks to ClickHouse
+ * over HTTP in both modes (`clickhouse/`): to a ClickHouse server when CLICKHOUSE_URL is set,
+ * otherwise to the embedded engine (chdb) run in a child process it supervises (`hosted/`,
+ * `engine-host/`). `chdb/` opens the embedded engine in the calling process; only tests and
+ * benchmarks use it directly.
  */
 import type { Config } from '../config.js';
 import type { AnalyticsEngine } from '../analytics/engine.js';
@@ -37,9 +39,9 @@ export interface Store {
 
 export async function openStore(cfg: Config): Promise<Store> {
   if (cfg.clickhouseUrl) {
-    const { ClickHouseStore } = await import('./clickhouse/index.js');
-    return new ClickHouseStore(cfg);
+    const { ClickHouseStore, serverConnection } = await import('./clickhouse/index.js');
+    return new ClickHouseStore(serverConnection(cfg));
   }
-  const { ChdbStore } = await import('./chdb/index.js');
-  return new ChdbStore(cfg);
+  const { HostedStore } = await import('./hosted/index.js');
+  return new HostedStore(cfg);
 }

@@ -87,7 +87,7 @@ t.test('costs and credit draws are stored exactly; sums equal the exact sums; dr
   t.equal(expectedDraws[0]![0], '0.000000123456789012', 'a draw with 18 places, not 0.000000123456');
   const pools = await ok(http(svc.url, 'GET', `/api/v2/customers/${s.customerId}/credit-pools`, { token: s.org.live }), [200]);
   const pool = pools.creditPools[0];
-  const [[sumCredits, lastBalance]] = (await query(s.org.live, 'SELECT toString(sum(credits)), toString(argMax(balance_after, created_at)) FROM fact_credit_consumption')) as string[][];
+  const [sumCredits, lastBalance] = ((await query(s.org.live, 'SELECT toString(sum(credits)), toString(argMax(balance_after, created_at)) FROM fact_credit_consumption')) as string[][])[0]!;
   t.equal(sumCredits, pool.consumedCredits, `the stored draws add up to the pool's consumed credits (${pool.consumedCredits})`);
   t.equal(lastBalance, pool.balance, `the last balance_after is the pool's balance (${pool.balance})`);
   t.equal(pool.balance, exact(balance), 'which is the exact balance');

@@ -81,7 +81,9 @@ export class ServiceProcess {
       const timer = setTimeout(() => reject(new Error(`service did not start:\n${this.output}`)), 60_000);
       const onData = (b: Buffer): void => {
         this.output += b.toString();
-        const m = (until === 'ready' ? /"msg":"ready".*?"port":(\d+)/ : /"msg":"listening".*?"port":(\d+)/).exec(this.output);
+        // A JSON log line (pino writes `msg` last) with that message and the port.
+        const line = this.output.split('\n').find((l) => l.includes(`"msg":"${until}"`) && /"port":\d+/.test(l));
+        const m = line ? /"port":(\d+)/.exec(line) : null;
         if (m) {
           clearTimeout(timer);
           resolve(Number(m[1]));

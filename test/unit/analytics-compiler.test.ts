@@ -239,7 +239,7 @@ const typeArb: fc.Arbitrary<TypeName> = fc.letrec<{ t: TypeName }>((tie) => ({
   ),
 })).t;
 
-const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie) => {
+const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie): any => {
   const e = tie('e');
   const leaf = fc.oneof(
     fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map((value) => ({ k: 'int' as const, value, at: 0 })),

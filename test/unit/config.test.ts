@@ -41,6 +41,7 @@ t.test('defaults', async (t) => {
     host: '0.0.0.0',
     port: 8080,
     operatorToken: TOKEN,
+    metricsToken: null,
     redisUrl: 'redis://127.0.0.1:6379',
     redisPrefix: 'billing:',
     natsUrl: 'nats://127.0.0.1:4222',
@@ -49,7 +50,7 @@ t.test('defaults', async (t) => {
     clickhouseUser: 'default',
     clickhousePassword: '',
     clickhouseDatabase: 'billing',
-    analytics: { database: 'analytics', timeoutMs: 30_000, maxMemoryBytes: 2 * 1024 ** 3, rateLimited: false, user: null, password: '' },
+    analytics: { database: 'analytics', timeoutMs: 30_000, engineSessions: 8, maxMemoryBytes: 2 * 1024 ** 3, rateLimited: false, user: null, password: '' },
     billing: { ackWaitMs: 60_000, faultPoint: null, faultAction: 'kill', faultPauseMs: 5_000 },
     webhooks: {
       encryptionKey: null, allowHttp: false, allowedNetworks: [], timeoutMs: 10_000, retryScheduleMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
@@ -92,6 +93,7 @@ t.test('values are read', async (t) => {
       DEFAULT_BURST: '500',
       DEFAULT_REFILL_PER_SECOND: '0.5',
       DEFAULT_ANALYTICS_CONCURRENCY: '1',
+      ANALYTICS_ENGINE_SESSIONS: '3',
       LOG_LEVEL: 'debug',
     },
     [],
@@ -108,6 +110,8 @@ t.test('values are read', async (t) => {
   t.equal(cfg.dataDir, '/tmp/data');
   t.equal(cfg.dedupeWindowDays, 3650);
   t.same(cfg.defaultLimits, { burst: 500, refillPerSecond: 0.5, analyticsConcurrency: 1 });
+  t.equal(cfg.analytics.engineSessions, 3);
+  t.equal(loadConfig(base, []).analytics.engineSessions, 8, 'eight analytics sessions by default');
   t.equal(cfg.logLevel, 'debug');
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '0.001' }, []).defaultLimits.refillPerSecond, 0.001, 'the minimum refill rate is accepted');
   t.same(loadConfig({ ...base, BILLING_ACK_WAIT_MS: '2000', BILLING_FAULT_POINT: 'before-state-write', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '3000' }, []).billing, { ackWaitMs: 2_000, faultPoint: 'before-state-write', faultAction: 'pause', faultPauseMs: 3_000 }, 'billing settings are read');
@@ -185,6 +189,9 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ BILLING_FAULT_PAUSE_MS: '5' }, 'BILLING_FAULT_PAUSE_MS=5: must be between 10 and 600000'],
     [{ LOG_LEVEL: 'trace' }, 'LOG_LEVEL="trace": must be one of debug, info, warn, error'],
     [{ ANALYTICS_TIMEOUT_MS: '30001' }, 'ANALYTICS_TIMEOUT_MS=30001: must be between 100 and 30000'],
+    [{ ANALYTICS_ENGINE_SESSIONS: '1' }, 'ANALYTICS_ENGINE_SESSIONS=1: must be between 2 and 64'],
+    [{ ANALYTICS_ENGINE_SESSIONS: '65' }, 'ANALYTICS_ENGINE_SESSIONS=65: must be between 2 and 64'],
+    [{ ANALYTICS_ENGINE_SESSIONS: 'many' }, 'ANALYTICS_ENGINE_SESSIONS="many": must be a whole number between 2 and 64'],
     [{ ANALYTICS_RATE_LIMITED: 'yes' }, 'ANALYTICS_RATE_LIMITED="yes": must be one of true, false'],
     [{ ANALYTICS_DATABASE: 'a-b' }, 'ANALYTICS_DATABASE="a-b": a plain identifier (letters, digits, "_")'],
     [{ ANALYTICS_DATABASE: 'billing' }, 'ANALYTICS_DATABASE="billing": must differ from CLICKHOUSE_DATABASE (it holds only the analytics views)'],
@@ -208,6 +215,17 @@ t.test('OPERATOR_TOKEN: required for all and ingress, at least 16 characters', a
   t.equal(p.role, 'pipeline', 'pipeline needs no token');
   t.equal(p.operatorToken, null);
   t.equal(loadConfig({}, ['--role', 'pipeline']).role, 'pipeline');
+});
+
+t.test('METRICS_TOKEN: optional; when set, at least 16 printable characters without spaces', async (t) => {
+  const msg = 'METRICS_TOKEN: at least 16 printable characters without spaces when set (unset: GET /metrics is open)';
+  t.equal(loadConfig(base, []).metricsToken, null, 'unset: /metrics is open');
+  t.equal(loadConfig({ ...base, METRICS_TOKEN: '' }, []).metricsToken, null, 'empty is unset');
+  t.equal(loadConfig({ ...base, METRICS_TOKEN: 'm'.repeat(16) }, []).metricsToken, 'm'.repeat(16));
+  t.same(problems({ ...base, METRICS_TOKEN: 'm'.repeat(15) }), [msg], '15 characters is too short');
+  t.same(problems({ ...base, METRICS_TOKEN: `${'m'.repeat(16)} x` }), [msg], 'a space');
+  t.same(problems({ ...base, METRICS_TOKEN: `${'m'.repeat(16)}\u00e9` }), [msg], 'not ASCII');
+  t.equal(loadConfig({ ROLE: 'dispatcher', METRICS_TOKEN: 'm'.repeat(16) }, []).metricsToken, 'm'.repeat(16), 'any role');
 });
 
 t.test('several bad values are reported together', async (t) => {

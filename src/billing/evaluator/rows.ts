@@ -3,24 +3,42 @@
  * inserts fact_cost, fact_credit_consumption and fact_unpriced rows in bulk, like the signal
  * pipeline:
  * messages are buffered (up to 10,000 rows or 200 ms), inserted with one statement per
- * table, then acked. On a redelivery (a crash after the insert, before the ack), rows of
- * signals already in the tables are dropped first, so every row is stored exactly once.
+ * table, then acked. On a redelivery (a crash after the insert, before the ack, or an ack wait
+ * that ran out), rows of signals already in the tables are dropped first, so every row is
+ * stored exactly once. That check is made in the flush, after every earlier flush of this
+ * process has finished (flushes run one after another): checked on arrival, a redelivery
+ * could miss the rows of its own first delivery still being inserted here. Held messages are
+ * marked in progress every {@link WORKING_MS} so that their ack wait does not run out while
+ * they wait for the engine.
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { Nats } from '../../nats/connection.js';
 import type { Store } from '../../store/index.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
+import { observeInsert } from '../../metrics/index.js';
 import { H_ORG } from '../../pipeline/message.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import type { BillingNames } from './streams.js';
 
 const FLUSH_ROWS = 10_000;
 const FLUSH_MS = 200;
+/** How often held messages are marked in progress (BILLING_ACK_WAIT_MS is at least 1 s). */
+const WORKING_MS = 400;
+
+interface Held {
+  costs: CostRow[];
+  consumption: ConsumptionRow[];
+  unpriced: UnpricedRow[];
+}
 
 export class BillingRowsInserter {
   private messages: ConsumerMessages | null = null;
   private loopDone: Promise<void> | null = null;
-  private buffer: { msgs: JsMsg[]; costs: CostRow[]; consumption: ConsumptionRow[]; unpriced: UnpricedRow[] } = { msgs: [], costs: [], consumption: [], unpriced: [] };
+  private buffer: { msgs: JsMsg[]; rows: Held[] } = { msgs: [], rows: [] };
+  private rowCount = 0;
+  /** Every message received and not yet acked or nakked. */
+  private readonly held = new Set<JsMsg>();
+  private heartbeat: NodeJS.Timeout | null = null;
   private timer: NodeJS.Timeout | null = null;
   private flushing: Promise<void> = Promise.resolve();
 
@@ -33,36 +51,30 @@ export class BillingRowsInserter {
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.names.rowsStream, this.names.rowsConsumer);
     this.messages = await consumer.consume({ max_messages: 256 });
+    this.heartbeat = setInterval(() => {
+      for (const m of this.held) m.working();
+    }, WORKING_MS);
+    this.heartbeat.unref();
     this.loopDone = this.loop(this.messages);
   }
 
   private async loop(messages: ConsumerMessages): Promise<void> {
     for await (const m of messages) {
+      let rows: Held;
       try {
         // `unpriced` is absent from messages written before fact_unpriced existed.
-        let { costs, consumption, unpriced = [] } = m.json<{ costs: CostRow[]; consumption: ConsumptionRow[]; unpriced?: UnpricedRow[] }>();
-        if (m.redelivered) {
-          const orgId = m.headers?.get(H_ORG) ?? '';
-          const ids = [...new Set([...costs, ...consumption, ...unpriced].map((r) => r.signal_id))];
-          const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
-            this.store.existingCostIds(orgId, ids),
-            this.store.existingConsumptionIds(orgId, ids),
-            this.store.existingUnpricedIds(orgId, ids),
-          ]);
-          costs = costs.filter((r) => !haveCosts.has(r.signal_id));
-          consumption = consumption.filter((r) => !haveConsumption.has(r.signal_id));
-          unpriced = unpriced.filter((r) => !haveUnpriced.has(r.signal_id));
-        }
-        this.buffer.msgs.push(m);
-        this.buffer.costs.push(...costs);
-        this.buffer.consumption.push(...consumption);
-        this.buffer.unpriced.push(...unpriced);
+        const { costs, consumption, unpriced = [] } = m.json<{ costs: CostRow[]; consumption: ConsumptionRow[]; unpriced?: UnpricedRow[] }>();
+        rows = { costs, consumption, unpriced };
       } catch (err) {
         log.error('billing rows could not be read; will be redelivered', { err, seq: m.seq });
         m.nak(2_000);
         continue;
       }
-      if (this.buffer.costs.length + this.buffer.consumption.length + this.buffer.unpriced.length >= FLUSH_ROWS) await this.flush();
+      this.held.add(m);
+      this.buffer.msgs.push(m);
+      this.buffer.rows.push(rows);
+      this.rowCount += rows.costs.length + rows.consumption.length + rows.unpriced.length;
+      if (this.rowCount >= FLUSH_ROWS) await this.flush();
       else this.timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
     }
   }
@@ -73,26 +85,60 @@ export class BillingRowsInserter {
       this.timer = null;
     }
     const batch = this.buffer;
-    this.buffer = { msgs: [], costs: [], consumption: [], unpriced: [] };
+    this.buffer = { msgs: [], rows: [] };
+    this.rowCount = 0;
     this.flushing = this.flushing.then(async () => {
       if (batch.msgs.length === 0) return;
       try {
+        const costs: CostRow[] = [];
+        const consumption: ConsumptionRow[] = [];
+        const unpriced: UnpricedRow[] = [];
+        // A signal's row once per table, even when a message and its redelivery meet in one flush.
+        const seen = { costs: new Set<string>(), consumption: new Set<string>(), unpriced: new Set<string>() };
+        const take = <R extends { signal_id: string }>(into: R[], from: R[], ids: Set<string>): void => {
+          for (const r of from) if (!ids.has(r.signal_id)) (ids.add(r.signal_id), into.push(r));
+        };
+        for (let i = 0; i < batch.msgs.length; i++) {
+          const rows = batch.msgs[i]!.redelivered ? await this.notYetStored(batch.msgs[i]!, batch.rows[i]!) : batch.rows[i]!;
+          take(costs, rows.costs, seen.costs);
+          take(consumption, rows.consumption, seen.consumption);
+          take(unpriced, rows.unpriced, seen.unpriced);
+        }
         const lines = (rows: object[]): Buffer => Buffer.from(`${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
-        if (batch.costs.length > 0) await this.store.insertCosts(lines(batch.costs));
-        if (batch.consumption.length > 0) await this.store.insertConsumption(lines(batch.consumption));
-        if (batch.unpriced.length > 0) await this.store.insertUnpriced(lines(batch.unpriced));
+        if (costs.length > 0) await observeInsert('fact_cost', costs.length, () => this.store.insertCosts(lines(costs)));
+        if (consumption.length > 0) await observeInsert('fact_credit_consumption', consumption.length, () => this.store.insertConsumption(lines(consumption)));
+        if (unpriced.length > 0) await observeInsert('fact_unpriced', unpriced.length, () => this.store.insertUnpriced(lines(unpriced)));
         for (const m of batch.msgs) m.ack();
       } catch (err) {
         log.error('billing rows insert failed; will be redelivered', { err, messages: batch.msgs.length });
         for (const m of batch.msgs) m.nak(2_000);
+      } finally {
+        for (const m of batch.msgs) this.held.delete(m);
       }
     });
     return this.flushing;
+  }
+
+  /** The rows of a redelivered message whose signals are not in their tables yet. */
+  private async notYetStored(m: JsMsg, rows: Held): Promise<Held> {
+    const orgId = m.headers?.get(H_ORG) ?? '';
+    const ids = [...new Set([...rows.costs, ...rows.consumption, ...rows.unpriced].map((r) => r.signal_id))];
+    const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
+      this.store.existingCostIds(orgId, ids),
+      this.store.existingConsumptionIds(orgId, ids),
+      this.store.existingUnpricedIds(orgId, ids),
+    ]);
+    return {
+      costs: rows.costs.filter((r) => !haveCosts.has(r.signal_id)),
+      consumption: rows.consumption.filter((r) => !haveConsumption.has(r.signal_id)),
+      unpriced: rows.unpriced.filter((r) => !haveUnpriced.has(r.signal_id)),
+    };
   }
 
   async stop(): Promise<void> {
     this.messages?.stop();
     await this.loopDone;
     await this.flush();
+    if (this.heartbeat) clearInterval(this.heartbeat);
   }
 }

@@ -1,5 +1,9 @@
 /**
- * Embedded ClickHouse (chdb). chdb must be used from one thread per process (two threads
+ * Embedded ClickHouse (chdb) opened in the calling process. The service does not use it any
+ * more (it reaches the embedded engine through its host process, src/store/engine-host);
+ * tests and the analytics benchmark open a data directory with it directly.
+ *
+ * chdb must be used from one thread per process (two threads
  * crashed it), so the Session lives on the main thread of the one process that owns the
  * data directory; piscina workers only produce rows and hand them back. Session's async
  * calls run on libuv threads inside chdb, off the event loop.
@@ -23,7 +27,7 @@ import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
-import { log } from '../../log.js';
+import { storeLog as log } from '../../log.js';
 
 const DRAIN_SQL = "SELECT 'drained'";
 
@@ -42,8 +46,6 @@ export class ChdbStore implements Store {
     this.db = cfg.clickhouseDatabase;
     this.analyticsDb = cfg.analytics.database;
     this.analytics = {
-      normalize: async (text) => (await this.run(() => this.session.queryBindAsync('SELECT formatQuerySingleLine({q:String})', { q: text }, { format: 'TSVRaw' }))).text(),
-      explainAst: async (sql) => (await this.run(() => this.session.queryAsync(`EXPLAIN AST ${sql}`, { format: 'TSVRaw' }))).text(),
       select: async (sql: string, settings: QuerySettings) => {
         const u8 = (await this.run(() => this.session.queryAsync(`${sql}${settingsClause(settings)}`, { format: 'JSONCompact' }))).bytes();
         return Buffer.from(u8.buffer, u8.byteOffset, u8.byteLength);

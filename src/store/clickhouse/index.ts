@@ -1,9 +1,10 @@
 /**
- * A ClickHouse server over HTTP (@clickhouse/client), used when CLICKHOUSE_URL is set.
- * Rows go in as the same JSONEachRow text the embedded engine receives.
+ * ClickHouse over HTTP (@clickhouse/client): a ClickHouse server when CLICKHOUSE_URL is set,
+ * and the embedded engine's host process otherwise (src/store/engine-host, which serves the
+ * part of the HTTP interface this class uses). Rows go in as JSONEachRow text.
  */
 import { Readable } from 'node:stream';
-import { createClient, type ClickHouseClient } from '@clickhouse/client';
+import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
@@ -18,8 +19,35 @@ function engineError(err: unknown): unknown {
   return err;
 }
 
+/** Where and as whom to connect. */
+export interface ClickHouseConnection {
+  url: string;
+  /** Schema, inserts and the pipeline's reads. */
+  writer: { username: string; password: string };
+  /** Analytics queries: a read-only user whose current database holds only the views. */
+  reader: { username: string; password: string };
+  database: string;
+  analyticsDatabase: string;
+  analyticsTimeoutMs: number;
+  /** The embedded engine's host: no HTTP compression, no server-only settings. */
+  embedded: boolean;
+}
+
+export function serverConnection(cfg: Config): ClickHouseConnection {
+  const writer = { username: cfg.clickhouseUser, password: cfg.clickhousePassword };
+  return {
+    url: cfg.clickhouseUrl!,
+    writer,
+    reader: cfg.analytics.user ? { username: cfg.analytics.user, password: cfg.analytics.password } : writer,
+    database: cfg.clickhouseDatabase,
+    analyticsDatabase: cfg.analytics.database,
+    analyticsTimeoutMs: cfg.analytics.timeoutMs,
+    embedded: false,
+  };
+}
+
 export class ClickHouseStore implements Store {
-  readonly kind = 'clickhouse' as const;
+  readonly kind: 'chdb' | 'clickhouse';
   private readonly client: ClickHouseClient;
   private readonly db: string;
   private readonly analyticsDb: string;
@@ -27,42 +55,38 @@ export class ClickHouseStore implements Store {
   private readonly reader: ClickHouseClient;
   readonly analytics: AnalyticsEngine;
 
-  constructor(cfg: Config) {
-    this.db = cfg.clickhouseDatabase;
-    this.analyticsDb = cfg.analytics.database;
-    this.client = createClient({
-      url: cfg.clickhouseUrl!,
-      username: cfg.clickhouseUser,
-      password: cfg.clickhousePassword,
-      request_timeout: 60_000,
-    });
+  constructor(conn: ClickHouseConnection) {
+    this.kind = conn.embedded ? 'chdb' : 'clickhouse';
+    this.db = conn.database;
+    this.analyticsDb = conn.analyticsDatabase;
+    // The host: no compression on loopback, and no client log lines for the engine errors the
+    // service already reports in its own words.
+    const compression = conn.embedded ? { compression: { request: false, response: false }, log: { level: ClickHouseLogLevel.OFF } } : {};
+    this.client = createClient({ url: conn.url, ...conn.writer, request_timeout: 60_000, ...compression });
     this.reader = createClient({
-      url: cfg.clickhouseUrl!,
-      username: cfg.analytics.user ?? cfg.clickhouseUser,
-      password: cfg.analytics.user ? cfg.analytics.password : cfg.clickhousePassword,
+      url: conn.url,
+      ...conn.reader,
       database: this.analyticsDb,
-      request_timeout: cfg.analytics.timeoutMs + 10_000,
+      request_timeout: conn.analyticsTimeoutMs + 10_000,
+      ...compression,
     });
+    // A server stops a read-only query whose client went away (the service's deadline);
+    // the embedded engine's host is killed instead (src/store/engine-host/supervisor.ts).
+    const stopSettings: Record<string, string> = conn.embedded ? {} : { cancel_http_readonly_queries_on_client_close: '1' };
     const reader = this.reader;
     this.analytics = {
-      normalize: async (text) => {
+      select: async (sql, settings, stop) => {
         try {
-          const rs = await reader.query({ query: 'SELECT formatQuerySingleLine({q:String}) AS q', query_params: { q: text }, format: 'JSONEachRow' });
-          return (await rs.json<{ q: string }>())[0]!.q;
-        } catch (err) {
-          throw engineError(err);
-        }
-      },
-      explainAst: async (sql) => {
-        try {
-          return await (await reader.query({ query: `EXPLAIN AST ${sql}`, format: 'TabSeparatedRaw' })).text();
-        } catch (err) {
-          throw engineError(err);
-        }
-      },
-      select: async (sql, settings) => {
-        try {
-          return Buffer.from(await (await reader.query({ query: sql, format: 'JSONCompact', clickhouse_settings: settings as Record<string, string> })).text());
+          // exec, not query: the output's bytes as they come, without decoding them to a string
+          // and encoding them again (10,000 rows are ~600 KB).
+          const r = await reader.exec({
+            query: `${sql}\nFORMAT JSONCompact`,
+            clickhouse_settings: { ...(settings as Record<string, string>), ...stopSettings },
+            ...(stop ? { abort_signal: stop } : {}),
+          });
+          const chunks: Buffer[] = [];
+          for await (const c of r.stream) chunks.push(c as Buffer);
+          return Buffer.concat(chunks);
         } catch (err) {
           throw engineError(err);
         }
@@ -112,13 +136,21 @@ export class ClickHouseStore implements Store {
   }
 
   private async insertInto(table: string, rows: Buffer): Promise<void> {
-    const r = await this.client.exec({
-      query: `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`,
-      values: Readable.from([rows]),
-      clickhouse_settings: INSERT_SETTINGS,
-    });
-    r.stream.resume();
-    await new Promise<void>((resolve, reject) => r.stream.on('end', resolve).on('error', reject));
+    try {
+      const r = await this.client.exec({
+        query: `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`,
+        values: Readable.from([rows]),
+        clickhouse_settings: INSERT_SETTINGS,
+      });
+      r.stream.resume();
+      await new Promise<void>((resolve, reject) => r.stream.on('end', resolve).on('error', reject));
+    } catch (err) {
+      // The pipeline tells data errors from outages by "Code: N." and records the reason of a
+      // dead-lettered batch: give the engine's refusal in ClickHouse's own words.
+      const e = err as { code?: unknown; type?: unknown; message?: string };
+      if (err instanceof ClickHouseError) throw new Error(`Code: ${String(e.code)}. DB::Exception: ${e.message ?? ''} (${String(e.type)})`, { cause: err });
+      throw err;
+    }
   }
 
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {

@@ -1,0 +1,171 @@
+/**
+ * The engine host: a child process of the service that owns the embedded engine (chdb) and
+ * its data directory, and serves it to the service over the subset of ClickHouse's HTTP
+ * interface that @clickhouse/client uses (protocol.ts). It exists so that the engine's work
+ * can be stopped: chdb cannot be told to stop a statement, but a process can be ended. The
+ * service's supervisor (supervisor.ts) starts it, restarts it when it dies, and kills it when
+ * an analytics statement runs past its deadline.
+ *
+ * It listens on 127.0.0.1 only, on a port the system picks, and answers only two users whose
+ * passwords are made for each launch by the supervisor and handed over the IPC channel:
+ *   writer     the writer lane: schema, pipeline inserts, existing-id reads, counts
+ *   analytics  the analytics lane: ANALYTICS_ENGINE_SESSIONS read-only sessions (readonly = 2
+ *              for the session's life, current database = the analytics views' database)
+ * The lanes have their own sessions, so analytics statements never hold up an insert and a
+ * busy analytics lane never holds up the writer. It is the embedded engine's host, not a
+ * ClickHouse server: nothing else should ever connect to it.
+ *
+ * It ends itself when the service goes away (the IPC channel closes), so a killed service
+ * never leaves an engine holding the data directory's lock.
+ */
+import { mkdirSync } from 'node:fs';
+import http from 'node:http';
+import { timingSafeEqual } from 'node:crypto';
+import { Session } from 'chdb';
+import { Lane } from './lane.js';
+import { HostError, basicAuth, errorCode, insertTarget, paramReset, paramStatements, parseRequest, settingsClause } from './protocol.js';
+
+export interface HostStart {
+  type: 'start';
+  dir: string;
+  analyticsDatabase: string;
+  analyticsSessions: number;
+  writerSessions: number;
+  writerPassword: string;
+  analyticsPassword: string;
+  port: number;
+}
+
+export type HostMessage = { type: 'listening'; port: number } | { type: 'failed'; message: string };
+
+const MAX_BODY = 512 * 1024 * 1024;
+
+function say(level: string, msg: string, fields: Record<string, unknown> = {}): void {
+  process.stderr.write(`${JSON.stringify({ t: new Date().toISOString(), level, msg, pid: process.pid, component: 'engine-host', ...fields })}\n`);
+}
+
+function sameSecret(a: string, b: string): boolean {
+  const x = Buffer.from(a);
+  const y = Buffer.from(b);
+  return x.length === y.length && timingSafeEqual(x, y);
+}
+
+async function open(cfg: HostStart): Promise<{ writer: Lane; analytics: Lane }> {
+  mkdirSync(cfg.dir, { recursive: true });
+  const writers = Array.from({ length: cfg.writerSessions }, () => new Session(cfg.dir));
+  await writers[0]!.queryAsync(`CREATE DATABASE IF NOT EXISTS ${cfg.analyticsDatabase}`);
+  const readers: Session[] = [];
+  for (let i = 0; i < cfg.analyticsSessions; i++) {
+    const s = new Session(cfg.dir);
+    await s.queryAsync(`USE ${cfg.analyticsDatabase}`);
+    await s.queryAsync('SET readonly = 2');
+    readers.push(s);
+  }
+  return { writer: new Lane('writer', writers), analytics: new Lane('analytics', readers) };
+}
+
+function readBody(req: http.IncomingMessage): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let n = 0;
+    req.on('data', (c: Buffer) => {
+      n += c.length;
+      if (n > MAX_BODY) {
+        reject(new HostError(413, 131, 'TOO_LARGE_STRING_SIZE', 'Request body too large'));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks)));
+    req.on('error', reject);
+  });
+}
+
+async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+  const url = new URL(req.url ?? '/', 'http://host');
+  if (url.pathname === '/ping') {
+    res.writeHead(200, { 'Content-Type': 'text/plain; charset=UTF-8' }).end('Ok.\n');
+    return;
+  }
+  if (url.pathname !== '/') throw new HostError(404, 0, 'UNKNOWN_EXCEPTION', `There is no handler for ${url.pathname}`);
+  const who = basicAuth(req.headers.authorization);
+  const role =
+    who?.user === 'writer' && sameSecret(who.password, cfg.writerPassword) ? 'writer'
+    : who?.user === 'analytics' && sameSecret(who.password, cfg.analyticsPassword) ? 'analytics'
+    : null;
+  if (!role) throw new HostError(401, 516, 'AUTHENTICATION_FAILED', 'Authentication failed: password is incorrect, or there is no user with such name');
+  const body = await readBody(req);
+  const r = parseRequest(url.searchParams, body);
+  const expectDb = role === 'analytics' ? cfg.analyticsDatabase : 'default';
+  if (r.database !== null && r.database !== expectDb) throw new HostError(403, 497, 'ACCESS_DENIED', `The ${role} user works in database ${expectDb} only`);
+  const headers = { 'X-ClickHouse-Query-Id': r.queryId, 'X-ClickHouse-Format': r.format, 'Content-Type': 'text/plain; charset=UTF-8' };
+  if (r.insertData) {
+    if (role !== 'writer') throw new HostError(403, 164, 'READONLY', 'Cannot execute query in readonly mode');
+    const target = insertTarget(r.sql);
+    const data = r.insertData;
+    const s = await lanes.writer.run((session) =>
+      session.insert({ table: target.table, values: data, format: target.format, settings: Object.fromEntries(r.settings) }),
+    );
+    res.writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ written_rows: String(s.rowsWritten), written_bytes: String(s.bytesWritten) }) }).end();
+    return;
+  }
+  const text = `${paramStatements(r.params)}${r.sql}${settingsClause(r.settings)}`;
+  const lane = role === 'writer' ? lanes.writer : lanes.analytics;
+  const out = await lane.run((session) => session.queryAsync(text, { format: r.format }), paramReset(r.params));
+  const bytes = out.bytes();
+  res
+    .writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ read_rows: String(out.rowsRead), read_bytes: String(out.bytesRead), elapsed_ns: String(Math.round(out.elapsed * 1e9)) }) })
+    .end(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+}
+
+function fail(res: http.ServerResponse, err: unknown): void {
+  const e =
+    err instanceof HostError ? err
+    : (() => {
+        const message = err instanceof Error ? err.message : String(err);
+        const { code, name } = errorCode(message);
+        const h = new HostError(500, code, name, message);
+        // chdb's engine errors already read "Code: N. DB::Exception: … (NAME)": keep them as they are.
+        if (/^Code: \d+\./.test(message)) h.text = () => `${message.trimEnd()}\n`;
+        return h;
+      })();
+  if (res.headersSent) {
+    res.destroy();
+    return;
+  }
+  res.writeHead(e.status, { 'X-ClickHouse-Exception-Code': String(e.code), 'Content-Type': 'text/plain; charset=UTF-8' }).end(e.text());
+}
+
+async function main(cfg: HostStart): Promise<void> {
+  const lanes = await open(cfg);
+  // Bound parameters travel in the URL (up to 20,480 characters of query text, percent-encoded).
+  const server = http.createServer({ maxHeaderSize: 1024 * 1024 }, (req, res) => {
+    handle(cfg, lanes, req, res).catch((err: unknown) => fail(res, err));
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(cfg.port, '127.0.0.1', () => resolve());
+  });
+  const port = (server.address() as { port: number }).port;
+  say('info', 'engine host serving', { port, analyticsSessions: cfg.analyticsSessions, writerSessions: cfg.writerSessions });
+  process.send!({ type: 'listening', port } satisfies HostMessage);
+  process.once('SIGTERM', () => {
+    server.close();
+    for (const l of [lanes.writer, lanes.analytics]) for (const s of l.sessions) s.close();
+    process.exit(0);
+  });
+}
+
+process.title = 'billing-engine-host';
+// The service went away: end at once, so the data directory is free for its successor.
+process.on('disconnect', () => process.kill(process.pid, 'SIGKILL'));
+process.once('message', (m: HostStart) => {
+  if (m?.type !== 'start') return;
+  main(m).catch((err: unknown) => {
+    const message = err instanceof Error ? err.message : String(err);
+    say('error', 'engine host could not start', { err: message });
+    process.send!({ type: 'failed', message } satisfies HostMessage, () => process.exit(1));
+  });
+});

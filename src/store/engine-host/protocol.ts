@@ -1,0 +1,169 @@
+/**
+ * The part of ClickHouse's HTTP interface that @clickhouse/client uses, as the engine host
+ * serves it (see host.ts). Pure functions, no I/O:
+ *
+ *   POST /?query_id=…&database=…&<setting>=…&param_<name>=…   body = the statement, or, when
+ *        the URL carries `query`, the statement is in the URL and the body is insert data.
+ *   GET  /ping                                                  "Ok.\n"
+ *
+ * Answers: 200 with the output; errors as ClickHouse sends them — a non-2xx status, the
+ * header X-ClickHouse-Exception-Code and the text "Code: N. DB::Exception: … (NAME)", which
+ * the client turns into a ClickHouseError with `code` and `type`.
+ *
+ * Settings: only the names in ALLOWED_SETTINGS, appended by the host as a SETTINGS clause of
+ * the statement; anything else is refused. Bound parameters (`param_<name>`, the text
+ * ClickHouse would parse) become `SET param_<name> = '…'` statements run before the statement
+ * on the same session: chdb's own bound-parameter call is serialized process-wide (it is not
+ * isolated per connection in this libchdb), so it would make every lane wait for every other.
+ */
+
+export class HostError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: number,
+    readonly codeName: string,
+    message: string,
+  ) {
+    super(message);
+  }
+
+  /** The body ClickHouse would send for this error. */
+  text(): string {
+    return `Code: ${this.code}. DB::Exception: ${this.message}. (${this.codeName})\n`;
+  }
+}
+
+/**
+ * Settings a statement may carry: the analytics limits, scope and output settings the service
+ * sets (src/analytics/service.ts) and the insert settings (src/store/schema.ts). `readonly` is
+ * accepted and not applied: analytics sessions are read-only (readonly = 2) for their whole
+ * life, writer sessions are not.
+ */
+export const ALLOWED_SETTINGS: ReadonlySet<string> = new Set([
+  'log_comment',
+  'query_plan_filter_push_down',
+  'enable_optimize_predicate_expression',
+  'query_plan_merge_filters',
+  'optimize_move_to_prewhere',
+  'max_execution_time',
+  'timeout_overflow_mode',
+  'max_memory_usage',
+  'limit',
+  'max_result_rows',
+  'result_overflow_mode',
+  'output_format_json_quote_64bit_integers',
+  'output_format_json_quote_64bit_floats',
+  'output_format_json_quote_decimals',
+  'output_format_json_quote_denormals',
+  'max_partitions_per_insert_block',
+]);
+
+/** Client-side parameters of the HTTP interface that are not settings. */
+const RESERVED_PARAMS = new Set(['query', 'query_id', 'database', 'default_format', 'session_id']);
+
+export interface ParsedRequest {
+  queryId: string;
+  /** The statement, without a trailing FORMAT clause. */
+  sql: string;
+  /** Output format: the statement's trailing FORMAT clause or default_format; TabSeparated otherwise. */
+  format: string;
+  /** `database` URL parameter, or null. */
+  database: string | null;
+  /** Insert data (the body when the statement is in the URL), or null. */
+  insertData: Buffer | null;
+  settings: [string, string][];
+  params: [string, string][];
+}
+
+const IDENT = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const TRAILING_FORMAT = /\s+FORMAT\s+([A-Za-z][A-Za-z0-9]*)\s*;?\s*$/i;
+
+export function parseRequest(search: URLSearchParams, body: Buffer): ParsedRequest {
+  const inUrl = search.get('query');
+  let text = inUrl ?? body.toString('utf8');
+  const insertData = inUrl !== null && body.length > 0 ? body : null;
+  let format = search.get('default_format') ?? 'TabSeparated';
+  if (insertData === null) {
+    const m = TRAILING_FORMAT.exec(text);
+    if (m) {
+      format = m[1]!;
+      text = text.slice(0, m.index);
+    }
+  }
+  if (text.trim() === '') throw new HostError(400, 62, 'SYNTAX_ERROR', 'Empty query');
+  const settings: [string, string][] = [];
+  const params: [string, string][] = [];
+  for (const [k, v] of search) {
+    if (RESERVED_PARAMS.has(k)) continue;
+    if (k.startsWith('param_')) {
+      const name = k.slice('param_'.length);
+      if (!IDENT.test(name)) throw new HostError(400, 36, 'BAD_ARGUMENTS', `Bad query parameter name ${JSON.stringify(name)}`);
+      params.push([name, v]);
+      continue;
+    }
+    if (k === 'readonly' || k === 'enable_http_compression') {
+      if (k === 'enable_http_compression' && v !== '0') throw new HostError(400, 115, 'UNKNOWN_SETTING', 'HTTP compression is not offered by the engine host');
+      continue;
+    }
+    if (!ALLOWED_SETTINGS.has(k)) throw new HostError(400, 115, 'UNKNOWN_SETTING', `Setting ${k} is not accepted by the engine host`);
+    settings.push([k, v]);
+  }
+  return { queryId: search.get('query_id') ?? '', sql: text, format, database: search.get('database'), insertData, settings, params };
+}
+
+/** A ClickHouse string literal. */
+export function quote(s: string): string {
+  return `'${s.replace(/\\/g, '\\\\').replace(/'/g, "\\'")}'`;
+}
+
+/** A setting value as a literal: plain numbers as they are, anything else quoted. */
+function settingLiteral(v: string): string {
+  return /^-?\d+(\.\d+)?$/.test(v) ? v : quote(v);
+}
+
+export function settingsClause(settings: readonly [string, string][]): string {
+  return settings.length === 0 ? '' : ` SETTINGS ${settings.map(([k, v]) => `${k} = ${settingLiteral(v)}`).join(', ')}`;
+}
+
+/** `SET param_<name> = '<text>'; ` for each bound parameter (the text is what ClickHouse parses for the declared type). */
+export function paramStatements(params: readonly [string, string][]): string {
+  return params.map(([k, v]) => `SET param_${k} = ${quote(v)}; `).join('');
+}
+
+/**
+ * Empties the parameters again (`SET param_<name> = ''`), run on the session right after the
+ * statement: a parameter set on a session stays set, and a later statement naming it without
+ * sending it must not read another request's value.
+ */
+export function paramReset(params: readonly [string, string][]): string | undefined {
+  return params.length === 0 ? undefined : params.map(([k]) => `SET param_${k} = ''`).join('; ');
+}
+
+export interface InsertTarget {
+  table: string;
+  format: 'JSONEachRow';
+}
+
+const INSERT = /^\s*INSERT\s+INTO\s+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)\s+FORMAT\s+JSONEachRow\s*$/i;
+
+/** The table of `INSERT INTO db.t FORMAT JSONEachRow` (the only insert the host takes), or a HostError. */
+export function insertTarget(sql: string): InsertTarget {
+  const m = INSERT.exec(sql);
+  if (!m) throw new HostError(400, 62, 'SYNTAX_ERROR', 'The engine host takes inserts only as INSERT INTO <db>.<table> FORMAT JSONEachRow with the rows in the body');
+  return { table: m[1]!, format: 'JSONEachRow' };
+}
+
+/** The error code number and name of a chdb error message ("Code: 62. DB::Exception: … (SYNTAX_ERROR)"). */
+export function errorCode(message: string): { code: number; name: string } {
+  const code = /Code: (\d+)\./.exec(message);
+  const names = [...message.matchAll(/\(([A-Z][A-Z0-9_]{2,})\)/g)];
+  return { code: code ? Number(code[1]) : 1002, name: names.length > 0 ? names[names.length - 1]![1]! : 'UNKNOWN_EXCEPTION' };
+}
+
+/** Basic credentials of a request, or null. */
+export function basicAuth(header: string | undefined): { user: string; password: string } | null {
+  if (!header || !header.startsWith('Basic ')) return null;
+  const raw = Buffer.from(header.slice(6), 'base64').toString('utf8');
+  const i = raw.indexOf(':');
+  return i < 0 ? null : { user: raw.slice(0, i), password: raw.slice(i + 1) };
+}

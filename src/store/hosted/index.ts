@@ -1,0 +1,161 @@
+/**
+ * The embedded engine, run in its own process (the engine host, src/store/engine-host) and
+ * reached through the same ClickHouseStore code as a ClickHouse server. One ClickHouseStore
+ * per host generation (each launch has its own port and passwords).
+ *
+ * What a host restart means to each caller:
+ * - Analytics reads are read-only: one that fails because the host died under it (killed for
+ *   another statement's runaway, or crashed) is run once more on the next generation,
+ *   within its own deadline. The statement whose deadline passed is not run again.
+ * - The pipeline's reads (existing ids, counts) likewise run once more.
+ * - Inserts are never repeated here: an insert the host died under may or may not have
+ *   landed, so the error goes back to the pipeline, which naks the batches; the redelivery's
+ *   existing-id check stores exactly what is missing (src/pipeline/consumer.ts). The error
+ *   is a transient outage (not a data error), so nothing is dead-lettered for it.
+ */
+import path from 'node:path';
+import { ClickHouseError } from '@clickhouse/client';
+import type { Config } from '../../config.js';
+import type { AnalyticsEngine, QuerySettings } from '../../analytics/engine.js';
+import type { SignalCounts, Store } from '../index.js';
+import { ClickHouseStore } from '../clickhouse/index.js';
+import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
+import { EngineError } from '../../analytics/engine-error.js';
+
+/** Sessions of the writer lane: one for a flush of the pipeline, one for the billing rows and reads. */
+export const WRITER_SESSIONS = 2;
+
+/** How long a caller waits for the host to come back before the call fails. */
+const WAIT_FOR_HOST_MS = 15_000;
+
+/** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
+function lostHost(err: unknown): boolean {
+  return !(err instanceof ClickHouseError) && !(err instanceof EngineError) && !(err instanceof HostUnavailable);
+}
+
+export class HostedStore implements Store {
+  readonly kind = 'chdb' as const;
+  readonly analytics: AnalyticsEngine;
+  readonly supervisor: EngineHostSupervisor;
+  private readonly stores = new Map<number, ClickHouseStore>();
+
+  constructor(private readonly cfg: Config) {
+    this.supervisor = new EngineHostSupervisor({
+      dir: path.join(cfg.dataDir, 'chdb'),
+      analyticsDatabase: cfg.analytics.database,
+      analyticsSessions: cfg.analytics.engineSessions,
+      writerSessions: WRITER_SESSIONS,
+    });
+    this.analytics = {
+      select: (sql: string, settings: QuerySettings, stop?: AbortSignal) => this.read((s, g) => this.stoppable(g, stop, (signal) => s.analytics.select(sql, settings, signal)), stop),
+    };
+  }
+
+  private storeFor(g: Generation): ClickHouseStore {
+    let s = this.stores.get(g.n);
+    if (!s) {
+      const made = new ClickHouseStore({
+        url: g.url,
+        writer: { username: 'writer', password: g.writerPassword },
+        reader: { username: 'analytics', password: g.analyticsPassword },
+        database: this.cfg.clickhouseDatabase,
+        analyticsDatabase: this.cfg.analytics.database,
+        analyticsTimeoutMs: this.cfg.analytics.timeoutMs,
+        embedded: true,
+      });
+      this.stores.set(g.n, made);
+      void g.exited.then(() => {
+        this.stores.delete(g.n);
+        return made.close();
+      });
+      s = made;
+    }
+    return s;
+  }
+
+  /** Runs a statement whose deadline, once `stop` aborts, ends the host generation running it. */
+  private async stoppable<T>(g: Generation, stop: AbortSignal | undefined, call: (signal?: AbortSignal) => Promise<T>): Promise<T> {
+    if (!stop) return call();
+    if (stop.aborted) throw new Error('stopped before it ran');
+    const kill = (): void => void this.supervisor.kill(g.n, 'an analytics statement ran past its deadline');
+    stop.addEventListener('abort', kill, { once: true });
+    try {
+      return await call();
+    } finally {
+      stop.removeEventListener('abort', kill);
+    }
+  }
+
+  /** A read: run on the serving generation; once more on the next one when the host died under it. */
+  private async read<T>(call: (s: ClickHouseStore, g: Generation) => Promise<T>, stop?: AbortSignal): Promise<T> {
+    const g = await this.supervisor.current(WAIT_FOR_HOST_MS);
+    try {
+      return await call(this.storeFor(g), g);
+    } catch (err) {
+      if (stop?.aborted || !lostHost(err)) throw err;
+      // Only when the process is really gone: a broken connection to a live host is an error.
+      const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
+      if (!gone) throw err;
+      const next = await this.supervisor.current(WAIT_FOR_HOST_MS);
+      if (stop?.aborted) throw err;
+      return call(this.storeFor(next), next);
+    }
+  }
+
+  private async write<T>(call: (s: ClickHouseStore) => Promise<T>): Promise<T> {
+    return call(this.storeFor(await this.supervisor.current(WAIT_FOR_HOST_MS)));
+  }
+
+  async init(): Promise<void> {
+    await this.supervisor.start();
+    await this.write((s) => s.init());
+  }
+
+  insertSignals(rows: Buffer): Promise<void> {
+    return this.write((s) => s.insertSignals(rows));
+  }
+
+  insertCosts(rows: Buffer): Promise<void> {
+    return this.write((s) => s.insertCosts(rows));
+  }
+
+  insertConsumption(rows: Buffer): Promise<void> {
+    return this.write((s) => s.insertConsumption(rows));
+  }
+
+  insertUnpriced(rows: Buffer): Promise<void> {
+    return this.write((s) => s.insertUnpriced(rows));
+  }
+
+  existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.read((s) => s.existingSignalIds(orgId, ids));
+  }
+
+  existingUnpricedIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.read((s) => s.existingUnpricedIds(orgId, ids));
+  }
+
+  existingCostIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.read((s) => s.existingCostIds(orgId, ids));
+  }
+
+  existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>> {
+    return this.read((s) => s.existingConsumptionIds(orgId, ids));
+  }
+
+  countSignals(orgId: string): Promise<SignalCounts> {
+    return this.read((s) => s.countSignals(orgId));
+  }
+
+  /** The host answers /ping (its sessions are open); a restart in progress is waited for briefly. */
+  async ping(): Promise<void> {
+    const g = await this.supervisor.current(2_000);
+    await this.storeFor(g).ping();
+  }
+
+  async close(): Promise<void> {
+    await this.supervisor.stop();
+    await Promise.all([...this.stores.values()].map((s) => s.close()));
+    this.stores.clear();
+  }
+}
