@@ -1,0 +1,117 @@
+/**
+ * The compiler's cost bounds (src/analytics/compiler/resolve.ts with functions.ts): what a
+ * hostile tenant can make one query cost is bounded before anything reaches the engine.
+ *   - parametric aggregates' size parameters (groupArray(N), topK(N)) are bounded (maxParam);
+ *   - literal bounds (maxConstant) hold on the absolute value, and range() on the number of
+ *     elements it generates;
+ *   - array and tuple literals and negative numbers are literals where one is required;
+ *   - a lambda body reads only the lambda's own parameters and literals (no outer columns,
+ *     aliases, aggregates, subqueries or generators), so a lambda cannot be quadratic in the
+ *     data within one row;
+ *   - all numbers() reads of one query together generate a bounded number of rows.
+ */
+import t, { type Test } from 'tap';
+import { CompileError, compile } from '../../src/analytics/compiler/index.js';
+import { MAX_GENERATED_ROWS } from '../../src/analytics/compiler/grammar.js';
+import { VIEW_SCHEMAS } from '../../src/analytics/views.js';
+
+function outcome(q: string): string {
+  try {
+    compile(q, VIEW_SCHEMAS);
+    return 'ok';
+  } catch (err) {
+    if (err instanceof CompileError) return `${err.code}: ${err.message}`;
+    throw err;
+  }
+}
+
+function refused(t: Test, q: string, why: RegExp): void {
+  const o = outcome(q);
+  t.match(o, /^INVALID_QUERY: /, `${q} is refused`);
+  t.match(o, why, `${q}: ${o}`);
+}
+
+function accepted(t: Test, q: string): void {
+  t.equal(outcome(q), 'ok', q);
+}
+
+t.test('parametric aggregates: the size parameter is bounded (maxParam)', async (t) => {
+  refused(t, 'SELECT groupArray(2000000000)(id) FROM fact_signal', /parameter 1 of groupArray\(\) is at most 10000/);
+  refused(t, 'SELECT groupArray(1e9)(id) FROM fact_signal', /parameter 1 of groupArray\(\) is at most/);
+  refused(t, 'SELECT array_agg(20000)(id) FROM fact_signal', /at most 10000/);
+  refused(t, 'SELECT groupArrayIf(20000)(id, 1) FROM fact_signal', /at most 10000/);
+  refused(t, 'SELECT topK(100000000)(id) FROM fact_signal', /parameter 1 of topK\(\) is at most/);
+  refused(t, 'SELECT topK(10, 1000)(id) FROM fact_signal', /parameter 2 of topK\(\) is at most 100/);
+  refused(t, 'SELECT groupArraySorted(-20000)(id) FROM fact_signal', /at most 10000/);
+  refused(t, "SELECT groupConcat(',', 100000)(id) FROM fact_signal", /parameter 2 of groupConcat\(\) is at most/);
+  refused(t, 'SELECT histogram(5000)(1) FROM fact_signal', /at most 1000/);
+  refused(t, "SELECT groupArray('99999999')(id) FROM fact_signal", /parameter 1 of groupArray\(\) must be a number/);
+  accepted(t, 'SELECT groupArray(10000)(id), topK(10, 3, \'counts\')(id), groupConcat(\',\', 5)(id), groupConcat(\',\')(id), histogram(10)(1) FROM fact_signal');
+  accepted(t, 'SELECT groupArray(id), quantiles(0.1, 0.9)(1) FROM fact_signal');
+});
+
+t.test('literal bounds hold on the absolute value; range() on the elements it generates', async (t) => {
+  refused(t, 'SELECT range(-1000000000, 1)', /range\(\) generates at most 1000 elements/);
+  refused(t, 'SELECT range(-1000, 1000)', /range\(\) generates at most 1000 elements/);
+  refused(t, 'SELECT range(0, 1000000, 1)', /at most 1000/);
+  refused(t, 'SELECT length(arrayResize([1], -100000000))', /argument 2 of arrayResize\(\) is at most 1000 in absolute value/);
+  refused(t, 'SELECT arrayWithConstant(-5000, 1)', /at most 1000 in absolute value/);
+  refused(t, "SELECT repeat('a', -(1000))", /argument 2 of repeat\(\) (is at most|must be a literal)/);
+  refused(t, "SELECT leftPad('a', -100000)", /at most 1000 in absolute value/);
+  refused(t, 'SELECT round(1.5, -100)', /at most 76 in absolute value/);
+  accepted(t, 'SELECT range(1000), range(-500, 500), range(1000000, 1001000), range(0, 1000, 1), range(1000, 0, -1), range(0, 10000, 10), arrayResize([1], 1000), arrayWithConstant(1000, 1)');
+  accepted(t, 'SELECT range(5, 1), range(0, 10, -1)');
+  refused(t, 'SELECT range(0, 10, 0)', /step/);
+});
+
+t.test('array and tuple literals and negative numbers are literals', async (t) => {
+  accepted(t, "SELECT hasAll(data.tags::Array(String), ['a', 'b']), hasAny(data.tags::Array(String), ['x']), hasSubstr([1, 2, 3], [2, 3]) FROM fact_signal");
+  accepted(t, "SELECT transform(event_name, ['a', 'b'], ['A', 'B'], 'other'), transform(1, [1, 2], [-1, -2]) FROM fact_signal");
+  accepted(t, 'SELECT round(1.2345, -2), round(1.5, -(2)), toDecimal32(1, 2)');
+  accepted(t, "SELECT hasAll([(1, 'a')], [(1, 'a')]), hasAny([[1], [2]], [[1]]), hasAll([NULL, 1], [NULL])");
+  refused(t, 'SELECT hasAll([1], [toUInt8(1)])', /argument 2 of hasAll\(\) must be a literal/);
+  refused(t, 'SELECT hasAll([1], [number]) FROM numbers(1)', /must be a literal/);
+  refused(t, `SELECT hasAny([1], [${Array(1_001).fill('1').join(', ')}])`, /a literal array argument of hasAny\(\) has at most 1000 elements/);
+});
+
+t.test('a lambda body reads only its own parameters and literals', async (t) => {
+  // Quadratic within one row, where the engine does not check its time limit.
+  refused(t, 'SELECT arrayFilter(x -> has(a, x), a) FROM (SELECT groupArray(id) AS a FROM fact_signal)', /lambda.*only its own parameters.*"a"/);
+  refused(t, 'SELECT arrayMap(x -> x + n, [1, 2]) FROM (SELECT 1 AS n)', /"n"/);
+  refused(t, 'SELECT arrayMap(x -> length(id), [1]) FROM fact_signal', /"id"/);
+  refused(t, 'SELECT arrayMap(x -> fact_signal.id, [1]) FROM fact_signal', /"fact_signal\.id"/);
+  refused(t, "WITH 'a' AS w SELECT arrayMap(x -> w, [1])", /"w"/);
+  refused(t, 'SELECT arrayMap(x -> count(), [1]) FROM fact_signal', /aggregate function count\(\) inside a lambda/);
+  refused(t, 'SELECT arrayMap(x -> sum(x), [1])', /aggregate function sum\(\) inside a lambda/);
+  refused(t, 'SELECT arrayMap(x -> (SELECT groupArray(id) FROM fact_signal), [1])', /subquery inside a lambda/);
+  refused(t, 'SELECT arrayMap(x -> x IN (SELECT 1), [1])', /subquery inside a lambda/);
+  refused(t, 'SELECT arrayMap(x -> arrayMap(y -> has(x, y), x), [[1, 2]])', /"x"/);
+  refused(t, 'SELECT arraySum(x -> arraySum(y -> 1, range(1000)), range(1000)) FROM numbers(1000000000)', /range\(\) generates .* not allowed inside a lambda/);
+  refused(t, "SELECT arrayMap(x -> repeat(x, 100), ['a'])", /repeat\(\) .*inside a lambda/);
+  refused(t, 'SELECT arrayMap(x -> row_number() OVER (), [1])', /inside a lambda/);
+  accepted(t, 'SELECT arrayMap(x -> x * 2 + 1, [1, 2]), arrayFilter((x, y) -> x > y, [1, 3], [2, 2]), arrayMap(x -> arrayMap(y -> y + 1, x), [[1], [2, 3]])');
+  accepted(t, "SELECT arrayMap(x -> concat(x, '!'), data.tags::Array(String)), arrayCount(x -> x > 1, [1, 2]), arraySort(x -> -x, [1, 2]) FROM fact_signal");
+  accepted(t, "SELECT arrayMap(x -> hasAny(x, ['a']), [['a']]), arrayMap(x -> transform(x, [1], [2], 0), [1])");
+});
+
+t.test('numbers(): all reads of one query together generate a bounded number of rows', async (t) => {
+  const max = MAX_GENERATED_ROWS;
+  t.equal(max, 1_000_000_000n);
+  accepted(t, 'SELECT count() FROM numbers(1000000000)');
+  accepted(t, 'SELECT count() FROM numbers(1000) AS a, numbers(1000000) AS b');
+  refused(t, 'SELECT count() FROM numbers(1000000000) AS a, numbers(1000000000) AS b', /numbers\(\) reads of a query generate at most 1000000000 rows together/);
+  refused(t, 'SELECT count() FROM numbers(100000) AS a CROSS JOIN numbers(100000) AS b', /together/);
+  refused(t, 'SELECT count() FROM numbers(100000) AS a WHERE a.number IN (SELECT number FROM numbers(100000))', /together/);
+  refused(t, 'SELECT count() FROM (SELECT * FROM numbers(100000)) AS a, (SELECT * FROM numbers(100000)) AS b', /together/);
+  refused(t, 'SELECT (SELECT count() FROM numbers(1000000000)) + (SELECT count() FROM numbers(1000000000))', /together/);
+  refused(t, 'SELECT count() FROM numbers(1000000000) UNION ALL SELECT count() FROM numbers(1000000000)', /together/);
+  // A CTE is read once per reference.
+  refused(t, 'WITH n AS (SELECT number FROM numbers(100000)) SELECT count() FROM n AS a, n AS b', /together/);
+  refused(t, 'WITH n AS (SELECT number FROM numbers(1000)) SELECT count() FROM n AS a, n AS b, n AS c, n AS d', /together/);
+  refused(t, 'WITH n AS (SELECT number FROM numbers(100000)) SELECT count() FROM n WHERE number IN n', /together/);
+  refused(t, 'WITH n AS (SELECT number FROM numbers(1000)), m AS (SELECT * FROM n AS a, n AS b) SELECT count() FROM m AS a, m AS b', /together/);
+  accepted(t, 'WITH n AS (SELECT number FROM numbers(1000000000)) SELECT count() FROM n');
+  accepted(t, 'WITH n AS (SELECT number FROM numbers(1000000000)), m AS (SELECT 1) SELECT count() FROM m');
+  accepted(t, 'SELECT count() FROM numbers(0) AS a, numbers(1000000000) AS b');
+  accepted(t, 'SELECT count() FROM numbers(5, 1000000000)');
+});
