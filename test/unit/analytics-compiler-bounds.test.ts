@@ -71,7 +71,12 @@ t.test('array and tuple literals and negative numbers are literals', async (t) =
   accepted(t, "SELECT hasAll([(1, 'a')], [(1, 'a')]), hasAny([[1], [2]], [[1]]), hasAll([NULL, 1], [NULL])");
   refused(t, 'SELECT hasAll([1], [toUInt8(1)])', /argument 2 of hasAll\(\) must be a literal/);
   refused(t, 'SELECT hasAll([1], [number]) FROM numbers(1)', /must be a literal/);
-  refused(t, `SELECT hasAny([1], [${Array(1_001).fill('1').join(', ')}])`, /a literal array argument of hasAny\(\) has at most 1000 elements/);
+  refused(t, `SELECT transform(1, [${Array(1_001).fill('1').join(', ')}], [1], 0)`, /a literal array argument of transform\(\) has at most 1000 elements/);
+  accepted(t, `SELECT transform(1, [${Array(1_000).fill('1').join(', ')}], [${Array(1_000).fill('1').join(', ')}], 0)`);
+  // The needle of an array-against-array test is compared with every element of the row's array.
+  refused(t, `SELECT hasAll(['a'], [${Array(101).fill("'a'").join(', ')}])`, /a literal array argument of hasAll\(\) has at most 100 elements/);
+  refused(t, `SELECT hasAny([1], [[${Array(100).fill('1').join(', ')}]])`, /hasAny\(\) has at most 100 elements/);
+  accepted(t, `SELECT hasAny([1], [${Array(100).fill('1').join(', ')}])`);
 });
 
 t.test('a lambda body reads only its own parameters and literals', async (t) => {

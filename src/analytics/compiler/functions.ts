@@ -60,6 +60,8 @@ export interface FunctionSpec {
    * per element (nested, the sizes multiply).
    */
   generates?: true;
+  /** Elements (all levels) of an array literal argument; default MAX_LITERAL_ELEMENTS. */
+  maxLiteralElements?: number;
   /** range(): the number of elements its literal arguments ask for is at most this (whatever the start). */
   maxRangeElements?: number;
 }
@@ -89,6 +91,12 @@ export const MAX_REPEAT = 100;
 export const MAX_AGGREGATE_ITEMS = 10_000;
 /** Elements (all levels) of an array or tuple literal given where a literal is required (needles of hasAny, transform's lists). */
 export const MAX_LITERAL_ELEMENTS = 1_000;
+/**
+ * Elements of the literal needle of hasAll/hasAny/hasSubstr: the engine compares each element
+ * of the row's array with each of the needle's (measured with chdb 3.4: hasAll of a
+ * 1,000,000-string array against 999 literal strings took 10.5 s in one row, past a 5 s limit).
+ */
+export const MAX_NEEDLE_ELEMENTS = 100;
 
 const SPECS: FunctionSpec[] = [
   // ── operators and arithmetic ───────────────────────────────────────────────
@@ -202,7 +210,7 @@ const SPECS: FunctionSpec[] = [
   ...scalar(['arrayJoin'], 1),
   ...scalar(['has', 'indexOf', 'countEqual', 'arrayElement', 'arrayElementOrNull', 'arrayPushBack', 'arrayPushFront', 'arrayRemove'], 2),
   // Each element of one array against each of the other: quadratic unless one side is a literal.
-  ...scalar(['hasAll', 'hasAny', 'hasSubstr'], 2, 2, { constantArgs: [1] }),
+  ...scalar(['hasAll', 'hasAny', 'hasSubstr'], 2, 2, { constantArgs: [1], maxLiteralElements: MAX_NEEDLE_ELEMENTS }),
   ...scalar(['arrayPopBack', 'arrayPopFront', 'arrayReverse', 'arrayCompact', 'arrayDistinct', 'arrayEnumerate', 'arrayEnumerateUniq', 'arrayEnumerateDense', 'arrayFlatten', 'arrayDifference'], 1),
   ...scalar(['arrayUniq'], 1, V),
   ...scalar(['arraySlice'], 2, 3),

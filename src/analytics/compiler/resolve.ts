@@ -357,7 +357,8 @@ export class Resolver {
     if (spec.constantArgs?.includes(i)) {
       const v = literalValue(a);
       if (v === undefined) throw this.fail(`argument ${i + 1} of ${fn}() must be a literal`, a.at);
-      if (Array.isArray(v) && countElements(v) > MAX_LITERAL_ELEMENTS) throw this.fail(`a literal array argument of ${fn}() has at most ${MAX_LITERAL_ELEMENTS} elements`, a.at);
+      const maxElements = spec.maxLiteralElements ?? MAX_LITERAL_ELEMENTS;
+      if (Array.isArray(v) && countElements(v) > maxElements) throw this.fail(`a literal array argument of ${fn}() has at most ${maxElements} elements`, a.at);
       const max = spec.maxConstant?.[i];
       if (max !== undefined && (typeof v !== 'number' || !(Math.abs(v) <= max))) throw this.fail(`argument ${i + 1} of ${fn}() is at most ${max} in absolute value`, a.at);
       if (spec.maxRangeElements !== undefined && i === call.args.length - 1) this.rangeElements(call, spec.maxRangeElements);
