@@ -43,13 +43,13 @@ export function toEngineError(err: unknown): EngineError {
 /** Cuts the parts of an engine message that could show internals: scopes, plans, hints, stacks, the engine's version. */
 export function cleanReason(reason: string, internalNames: readonly string[]): string {
   let r = reason;
-  for (const cut of [/:? while executing/i, /[.:]?\s*in scope\b/i, /\.?\s*Maybe you meant/i, /\.?\s*Stack trace/i, /\n/, /\sSETTINGS\s/]) {
+  for (const cut of [/:? while executing/i, /[.:]?\s*in scope\b/i, /[.:]?\s*In query\b/, /\.?\s*Maybe you meant/i, /\.?\s*Stack trace/i, /\n/, /\sSETTINGS\s/]) {
     const m = cut.exec(r);
     if (m) r = r.slice(0, m.index);
   }
   r = r.replace(/\s*\([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)/gi, '');
-  for (const name of internalNames) r = r.split(`${name}.`).join('');
-  r = r.replace(/__table\d+\./g, '').replace(/(?:\/[\w.@%+-]+){2,}\/?/g, '<path>');
+  for (const name of internalNames) r = r.split(`\`${name}\`.`).join('').split(`"${name}".`).join('').split(`${name}.`).join('');
+  r = r.replace(/__table\d+\./g, '').replace(/(?<![\w/])(?:\/[\w.@%+-]+){2,}\/?/g, '<path>');
   // The engine's version, however it is written (`(version 26.7.2.1)`, `ClickHouse 26.7.2.1`, a bare 26.7.2.1).
   r = r.replace(/\s*\(version [^)]*\)/gi, '').replace(/\b(?:version|ClickHouse|chdb)\s+v?\d+(?:\.\d+)+\b/gi, 'the engine').replace(/\b\d{2}\.\d{1,2}\.\d+\.\d+\b/g, '<version>');
   // Control characters (a NUL from the caller's data included) are shown escaped.

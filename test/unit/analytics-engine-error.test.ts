@@ -94,3 +94,15 @@ t.test('no NUL or control characters, engine version or scope mechanism in a rea
   ]) t.notMatch(cleanReason(reason, internal), /26\.7|version \d/, `${reason}: no engine version`);
   t.equal(cleanReason('Unknown element \'log_comment\' of enum', internal), "Unknown element 'log_comment' of enum", 'no scope setting exists any more: a word the caller wrote is not hidden');
 });
+
+t.test('the printed statement and the view mechanism are not echoed', async (t) => {
+  // NOT_AN_AGGREGATE and ILLEGAL_TYPE_OF_COLUMN_FOR_FILTER quote the statement the engine ran.
+  const r = cleanReason("Column 'fact_signal.id' is not under aggregate function and not in GROUP BY keys. In query SELECT id, count() FROM `analytics.fact_signal`(org = 'org_1', live = true) AS fact_signal", internal);
+  t.equal(r, "Column 'fact_signal.id' is not under aggregate function and not in GROUP BY keys");
+  for (const reason of ['x in `analytics`.`fact_signal` y', 'x in "analytics"."fact_signal" y', 'x in analytics.fact_signal y', 'x in `billing.signals` y']) {
+    t.notMatch(cleanReason(reason, internal), /analytics|billing/, reason);
+  }
+  // Not a path: type lists separated by slashes.
+  t.equal(cleanReason('some of them are String/FixedString/Enum and some of them are not', internal), 'some of them are String/FixedString/Enum and some of them are not');
+  t.equal(cleanReason('Cannot open /var/lib/x/y.bin', internal), 'Cannot open <path>');
+});
