@@ -85,7 +85,14 @@ t.test('a lambda body reads only its own parameters and literals', async (t) => 
   refused(t, 'SELECT arrayMap(x -> x + n, [1, 2]) FROM (SELECT 1 AS n)', /"n"/);
   refused(t, 'SELECT arrayMap(x -> length(id), [1]) FROM fact_signal', /"id"/);
   refused(t, 'SELECT arrayMap(x -> fact_signal.id, [1]) FROM fact_signal', /"fact_signal\.id"/);
-  refused(t, "WITH 'a' AS w SELECT arrayMap(x -> w, [1])", /"w"/);
+  refused(t, 'WITH (SELECT groupArray(id) FROM fact_signal) AS a SELECT arrayFilter(x -> has(a, x), a)', /"a" comes from outside the lambda/);
+  refused(t, 'WITH upper(id) AS w SELECT arrayMap(x -> w, [1]) FROM fact_signal', /"w"/);
+  // A WITH name for a literal is the literal (the engine substitutes it): allowed, unless something closer has the name.
+  accepted(t, "WITH 2 AS factor, ['a', 'b'] AS keys SELECT arrayMap(x -> x * factor, [1, 2]), arrayFilter(x -> has(keys, x), ['a']), arrayMap(x -> -factor, [1])");
+  accepted(t, 'WITH 2 AS factor SELECT (SELECT arrayMap(x -> x * factor, [1]))');
+  refused(t, 'WITH 2 AS w SELECT arrayMap(x -> w, [1]) FROM (SELECT groupArray(1) AS w)', /"w"/);
+  refused(t, 'WITH 2 AS w SELECT groupArray(id) AS w, arrayMap(x -> w, [1]) FROM fact_signal', /"w"/);
+  refused(t, 'WITH 2 AS w SELECT arrayMap(w -> arrayMap(y -> w, [1]), [1])', /"w"/);
   refused(t, 'SELECT arrayMap(x -> count(), [1]) FROM fact_signal', /aggregate function count\(\) inside a lambda/);
   refused(t, 'SELECT arrayMap(x -> sum(x), [1])', /aggregate function sum\(\) inside a lambda/);
   refused(t, 'SELECT arrayMap(x -> (SELECT groupArray(id) FROM fact_signal), [1])', /subquery inside a lambda/);

@@ -42,6 +42,8 @@ interface Env {
   ctes: Map<string, Cols>;
   /** Names defined with WITH expr AS name (visible in nested subqueries too). */
   names: Set<string>;
+  /** The WITH names whose expression is a literal (`WITH 2 AS factor`): a lambda body may read them. */
+  literalNames: Set<string>;
   /** Rows each CTE's numbers() reads generate (counted again at every reference). */
   cteRows: Map<string, bigint>;
 }
@@ -70,7 +72,7 @@ export class Resolver {
   }
 
   resolve(q: Query): Resolution {
-    this.query(q, { ctes: new Map(), names: new Set(), cteRows: new Map() });
+    this.query(q, { ctes: new Map(), names: new Set(), literalNames: new Set(), cteRows: new Map() });
     return { viewRefs: this.viewRefs, callNames: this.callNames };
   }
 
@@ -88,7 +90,7 @@ export class Resolver {
   }
 
   private select(s: Select, outer: Env): Cols {
-    const env: Env = { ctes: new Map(outer.ctes), names: new Set(outer.names), cteRows: new Map(outer.cteRows) };
+    const env: Env = { ctes: new Map(outer.ctes), names: new Set(outer.names), literalNames: new Set(outer.literalNames), cteRows: new Map(outer.cteRows) };
     for (const cte of s.ctes) {
       if (env.ctes.has(cte.name) && !outer.ctes.has(cte.name)) throw this.fail(`the CTE "${cte.name}" is defined twice`, cte.at);
       // The engine reads a CTE once per reference: its rows count where it is referenced.
@@ -98,13 +100,17 @@ export class Resolver {
       env.cteRows.set(cte.name, this.rows);
       this.rows = before;
     }
-    for (const w of s.withAliases) env.names.add(w.name);
+    for (const w of s.withAliases) {
+      env.names.add(w.name);
+      if (literalValue(w.expr) !== undefined) env.literalNames.add(w.name);
+      else env.literalNames.delete(w.name);
+    }
     const sources: Source[] = [];
     const aliases = new Set<string>();
     const deferred: Expr[] = [];
     if (s.from) this.from(s.from, env, sources, aliases, deferred);
     for (const item of s.items) if (item.alias !== undefined) aliases.add(item.alias);
-    const scope: Scope = { env, sources, aliases, lambda: new Set(), inLambda: false };
+    const scope: Scope = { env, sources, aliases, lambda: new Set(), inLambda: false, enclosing: new Set() };
     for (const w of s.withAliases) this.expr(w.expr, scope);
     for (const e of deferred) this.expr(e, scope);
     const out: Cols = new Map();
@@ -200,11 +206,16 @@ export class Resolver {
     return false;
   }
 
+  /** `name` is a WITH name for a literal, and nothing closer (a column of this FROM, an alias of this SELECT) has it. */
+  private isLiteralName(name: string, scope: Scope): boolean {
+    return scope.env.literalNames.has(name) && !scope.enclosing.has(name) && !scope.aliases.has(name) && !scope.sources.some((x) => x.columns.has(name));
+  }
+
   private ident(e: Extract<Expr, { k: 'ident' }>, scope: Scope): void {
     const [p0, p1] = e.parts as [string, string | undefined];
     const n = e.parts.length;
     const shown = e.parts.join('.');
-    if (scope.inLambda && !(n === 1 && scope.lambda.has(p0))) {
+    if (scope.inLambda && !(n === 1 && (scope.lambda.has(p0) || this.isLiteralName(p0, scope)))) {
       throw this.fail(`a lambda body reads only its own parameters and literals; "${shown}" comes from outside the lambda (compute it outside, e.g. with arrayMap over arrayZip)`, e.at);
     }
     if (scope.lambda.has(p0)) {
@@ -351,7 +362,7 @@ export class Resolver {
     if (a.k === 'lambda') {
       if (!spec.lambdaArgs?.includes(i)) throw this.fail(`argument ${i + 1} of ${fn}() cannot be a lambda`, a.at);
       // Only the lambda's own parameters: not the enclosing lambda's either.
-      const inner: Scope = { ...scope, lambda: new Set(a.params), inLambda: true };
+      const inner: Scope = { ...scope, lambda: new Set(a.params), enclosing: new Set([...scope.enclosing, ...scope.lambda]), inLambda: true };
       return this.expr(a.body, inner);
     }
     if (spec.constantArgs?.includes(i)) {
@@ -393,6 +404,8 @@ interface Scope {
   lambda: Set<string>;
   /** Inside a lambda body: only `lambda` (its own parameters) and literals may be read. */
   inLambda: boolean;
+  /** Parameters of the enclosing lambdas (they shadow WITH names). */
+  enclosing: Set<string>;
 }
 
 type LiteralValue = number | string | boolean | null | LiteralValue[];
