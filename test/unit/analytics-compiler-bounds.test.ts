@@ -11,6 +11,7 @@
  *   - all numbers() reads of one query together generate a bounded number of rows.
  */
 import t, { type Test } from 'tap';
+import fc from 'fast-check';
 import { CompileError, compile } from '../../src/analytics/compiler/index.js';
 import { MAX_GENERATED_ROWS } from '../../src/analytics/compiler/grammar.js';
 import { VIEW_SCHEMAS } from '../../src/analytics/views.js';
@@ -126,4 +127,50 @@ t.test('numbers(): all reads of one query together generate a bounded number of 
   accepted(t, 'WITH n AS (SELECT number FROM numbers(1000000000)), m AS (SELECT 1) SELECT count() FROM m');
   accepted(t, 'SELECT count() FROM numbers(0) AS a, numbers(1000000000) AS b');
   accepted(t, 'SELECT count() FROM numbers(5, 1000000000)');
+});
+
+t.test('generated lambdas: refused exactly when a body reads something other than its own parameters and literals', async (t) => {
+  // Each generated body carries what it reads; the oracle is the generator's own knowledge.
+  interface Body {
+    text: string;
+    /** Reads something a lambda body may not (an outer column, an enclosing parameter, a subquery, an aggregate, a generator). */
+    bad: boolean;
+  }
+  const body = (own: string, outer: string | undefined, depth: number): fc.Arbitrary<Body> => {
+    const leaves: fc.Arbitrary<Body>[] = [
+      fc.constant({ text: own, bad: false }),
+      fc.constantFrom('1', "'s'", '-2', '[1, 2]', 'factor').map((x) => ({ text: x, bad: false })),
+      fc.constantFrom('n', 'a', 'fact_signal.id', 'id').map((x) => ({ text: x, bad: true })),
+      fc.constantFrom('(SELECT 1)', 'count()', 'range(3)', "repeat('a', 2)", 'sum(1) OVER ()').map((x) => ({ text: x, bad: true })),
+    ];
+    if (outer) leaves.push(fc.constant({ text: outer, bad: true }));
+    if (depth === 0) return fc.oneof(...leaves);
+    const sub = body(own, outer, depth - 1);
+    return fc.oneof(
+      ...leaves,
+      fc.tuple(sub, sub).map(([x, y]) => ({ text: `(${x.text} = ${y.text})`, bad: x.bad || y.bad })),
+      sub.map((x) => ({ text: `toString(${x.text})`, bad: x.bad })),
+      sub.map((x) => ({ text: `has([${x.text}], 1)`, bad: x.bad })),
+      // A nested lambda: its body may read only `y`; its array argument is in this body.
+      fc.tuple(body('y', own, depth - 1), fc.constantFrom({ text: `[${own}]`, bad: false }, { text: '[1, 2]', bad: false }, { text: 'a', bad: true })).map(([inner, arr]) => ({
+        text: `arrayCount(y -> ${inner.text} = ${inner.text}, ${arr.text})`,
+        bad: inner.bad || arr.bad,
+      })),
+    );
+  };
+  const q = body('x', undefined, 3).map((b) => ({ text: `WITH 2 AS factor SELECT arrayMap(x -> ${b.text}, a) FROM (SELECT [1, 2] AS a, 3 AS n) AS s, fact_signal`, bad: b.bad }));
+  let refusedN = 0;
+  let acceptedN = 0;
+  for (const s of fc.sample(q, { numRuns: 600, seed: 11 })) {
+    const o = outcome(s.text);
+    if (s.bad) {
+      refusedN++;
+      if (!/^INVALID_QUERY: /.test(o)) t.fail(`${s.text}: should be refused, ${o}`);
+    } else {
+      acceptedN++;
+      // Accepted by the cost rules; the engine may still refuse a type mismatch, not the compiler.
+      if (o !== 'ok') t.fail(`${s.text}: should compile, ${o}`);
+    }
+  }
+  t.ok(refusedN > 100 && acceptedN > 50, `${refusedN} refused and ${acceptedN} accepted`);
 });
