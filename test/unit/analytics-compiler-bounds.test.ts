@@ -190,3 +190,24 @@ t.test('the parser\'s work is linear-bounded: no exponential backtracking on par
   const flat = `SELECT ${Array.from({ length: 150 }, () => '((SELECT 1) + 1)').join(' + ')}`;
   accepted(t, flat);
 });
+
+t.test('the engine\'s expanded query is bounded: at most 256 SELECTs after CTEs are inlined', async (t) => {
+  // The engine inlines a CTE at every reference and analyses the result without checking its
+  // time limit: 16 CTEs each reading the previous twice (about 700 characters) held it 31 s.
+  const chain = (k: number, body: (prev: string) => string): string =>
+    `WITH c0 AS (SELECT id FROM fact_signal), ${Array.from({ length: k }, (_, i) => `c${i + 1} AS (${body(`c${i}`)})`).join(', ')} SELECT count() FROM c${k}`;
+  const join = (p: string): string => `SELECT a.id AS id FROM ${p} AS a, ${p} AS b`;
+  const union = (p: string): string => `SELECT id FROM ${p} UNION ALL SELECT id FROM ${p}`;
+  const inSub = (p: string): string => `SELECT id FROM ${p} WHERE id IN ${p}`;
+  accepted(t, chain(6, union));
+  accepted(t, chain(6, join));
+  refused(t, chain(8, union), /expands to more than 256 SELECTs/);
+  refused(t, chain(8, join), /expands to more than 256 SELECTs/);
+  refused(t, chain(16, join), /expands to more than 256 SELECTs/);
+  refused(t, chain(9, inSub), /expands to more than 256 SELECTs/);
+  refused(t, Array(257).fill('SELECT 1').join(' UNION ALL '), /expands to more than 256 SELECTs/);
+  accepted(t, Array(256).fill('SELECT 1').join(' UNION ALL '));
+  // Each CTE's own expansion is bounded too, read or not.
+  refused(t, `WITH c0 AS (SELECT 1), ${Array.from({ length: 20 }, (_, i) => `c${i + 1} AS (SELECT * FROM c${i} AS a, c${i} AS b)`).join(', ')} SELECT 1`, /expands to more than 256 SELECTs/);
+  accepted(t, `WITH c0 AS (SELECT 1), ${Array.from({ length: 7 }, (_, i) => `c${i + 1} AS (SELECT * FROM c${i} AS a, c${i} AS b)`).join(', ')} SELECT 1`);
+});
