@@ -63,6 +63,7 @@ t.test('literal bounds hold on the absolute value; range() on the elements it ge
   accepted(t, 'SELECT range(1000), range(-500, 500), range(1000000, 1001000), range(0, 1000, 1), range(1000, 0, -1), range(0, 10000, 10), arrayResize([1], 1000), arrayWithConstant(1000, 1)');
   accepted(t, 'SELECT range(5, 1), range(0, 10, -1)');
   refused(t, 'SELECT range(0, 10, 0)', /step/);
+  for (const q of ['SELECT range(1e8)', 'SELECT range(0, 1e8)', 'SELECT range(0., 10., 1.)', "SELECT range('100000000')", 'SELECT range(NULL)', 'SELECT range(true)']) refused(t, q, /range\(\) takes integer literals/);
 });
 
 t.test('array and tuple literals and negative numbers are literals', async (t) => {

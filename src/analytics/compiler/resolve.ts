@@ -408,7 +408,8 @@ export class Resolver {
   private rangeElements(call: Extract<Expr, { k: 'call' }>, max: number): void {
     const fn = call.name;
     const ints = call.args.map(intLiteral);
-    if (ints.some((x) => x === undefined)) return;
+    // Not left to the engine's type checks: a bound that depends on them can move with an upgrade.
+    if (ints.some((x) => x === undefined)) throw this.fail(`${fn}() takes integer literals`, call.at);
     const [a, b, step] = ints as bigint[];
     let count: bigint;
     if (call.args.length === 1) count = a!;
