@@ -74,7 +74,7 @@ export const MAX_DEPTH = 200;
 /** Depth of the tree, chains of operators included (`1 + 1 + …` nests one level per operator). */
 export const MAX_TREE_DEPTH = 1_000;
 /** Tokens the parser may read again after giving up an attempt, per token of the query (plus a constant). */
-export const MAX_RETRY_TOKENS_PER_TOKEN = 4;
+export const MAX_RETRY_TOKENS_PER_TOKEN = 16;
 const RETRY_TOKENS_BASE = 256;
 
 const NOT_SELECT = new Set(['INSERT', 'ALTER', 'CREATE', 'DROP', 'SYSTEM', 'SET', 'KILL', 'OPTIMIZE', 'EXPLAIN', 'SHOW', 'DESCRIBE', 'DESC', 'EXISTS', 'USE', 'TRUNCATE', 'RENAME', 'GRANT', 'REVOKE', 'ATTACH', 'DETACH', 'DELETE', 'UPDATE', 'BACKUP', 'RESTORE', 'WATCH', 'CHECK', 'UNDROP', 'EXCHANGE', 'MOVE', 'BEGIN', 'COMMIT', 'ROLLBACK', 'REPLACE', 'UNDO']);
