@@ -1,0 +1,203 @@
+/**
+ * Drill: Redis Sentinel failover under load. A local primary, a replica and 3 sentinels
+ * (bench/lib/redis-topology.ts), the service (ROLE=all) configured through REDIS_SENTINELS,
+ * producers posting batches without pause; each round kills the primary with SIGKILL in
+ * the middle of the load and waits until the sentinels have promoted the replica (seen in
+ * SENTINEL GET-MASTER-ADDR-BY-NAME and in the new primary's INFO replication), then
+ * restarts the old primary as a replica for the next round.
+ *
+ * The contract checked: every answer is 202, or 503 RATE_LIMITER_UNAVAILABLE between the
+ * kill and the promotion (+ a reconnection allowance); never a 500 or another code; 202s
+ * come back by themselves after each switch; every acknowledged signal is stored once.
+ */
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, startService } from '../lib/service.js';
+import { startSentinelSet } from '../lib/redis-topology.js';
+import { sleep } from '../lib/report.js';
+import type { Drill, DrillOptions, DrillResult } from './drill.js';
+
+/** After the promotion, the service may need this long to find the new primary. */
+export const RECONNECT_ALLOWANCE_MS = 10_000;
+const PRODUCERS = 4;
+const SIGNALS_PER_REQUEST = 100;
+
+export interface Answer {
+  start: number;
+  end: number;
+  status: number;
+  code: string | null;
+  signals: number;
+}
+
+export interface RoundReport {
+  round: number;
+  killedAt: number;
+  /** When the sentinels had named the replica and it answered role:master. */
+  switchedAt: number;
+  promotionMs: number;
+  fromPort: number;
+  toPort: number;
+  /** Answers other than 202 in this round. */
+  unavailable: number;
+  /** From the kill to the end of the last non-202 answer (0 when there was none). */
+  unavailableWindowMs: number;
+  /** 202s to requests sent after the last non-202 of the round. */
+  acceptedAfter: number;
+}
+
+export interface RedisFailoverDetails extends DrillResult {
+  answers: Answer[];
+  roundReports: RoundReport[];
+}
+
+function body(round: number, seq: number, producer: number): string {
+  const now = Date.now();
+  const signals = [];
+  for (let i = 0; i < SIGNALS_PER_REQUEST; i++) {
+    signals.push({ eventName: 'api.request', customerId: `cus_${i % 13}`, idempotencyKey: `r${round}-p${producer}-s${seq}-${i}`, timestamp: new Date(now - i).toISOString(), data: { n: i } });
+  }
+  return JSON.stringify({ signals });
+}
+
+async function pipelineDrained(natsPrefix: string, timeoutMs: number): Promise<void> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const jsm = await jetstreamManager(nc);
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const ci = await jsm.consumers.info(`${natsPrefix}_SIGNALS`, 'pipeline');
+      if (ci.num_pending === 0 && ci.num_ack_pending === 0) return;
+      if (Date.now() > end) throw new Error(`pipeline not drained after ${timeoutMs} ms: ${ci.num_pending} pending, ${ci.num_ack_pending} unacked`);
+      await sleep(200);
+    }
+  } finally {
+    await nc.close();
+  }
+}
+
+export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailoverDetails> {
+  const set = await startSentinelSet();
+  const iso = isolation();
+  const problems: string[] = [];
+  const answers: Answer[] = [];
+  const roundReports: RoundReport[] = [];
+  let stopLoad = false;
+  let svc: Awaited<ReturnType<typeof startService>> | null = null;
+  try {
+    svc = await startService({
+      role: 'all',
+      operatorToken: OPERATOR_TOKEN,
+      iso,
+      env: { REDIS_SENTINELS: set.sentinelAddrs.map((a) => `${a.host}:${a.port}`).join(','), REDIS_SENTINEL_NAME: set.name, PIPELINE_FLUSH_MS: '50' },
+    });
+    const url = svc.url;
+    const org = await createUnlimitedOrg(url, OPERATOR_TOKEN);
+    opts.log(`redis-failover: service ${url}, primary ${await set.primaryPort()}, sentinels ${set.sentinels.map((s) => s.port).join(',')}`);
+
+    let round = 0;
+    const producer = async (p: number): Promise<void> => {
+      for (let seq = 0; !stopLoad; seq++) {
+        const start = Date.now();
+        let status = 0;
+        let code: string | null = null;
+        try {
+          const res = await fetch(`${url}/api/v2/signals/bulk`, { method: 'POST', headers: { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body: body(round, seq, p) });
+          status = res.status;
+          const text = await res.text();
+          if (status !== 202) code = (JSON.parse(text) as { code?: string }).code ?? null;
+        } catch (err) {
+          code = `fetch failed: ${(err as Error).message}`;
+        }
+        answers.push({ start, end: Date.now(), status, code, signals: SIGNALS_PER_REQUEST });
+        if (status !== 202) await sleep(20);
+      }
+    };
+    const producers = Array.from({ length: PRODUCERS }, (_, p) => producer(p));
+
+    for (round = 1; round <= opts.rounds; round++) {
+      await sleep(opts.durationMs / 2);
+      const killedAt = Date.now();
+      const fo = await set.failover();
+      const switchedAt = killedAt + fo.switchedAfterMs;
+      opts.log(`redis-failover: round ${round}: primary ${fo.from} killed (SIGKILL); sentinels promoted ${fo.to} after ${fo.switchedAfterMs} ms`);
+      const rest = Math.max(opts.durationMs / 2 - (Date.now() - killedAt), 0);
+      await sleep(rest);
+      // Recovery: a 202 to a request sent after the switch, within the allowance.
+      const end = switchedAt + RECONNECT_ALLOWANCE_MS + 5_000;
+      while (!answers.some((a) => a.start > switchedAt && a.status === 202) && Date.now() < end) await sleep(100);
+      roundReports.push({ round, killedAt, switchedAt, promotionMs: fo.switchedAfterMs, fromPort: fo.from, toPort: fo.to, unavailable: 0, unavailableWindowMs: 0, acceptedAfter: 0 });
+    }
+    await sleep(500);
+    stopLoad = true;
+    await Promise.all(producers);
+
+    // Each answer belongs to the round whose kill came last before it started.
+    for (const [i, r] of roundReports.entries()) {
+      const next = roundReports[i + 1]?.killedAt ?? Infinity;
+      const mine = answers.filter((a) => a.start >= r.killedAt && a.start < next);
+      const bad = mine.filter((a) => a.status !== 202);
+      r.unavailable = bad.length;
+      const lastBadEnd = bad.reduce((m, a) => Math.max(m, a.end), 0);
+      r.unavailableWindowMs = bad.length === 0 ? 0 : lastBadEnd - r.killedAt;
+      r.acceptedAfter = mine.filter((a) => a.status === 202 && a.start > lastBadEnd).length;
+      if (r.acceptedAfter === 0) problems.push(`round ${r.round}: no 202 after the switch: the ingress did not recover`);
+      const late = bad.filter((a) => a.start > r.switchedAt + RECONNECT_ALLOWANCE_MS);
+      if (late.length > 0) problems.push(`round ${r.round}: ${late.length} non-202 answer(s) more than ${RECONNECT_ALLOWANCE_MS} ms after the promotion`);
+    }
+    const firstKill = roundReports[0]?.killedAt ?? Infinity;
+    const early = answers.filter((a) => a.status !== 202 && a.start < firstKill);
+    if (early.length > 0) problems.push(`${early.length} non-202 answer(s) before any fault`);
+    const wrong = answers.filter((a) => a.status !== 202 && !(a.status === 503 && a.code === 'RATE_LIMITER_UNAVAILABLE'));
+    if (wrong.length > 0) {
+      const kinds = [...new Set(wrong.map((a) => `${a.status} ${a.code}`))];
+      problems.push(`${wrong.length} answer(s) neither 202 nor 503 RATE_LIMITER_UNAVAILABLE: ${kinds.join('; ')}`);
+    }
+
+    const acked = answers.filter((a) => a.status === 202).reduce((s, a) => s + a.signals, 0);
+    await pipelineDrained(iso.natsPrefix, 120_000);
+    let stored = -1;
+    const end = Date.now() + 60_000;
+    for (;;) {
+      const st = await http<{ signals: { live: number } }>(`${url}/admin/v1/organizations/${org.id}/stats`, 'GET', OPERATOR_TOKEN);
+      if (st.status !== 200) throw new Error(`stats: ${st.status} ${JSON.stringify(st.body)}`);
+      stored = st.body.signals.live;
+      if (stored >= acked || Date.now() > end) break;
+      await sleep(250);
+    }
+    const lost = Math.max(0, acked - stored);
+    const duplicated = Math.max(0, stored - acked);
+    if (lost > 0) problems.push(`${lost} acknowledged signal(s) not stored`);
+    if (duplicated > 0) problems.push(`${duplicated} signal(s) stored more than once`);
+    const windows = roundReports.map((r) => r.unavailableWindowMs);
+    return {
+      drill: 'redis-failover',
+      rounds: roundReports.length,
+      signals: acked,
+      faults: roundReports.length,
+      lost,
+      duplicated,
+      figures: {
+        requests: answers.length,
+        answered503: answers.filter((a) => a.status === 503).length,
+        promotionMs: roundReports.map((r) => r.promotionMs),
+        unavailableWindowMs: windows,
+        maxUnavailableWindowMs: Math.max(0, ...windows),
+      },
+      problems,
+      answers,
+      roundReports,
+    };
+  } finally {
+    stopLoad = true;
+    await svc?.child.stop(10_000);
+    await set.stop();
+    await cleanup(iso).catch(() => undefined);
+  }
+}
+
+export const redisFailover: Drill = {
+  name: 'redis-failover',
+  summary: 'Redis Sentinel: kill -9 the primary under load each round; 503 RATE_LIMITER_UNAVAILABLE only during the switch, recovery by itself, every 202 stored once',
+  run: runRedisFailover,
+};
