@@ -10,6 +10,9 @@
  * kill and the promotion (+ a reconnection allowance); never a 500 or another code; 202s
  * come back by themselves after each switch; every acknowledged signal is stored once.
  */
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, startService } from '../lib/service.js';
@@ -132,10 +135,11 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     stopLoad = true;
     await Promise.all(producers);
 
-    // Each answer belongs to the round whose kill came last before it started.
+    // Each answer belongs to the round whose kill came last before it was answered (a
+    // request sent just before a kill may be answered 503 after it).
     for (const [i, r] of roundReports.entries()) {
       const next = roundReports[i + 1]?.killedAt ?? Infinity;
-      const mine = answers.filter((a) => a.start >= r.killedAt && a.start < next);
+      const mine = answers.filter((a) => a.end >= r.killedAt && a.end < next);
       const bad = mine.filter((a) => a.status !== 202);
       r.unavailable = bad.length;
       const lastBadEnd = bad.reduce((m, a) => Math.max(m, a.end), 0);
@@ -146,7 +150,7 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
       if (late.length > 0) problems.push(`round ${r.round}: ${late.length} non-202 answer(s) more than ${RECONNECT_ALLOWANCE_MS} ms after the promotion`);
     }
     const firstKill = roundReports[0]?.killedAt ?? Infinity;
-    const early = answers.filter((a) => a.status !== 202 && a.start < firstKill);
+    const early = answers.filter((a) => a.status !== 202 && a.end < firstKill);
     if (early.length > 0) problems.push(`${early.length} non-202 answer(s) before any fault`);
     const wrong = answers.filter((a) => a.status !== 202 && !(a.status === 503 && a.code === 'RATE_LIMITER_UNAVAILABLE'));
     if (wrong.length > 0) {
@@ -169,6 +173,15 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     const duplicated = Math.max(0, stored - acked);
     if (lost > 0) problems.push(`${lost} acknowledged signal(s) not stored`);
     if (duplicated > 0) problems.push(`${duplicated} signal(s) stored more than once`);
+    let logs = 'written only when a problem was found';
+    if (problems.length > 0) {
+      const file = path.join(tmpdir(), `redis-failover-service-${Date.now()}.log`);
+      writeFileSync(file, svc.child.output());
+      const timeline = answers.map((a) => `${new Date(a.start).toISOString()} ${a.end - a.start}ms ${a.status} ${a.code ?? ''}`);
+      const kills = roundReports.map((r) => `round ${r.round}: kill ${new Date(r.killedAt).toISOString()}, promoted ${new Date(r.switchedAt).toISOString()} (${r.fromPort} -> ${r.toPort})`);
+      writeFileSync(`${file}.answers`, [...kills, ...timeline].join('\n'));
+      logs = `${file} (service output), ${file}.answers (every answer)`;
+    }
     const windows = roundReports.map((r) => r.unavailableWindowMs);
     return {
       drill: 'redis-failover',
@@ -182,7 +195,9 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
         answered503: answers.filter((a) => a.status === 503).length,
         promotionMs: roundReports.map((r) => r.promotionMs),
         unavailableWindowMs: windows,
+        recoveryAfterPromotionMs: roundReports.map((r) => Math.max(0, r.unavailableWindowMs - r.promotionMs)),
         maxUnavailableWindowMs: Math.max(0, ...windows),
+        logs,
       },
       problems,
       answers,
