@@ -2,9 +2,10 @@
  * Drill: Redis Sentinel failover under load. A local primary, a replica and 3 sentinels
  * (bench/lib/redis-topology.ts), the service (ROLE=all) configured through REDIS_SENTINELS,
  * producers posting batches without pause; each round kills the primary with SIGKILL in
- * the middle of the load and waits until the sentinels have promoted the replica (seen in
- * SENTINEL GET-MASTER-ADDR-BY-NAME and in the new primary's INFO replication), then
- * restarts the old primary as a replica for the next round.
+ * the middle of the load (odd rounds; even rounds ask the sentinels for a planned switch,
+ * SENTINEL FAILOVER) and waits until the sentinels have promoted the replica (seen in
+ * SENTINEL GET-MASTER-ADDR-BY-NAME and in the new primary's INFO replication); a killed
+ * primary restarts as a replica for the next round.
  *
  * The contract checked: every answer is 202, or 503 RATE_LIMITER_UNAVAILABLE between the
  * kill and the promotion (+ a reconnection allowance); never a 500 or another code; 202s
@@ -35,6 +36,8 @@ export interface Answer {
 
 export interface RoundReport {
   round: number;
+  /** `kill`: SIGKILL of the primary; `sentinel`: SENTINEL FAILOVER. */
+  how: 'kill' | 'sentinel';
   killedAt: number;
   /** When the sentinels had named the replica and it answered role:master. */
   switchedAt: number;
@@ -121,15 +124,17 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     for (round = 1; round <= opts.rounds; round++) {
       await sleep(opts.durationMs / 2);
       const killedAt = Date.now();
-      const fo = await set.failover();
+      // Odd rounds a crash, even rounds a planned switch.
+      const how = round % 2 === 1 ? 'kill' : 'sentinel';
+      const fo = await set.failover(how);
       const switchedAt = killedAt + fo.switchedAfterMs;
-      opts.log(`redis-failover: round ${round}: primary ${fo.from} killed (SIGKILL); sentinels promoted ${fo.to} after ${fo.switchedAfterMs} ms`);
+      opts.log(`redis-failover: round ${round}: primary ${fo.from} ${how === 'kill' ? 'killed (SIGKILL)' : 'demoted (SENTINEL FAILOVER)'}; sentinels promoted ${fo.to} after ${fo.switchedAfterMs} ms`);
       const rest = Math.max(opts.durationMs / 2 - (Date.now() - killedAt), 0);
       await sleep(rest);
       // Recovery: a 202 to a request sent after the switch, within the allowance.
       const end = switchedAt + RECONNECT_ALLOWANCE_MS + 5_000;
       while (!answers.some((a) => a.start > switchedAt && a.status === 202) && Date.now() < end) await sleep(100);
-      roundReports.push({ round, killedAt, switchedAt, promotionMs: fo.switchedAfterMs, fromPort: fo.from, toPort: fo.to, unavailable: 0, unavailableWindowMs: 0, acceptedAfter: 0 });
+      roundReports.push({ round, how, killedAt, switchedAt, promotionMs: fo.switchedAfterMs, fromPort: fo.from, toPort: fo.to, unavailable: 0, unavailableWindowMs: 0, acceptedAfter: 0 });
     }
     await sleep(500);
     stopLoad = true;
@@ -177,10 +182,11 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     if (problems.length > 0) {
       const file = path.join(tmpdir(), `redis-failover-service-${Date.now()}.log`);
       writeFileSync(file, svc.child.output());
+      writeFileSync(`${file}.redis`, [...set.servers, ...set.sentinels].map((n) => `==== ${n.port}\n${n.output}`).join('\n'));
       const timeline = answers.map((a) => `${new Date(a.start).toISOString()} ${a.end - a.start}ms ${a.status} ${a.code ?? ''}`);
       const kills = roundReports.map((r) => `round ${r.round}: kill ${new Date(r.killedAt).toISOString()}, promoted ${new Date(r.switchedAt).toISOString()} (${r.fromPort} -> ${r.toPort})`);
       writeFileSync(`${file}.answers`, [...kills, ...timeline].join('\n'));
-      logs = `${file} (service output), ${file}.answers (every answer)`;
+      logs = `${file} (service output), ${file}.answers (every answer), ${file}.redis (Redis and sentinel output)`;
     }
     const windows = roundReports.map((r) => r.unavailableWindowMs);
     return {
@@ -193,6 +199,7 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
       figures: {
         requests: answers.length,
         answered503: answers.filter((a) => a.status === 503).length,
+        faults: roundReports.map((r) => r.how),
         promotionMs: roundReports.map((r) => r.promotionMs),
         unavailableWindowMs: windows,
         recoveryAfterPromotionMs: roundReports.map((r) => Math.max(0, r.unavailableWindowMs - r.promotionMs)),
@@ -213,6 +220,6 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
 
 export const redisFailover: Drill = {
   name: 'redis-failover',
-  summary: 'Redis Sentinel: kill -9 the primary under load each round; 503 RATE_LIMITER_UNAVAILABLE only during the switch, recovery by itself, every 202 stored once',
+  summary: 'Redis Sentinel: fail the primary over under load each round (kill -9, then SENTINEL FAILOVER, alternately); 503 RATE_LIMITER_UNAVAILABLE only during the switch, recovery by itself, every 202 stored once',
   run: runRedisFailover,
 };

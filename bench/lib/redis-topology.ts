@@ -166,12 +166,14 @@ export interface LocalSentinelSet {
   /** The data node that is primary now. */
   primary(): Promise<RedisProcess>;
   /**
-   * Kills the current primary with SIGKILL and waits until the sentinels name another one
-   * and it reports role:master in INFO replication; then restarts the killed node as a
-   * replica of the new primary (so the next round has a replica again). Returns when it
-   * switched (ms after the kill) and the ports before and after.
+   * Fails the primary over and waits until the sentinels name the other node and it reports
+   * role:master in INFO replication. `kill`: SIGKILL of the primary (a crash), then the
+   * killed node restarts as a replica of the new primary (so the next round has a replica
+   * again). `sentinel`: SENTINEL FAILOVER (a planned switch: the old primary is demoted to a
+   * replica, its clients' writes answered READONLY). Returns when it switched (ms after the
+   * fault) and the ports before and after.
    */
-  failover(): Promise<{ from: number; to: number; switchedAfterMs: number }>;
+  failover(how?: 'kill' | 'sentinel'): Promise<{ from: number; to: number; switchedAfterMs: number }>;
   stop(): Promise<void>;
 }
 
@@ -253,12 +255,13 @@ export async function startSentinelSet(opts: { downAfterMs?: number; failoverTim
     name: SENTINEL_NAME,
     primaryPort,
     primary,
-    async failover() {
+    async failover(how = 'kill') {
       const old = await primary();
       const other = servers.find((s) => s !== old)!;
-      await waitUntil(async () => (await other.command<string>('INFO', 'replication')).includes('master_link_status:up'), 30_000, 'replica in sync before the kill');
+      await waitUntil(async () => (await other.command<string>('INFO', 'replication')).includes('master_link_status:up'), 30_000, 'replica in sync before the fault');
       const killedAt = Date.now();
-      await old.kill9();
+      if (how === 'kill') await old.kill9();
+      else await sentinels[0]!.command('SENTINEL', 'FAILOVER', SENTINEL_NAME);
       await waitUntil(
         async () => (await primaryPort()) === other.port && (await other.command<string>('INFO', 'replication')).includes('role:master'),
         60_000,
@@ -266,12 +269,14 @@ export async function startSentinelSet(opts: { downAfterMs?: number; failoverTim
         20,
       );
       const switchedAfterMs = Date.now() - killedAt;
-      // The old primary comes back as a replica of the new one (the sentinels would also
-      // reconfigure it; saying so at start avoids a moment with two primaries).
-      const dir = old.dir;
-      const idx = servers.indexOf(old);
-      const again = new RedisProcess(old.port, dir, serverArgs(old.port, dir, ['--replicaof', '127.0.0.1', String(other.port)]));
-      servers[idx] = await again.start();
+      if (how === 'kill') {
+        // The old primary comes back as a replica of the new one (the sentinels would also
+        // reconfigure it; saying so at start avoids a moment with two primaries).
+        const idx = servers.indexOf(old);
+        servers[idx] = await new RedisProcess(old.port, old.dir, serverArgs(old.port, old.dir, ['--replicaof', '127.0.0.1', String(other.port)])).start();
+      } else {
+        await waitUntil(async () => (await old.command<string>('INFO', 'replication')).includes('role:slave'), 30_000, 'the old primary demoted to a replica');
+      }
       return { from: old.port, to: other.port, switchedAfterMs };
     },
     stop,
