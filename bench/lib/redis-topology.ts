@@ -174,6 +174,13 @@ export interface LocalSentinelSet {
    * fault) and the ports before and after.
    */
   failover(how?: 'kill' | 'sentinel'): Promise<{ from: number; to: number; switchedAfterMs: number }>;
+  /**
+   * Every `+switch-master` the sentinels announced since the start (time seen, message
+   * "<name> <old ip> <old port> <new ip> <new port>"), one entry per switch however many
+   * sentinels announced it: the switches this process asked for and any the sentinels made
+   * on their own (a primary that stalled past down-after-milliseconds on a loaded machine).
+   */
+  switches(): { at: number; message: string }[];
   stop(): Promise<void>;
 }
 
@@ -231,6 +238,22 @@ export async function startSentinelSet(opts: { downAfterMs?: number; failoverTim
     throw err;
   }
 
+  const switches: { at: number; message: string }[] = [];
+  const listeners = sentinels.map((sn) => {
+    const sub = new Redis({ port: sn.port, host: '127.0.0.1', maxRetriesPerRequest: 0, retryStrategy: () => 200 });
+    sub.on('error', () => undefined);
+    void sub.subscribe('+switch-master').catch(() => undefined);
+    sub.on('message', (_channel: string, message: string) => {
+      if (!switches.some((x) => x.message === message && Date.now() - x.at < 10_000)) switches.push({ at: Date.now(), message });
+    });
+    return sub;
+  });
+  const stopAll = stop;
+  const stopWithListeners = async (): Promise<void> => {
+    for (const l of listeners) l.disconnect();
+    await stopAll();
+  };
+
   const primaryPort = async (): Promise<number> => {
     const votes = new Map<number, number>();
     for (const s of sentinels) {
@@ -279,7 +302,8 @@ export async function startSentinelSet(opts: { downAfterMs?: number; failoverTim
       }
       return { from: old.port, to: other.port, switchedAfterMs };
     },
-    stop,
+    switches: () => [...switches],
+    stop: stopWithListeners,
   };
 }
 

@@ -23,13 +23,21 @@ t.test('kill -9 of the primary under load', async (t) => {
   if (!round) return;
   t.not(round.toPort, round.fromPort, `the sentinels promoted ${round.toPort} after ${round.fromPort} was killed (${round.promotionMs} ms)`);
 
-  const before = r.answers.filter((a) => a.end < round.killedAt);
+  const nearUnplanned = (a: { start: number; end: number }): boolean => r.unplannedSwitches.some((u) => a.end >= u - 10_000 && a.start <= u + RECONNECT_ALLOWANCE_MS);
+  const before = r.answers.filter((a) => a.end < round.killedAt && !nearUnplanned(a));
   const during = r.answers.filter((a) => a.start >= round.killedAt && a.start <= round.switchedAt);
   t.ok(before.length > 0 && before.every((a) => a.status === 202), `answered before the kill: ${before.length}, all 202`);
   const unavailable = r.answers.filter((a) => a.status !== 202);
   t.ok(unavailable.length > 0, `the switch was seen by the ingress: ${unavailable.length} answers 503 (${during.length} requests during the promotion)`);
   t.same([...new Set(unavailable.map((a) => `${a.status} ${a.code}`))], ['503 RATE_LIMITER_UNAVAILABLE'], 'every non-202 is 503 RATE_LIMITER_UNAVAILABLE (never a 500)');
-  t.ok(unavailable.every((a) => a.end >= round.killedAt && a.start <= round.switchedAt + RECONNECT_ALLOWANCE_MS), 'only answered after the kill, to requests sent before the promotion (+ reconnection allowance)');
+  // A switch the sentinels made on their own (a primary stalled past down-after-milliseconds
+  // on a loaded machine) is a switch too: its 503s are allowed around it (nearUnplanned), and
+  // it is reported.
+  if (r.unplannedSwitches.length > 0) t.comment(`the sentinels also switched on their own ${r.unplannedSwitches.length} time(s)`);
+  t.ok(
+    unavailable.every((a) => (a.end >= round.killedAt && a.start <= round.switchedAt + RECONNECT_ALLOWANCE_MS) || nearUnplanned(a)),
+    'only answered after the kill, to requests sent before the promotion (+ reconnection allowance)',
+  );
   t.ok(round.acceptedAfter > 0, `recovered by itself: ${round.acceptedAfter} answers 202 after the last 503`);
   t.comment(`promotion ${round.promotionMs} ms after the kill; ingress unavailable for ${round.unavailableWindowMs} ms from the kill (${unavailable.length} answers 503)`);
 
