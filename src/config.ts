@@ -31,6 +31,13 @@ export interface Config {
   metricsToken: string | null;
   redisUrl: string;
   redisPrefix: string;
+  /**
+   * How the ingress reaches Redis: one server at REDIS_URL (`single`), the primary named
+   * REDIS_SENTINEL_NAME as told by REDIS_SENTINELS (`sentinel`), or a Redis Cluster found
+   * from REDIS_CLUSTER_NODES (`cluster`). REDIS_PASSWORD authenticates to the data nodes
+   * in the last two (in `single` mode the password is part of REDIS_URL).
+   */
+  redisTopology: RedisTopology;
   natsUrl: string;
   natsPrefix: string;
   clickhouseUrl: string | null;
@@ -97,6 +104,28 @@ export interface Config {
     dispatcherAckWaitMs: number;
   };
   logLevel: 'debug' | 'info' | 'warn' | 'error';
+}
+
+export interface HostPort {
+  host: string;
+  port: number;
+}
+
+export type RedisTopology =
+  | { kind: 'single' }
+  | { kind: 'sentinel'; sentinels: HostPort[]; name: string; password: string | null }
+  | { kind: 'cluster'; nodes: HostPort[]; password: string | null };
+
+/** `host:port,host:port` (IPv6 as `[::1]:26379`), or a sentence saying what is wrong. */
+export function parseHostPorts(raw: string): HostPort[] | string {
+  const out: HostPort[] = [];
+  for (const part of raw.split(',').map((x) => x.trim())) {
+    const m = /^(?:\[([0-9A-Fa-f:.]+)\]|([A-Za-z0-9.-]+)):(\d{1,5})$/.exec(part);
+    const port = m ? Number(m[3]) : 0;
+    if (!m || port < 1 || port > 65535) return `${JSON.stringify(part)} is not host:port (a comma-separated list such as 10.0.0.1:26379,10.0.0.2:26379)`;
+    out.push({ host: m[1] ?? m[2]!, port });
+  }
+  return out;
 }
 
 export class ConfigError extends Error {
@@ -211,6 +240,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     metricsToken,
     redisUrl: r.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'])!,
     redisPrefix: r.prefix('REDIS_PREFIX', 'billing:', /^[A-Za-z0-9:_-]{1,64}$/, 'letters, digits, ":", "_" or "-", 1 to 64 characters'),
+    redisTopology: { kind: 'single' },
     natsUrl: r.url('NATS_URL', 'nats://127.0.0.1:4222', ['nats:', 'tls:'])!,
     natsPrefix: r.prefix('NATS_PREFIX', 'BILLING', /^[A-Za-z0-9_-]{1,32}$/, 'letters, digits, "_" or "-", 1 to 32 characters'),
     clickhouseUrl: r.url('CLICKHOUSE_URL', null, ['http:', 'https:']),
@@ -263,6 +293,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     },
     logLevel: r.oneOf('LOG_LEVEL', 'info', ['debug', 'info', 'warn', 'error'] as const),
   };
+  cfg.redisTopology = redisTopology(r);
   const rawKey = r.optional('WEBHOOK_ENCRYPTION_KEY');
   if (rawKey !== null) {
     cfg.webhooks.encryptionKey = parseEncryptionKey(rawKey);
@@ -306,6 +337,35 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
   }
   if (r.problems.length > 0) throw new ConfigError(r.problems);
   return cfg;
+}
+
+/** REDIS_SENTINELS + REDIS_SENTINEL_NAME, or REDIS_CLUSTER_NODES, or neither (REDIS_URL alone). */
+function redisTopology(r: Reader): RedisTopology {
+  const sentinels = r.optional('REDIS_SENTINELS');
+  const name = r.optional('REDIS_SENTINEL_NAME');
+  const nodes = r.optional('REDIS_CLUSTER_NODES');
+  const password = r.optional('REDIS_PASSWORD');
+  const list = (setting: string, raw: string): HostPort[] => {
+    const parsed = parseHostPorts(raw);
+    if (typeof parsed === 'string') {
+      r.problems.push(`${setting}=${JSON.stringify(raw)}: ${parsed}`);
+      return [];
+    }
+    return parsed;
+  };
+  if (sentinels !== null && nodes !== null) {
+    r.problems.push('REDIS_SENTINELS and REDIS_CLUSTER_NODES: set one of them, not both (Sentinel and Cluster are two different Redis deployments)');
+    return { kind: 'single' };
+  }
+  if (sentinels !== null) {
+    if (name === null) r.problems.push('REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the name the sentinels monitor the primary under, e.g. mymaster)');
+    else if (!/^[A-Za-z0-9._-]{1,64}$/.test(name)) r.problems.push(`REDIS_SENTINEL_NAME=${JSON.stringify(name)}: letters, digits, ".", "_" or "-", 1 to 64 characters`);
+    return { kind: 'sentinel', sentinels: list('REDIS_SENTINELS', sentinels), name: name ?? '', password };
+  }
+  if (name !== null) r.problems.push('REDIS_SENTINEL_NAME: only meaningful with REDIS_SENTINELS (the sentinels to ask)');
+  if (nodes !== null) return { kind: 'cluster', nodes: list('REDIS_CLUSTER_NODES', nodes), password };
+  if (password !== null) r.problems.push('REDIS_PASSWORD: only used with REDIS_SENTINELS or REDIS_CLUSTER_NODES (with REDIS_URL alone, put the password in the URL: redis://:password@host:6379)');
+  return { kind: 'single' };
 }
 
 /**

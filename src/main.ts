@@ -5,7 +5,7 @@
  *   pipeline  JetStream consumer → piscina workers → ClickHouse
  * Every role serves GET /healthz, GET /readyz and GET /metrics on PORT.
  */
-import { Redis } from 'ioredis';
+import { createRedis } from './ratelimit/connect.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { configureLog, log } from './log.js';
 import { Nats } from './nats/connection.js';
@@ -112,7 +112,7 @@ export async function start(cfg: Config): Promise<Running> {
     });
 
     if (hasIngress(cfg.role)) {
-      const redis = new Redis(cfg.redisUrl, { enableOfflineQueue: false, maxRetriesPerRequest: 1, lazyConnect: true });
+      const redis = createRedis(cfg);
       redis.on('error', (err) => log.warn('redis error', { err: err.message }));
       await redis.connect().catch((err: Error) => log.warn('redis not reachable yet', { err: err.message }));
       closers.push(() => void redis.disconnect());

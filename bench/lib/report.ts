@@ -12,8 +12,11 @@ import { fileURLToPath } from 'node:url';
 import * as hdr from 'hdr-histogram-js';
 import { writeHistoryCharts } from './chart.js';
 
-/** Repository root (this file runs as dist/bench/lib/report.js). */
-export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
+/**
+ * Repository root: this file runs as dist/bench/lib/report.js, or as bench/lib/report.ts
+ * when a test imports it (tap runs TypeScript directly).
+ */
+export const ROOT = fileURLToPath(new URL(fileURLToPath(import.meta.url).includes(`${path.sep}dist${path.sep}bench${path.sep}`) ? '../../../' : '../../', import.meta.url));
 export const HISTORY_FILE = path.join(ROOT, 'bench/results/history.jsonl');
 
 export interface HostInfo {

@@ -3,8 +3,9 @@
  * signals takes N tokens or none; a refused request learns the earliest whole second at
  * which the bucket can cover it (the Retry-After value).
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.js';
 import { LuaScript } from './scripts.js';
+import { bucketKey } from './keys.js';
 
 export type Mode = 'live' | 'test';
 
@@ -26,7 +27,7 @@ export class TokenBuckets {
   private readonly script: LuaScript;
 
   constructor(
-    redis: Redis,
+    redis: RedisClient,
     private readonly prefix: string,
   ) {
     this.script = new LuaScript(redis, 'take-tokens', 1);
@@ -37,7 +38,7 @@ export class TokenBuckets {
   }
 
   key(orgId: string, mode: Mode): string {
-    return `${this.prefix}bucket:${orgId}:${mode}`;
+    return bucketKey(this.prefix, orgId, mode);
   }
 
   async take(orgId: string, mode: Mode, cost: number, limits: BucketLimits): Promise<TakeResult> {

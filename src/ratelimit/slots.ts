@@ -7,8 +7,9 @@
  * slot frees itself when the lease ends, so a crash cannot leak a slot.
  */
 import { randomBytes } from 'node:crypto';
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './connect.js';
 import { LuaScript } from './scripts.js';
+import { slotsKey } from './keys.js';
 import type { Mode } from './bucket.js';
 import { ratelimitLog as log } from '../log.js';
 
@@ -24,7 +25,7 @@ export class ConcurrencySlots {
   private readonly renewScript: LuaScript;
 
   constructor(
-    private readonly redis: Redis,
+    private readonly redis: RedisClient,
     private readonly prefix: string,
     private readonly leaseMs = DEFAULT_LEASE_MS,
   ) {
@@ -37,7 +38,7 @@ export class ConcurrencySlots {
   }
 
   key(orgId: string, mode: Mode): string {
-    return `${this.prefix}analytics-slots:${orgId}:${mode}`;
+    return slotsKey(this.prefix, orgId, mode);
   }
 
   /** A slot, or null when all `limit` slots are taken. Throws when Redis is unreachable. */

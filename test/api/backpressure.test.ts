@@ -30,6 +30,6 @@ t.test('a full stream refuses with 503 QUEUE_UNAVAILABLE and refunds the tokens'
   // Tokens: 100,000 at the start, 500 per accepted batch; the refused batch's came back.
   const redis = new Redis(REDIS_URL);
   t.teardown(() => redis.disconnect());
-  const tokens = Number(await redis.hget(`${iso.redisPrefix}bucket:${org.id}:live`, 'tokens'));
+  const tokens = Number(await redis.hget(`${iso.redisPrefix}bucket:{${org.id}}:live`, 'tokens'));
   t.ok(Math.abs(tokens - (100_000 - 500 * accepted)) < 1, `bucket holds ${tokens}, expected ${100_000 - 500 * accepted}`);
 });

@@ -44,6 +44,7 @@ t.test('defaults', async (t) => {
     metricsToken: null,
     redisUrl: 'redis://127.0.0.1:6379',
     redisPrefix: 'billing:',
+    redisTopology: { kind: 'single' },
     natsUrl: 'nats://127.0.0.1:4222',
     natsPrefix: 'BILLING',
     clickhouseUrl: null,
@@ -118,6 +119,20 @@ t.test('values are read', async (t) => {
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '1000000000' }, []).defaultLimits.refillPerSecond, 1e9, 'the maximum refill rate is accepted');
 });
 
+t.test('Redis topology: Sentinel or Cluster', async (t) => {
+  t.same(loadConfig({ ...base, REDIS_SENTINELS: '10.0.0.1:26379, sentinel-b:26380,[::1]:26381', REDIS_SENTINEL_NAME: 'mymaster' }, []).redisTopology, {
+    kind: 'sentinel',
+    sentinels: [{ host: '10.0.0.1', port: 26379 }, { host: 'sentinel-b', port: 26380 }, { host: '::1', port: 26381 }],
+    name: 'mymaster',
+    password: null,
+  });
+  t.same(loadConfig({ ...base, REDIS_CLUSTER_NODES: 'r1:7000,r2:7001', REDIS_PASSWORD: 'pw' }, []).redisTopology, {
+    kind: 'cluster',
+    nodes: [{ host: 'r1', port: 7000 }, { host: 'r2', port: 7001 }],
+    password: 'pw',
+  });
+});
+
 t.test('webhook delivery settings are read', async (t) => {
   const cfg = loadConfig({ ...base, WEBHOOK_CA_FILE: GOOD_PEM, WEBHOOK_DNS_SERVERS: ' 127.0.0.1:5353 , [::1]:53,10.0.0.2 ', WEBHOOK_TIMEOUT_MS: '1000', DISPATCHER_ACK_WAIT_MS: '2000' }, []);
   t.equal(cfg.webhooks.caFile, GOOD_PEM);
@@ -160,6 +175,14 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ REDIS_URL: 'http://127.0.0.1:6379' }, 'REDIS_URL="http://127.0.0.1:6379": must be a URL starting with redis:// or rediss://'],
     [{ REDIS_URL: '127.0.0.1:6379' }, 'REDIS_URL="127.0.0.1:6379": must be a URL starting with redis:// or rediss://'],
     [{ REDIS_URL: 'not a url' }, 'REDIS_URL="not a url": must be a URL starting with redis:// or rediss://'],
+    [{ REDIS_SENTINELS: '10.0.0.1:26379' }, 'REDIS_SENTINEL_NAME: required with REDIS_SENTINELS (the name the sentinels monitor the primary under, e.g. mymaster)'],
+    [{ REDIS_SENTINELS: '10.0.0.1', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS="10.0.0.1": "10.0.0.1" is not host:port (a comma-separated list such as 10.0.0.1:26379,10.0.0.2:26379)'],
+    [{ REDIS_SENTINELS: 'a:1,b:70000', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS="a:1,b:70000": "b:70000" is not host:port (a comma-separated list such as 10.0.0.1:26379,10.0.0.2:26379)'],
+    [{ REDIS_SENTINELS: 'a:1', REDIS_SENTINEL_NAME: 'my master' }, 'REDIS_SENTINEL_NAME="my master": letters, digits, ".", "_" or "-", 1 to 64 characters'],
+    [{ REDIS_SENTINEL_NAME: 'mymaster' }, 'REDIS_SENTINEL_NAME: only meaningful with REDIS_SENTINELS (the sentinels to ask)'],
+    [{ REDIS_CLUSTER_NODES: 'a:1,,b:2' }, 'REDIS_CLUSTER_NODES="a:1,,b:2": "" is not host:port (a comma-separated list such as 10.0.0.1:26379,10.0.0.2:26379)'],
+    [{ REDIS_CLUSTER_NODES: 'a:1', REDIS_SENTINELS: 'b:2', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS and REDIS_CLUSTER_NODES: set one of them, not both (Sentinel and Cluster are two different Redis deployments)'],
+    [{ REDIS_PASSWORD: 'x' }, 'REDIS_PASSWORD: only used with REDIS_SENTINELS or REDIS_CLUSTER_NODES (with REDIS_URL alone, put the password in the URL: redis://:password@host:6379)'],
     [{ NATS_URL: 'redis://x' }, 'NATS_URL="redis://x": must be a URL starting with nats:// or tls://'],
     [{ CLICKHOUSE_URL: 'ftp://x' }, 'CLICKHOUSE_URL="ftp://x": must be a URL starting with http:// or https://'],
     [{ REDIS_PREFIX: 'a b' }, 'REDIS_PREFIX="a b": letters, digits, ":", "_" or "-", 1 to 64 characters'],

@@ -140,15 +140,15 @@ t.test('refund gives tokens back, never above burst', async (t) => {
   const limits = { burst: 1000, refillPerSecond: 0.001 };
   t.same(await tb.take('o', 'live', 800, limits), { allowed: true, tokensLeft: 200 });
   await tb.refund('o', 'live', 300, limits);
-  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:o:live`, 'tokens'))), 500, '200 + 300');
+  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:{o}:live`, 'tokens'))), 500, '200 + 300');
   t.equal((await tb.take('o', 'live', 501, limits)).allowed, false, 'not more than 500');
   await tb.refund('o', 'live', 5000, limits);
-  t.equal(Number(await redis.hget(`${prefix}bucket:o:live`, 'tokens')), 1000, 'capped at burst');
+  t.equal(Number(await redis.hget(`${prefix}bucket:{o}:live`, 'tokens')), 1000, 'capped at burst');
   t.same(await tb.take('o', 'live', 1000, limits), { allowed: true, tokensLeft: 0 });
   t.equal((await tb.take('o', 'live', 1, limits)).allowed, false);
   // a refund on a bucket that does not exist yet (full) stays at burst
   await tb.refund('fresh', 'test', 10, limits);
-  t.equal(Number(await redis.hget(`${prefix}bucket:fresh:test`, 'tokens')), 1000);
+  t.equal(Number(await redis.hget(`${prefix}bucket:{fresh}:test`, 'tokens')), 1000);
   t.same(await tb.take('fresh', 'test', 1000, limits), { allowed: true, tokensLeft: 0 });
   t.equal((await tb.take('fresh', 'test', 1, limits)).allowed, false);
 });
@@ -167,14 +167,14 @@ t.test('the key expires (PTTL > 0 after a take), about when the bucket would be 
   const { tb, prefix } = buckets(t);
   const limits = { burst: 1000, refillPerSecond: 100 };
   await tb.take('o', 'live', 500, limits);
-  const pttl = await redis.pttl(`${prefix}bucket:o:live`);
+  const pttl = await redis.pttl(`${prefix}bucket:{o}:live`);
   t.ok(pttl > 0, `PTTL ${pttl} > 0`);
   // 500 tokens at 100/s = 5 s to full, plus a second of slack
   t.ok(pttl > 5_000 && pttl <= 6_000, `PTTL ${pttl} ≈ 6,000 ms`);
-  t.equal(tb.key('o', 'live'), `${prefix}bucket:o:live`);
+  t.equal(tb.key('o', 'live'), `${prefix}bucket:{o}:live`);
   // a refused take writes nothing (and does not extend the TTL to infinity)
   await tb.take('o', 'live', 900, limits);
-  t.ok((await redis.pttl(`${prefix}bucket:o:live`)) > 0);
+  t.ok((await redis.pttl(`${prefix}bucket:{o}:live`)) > 0);
 });
 
 t.test('NOSCRIPT recovery: after SCRIPT FLUSH the next take still works', async (t) => {
@@ -273,7 +273,7 @@ t.test('tiny refill rates: refused by the admin API below 0.001/s, sane at the m
 
   // take 6e8, then 5e8 with 4e8 left: refused with the time 1e8 tokens take at 0.001/s
   t.same(await tb.take('a', 'live', 600_000_000, limits), { allowed: true, tokensLeft: 400_000_000 }, 'take 6e8 of 1e9');
-  const pttl = await redis.pttl(`${prefix}bucket:a:live`);
+  const pttl = await redis.pttl(`${prefix}bucket:{a}:live`);
   t.ok(pttl > 6e14 - 60_000 && pttl <= 6e14 + 1000, `PEXPIRE set: PTTL ${pttl} ≈ 6e8 tokens / 0.001 per s = 6e14 ms`);
   const refused = await tb.take('a', 'live', 500_000_000, limits);
   t.equal(refused.allowed, false, 'take 5e8 with 4e8 left is refused (not a RangeError)');
@@ -284,11 +284,11 @@ t.test('tiny refill rates: refused by the admin API below 0.001/s, sane at the m
     // 1e8 tokens at 0.001/s = 1e11 s (less the refill of the few ms since the first take)
     t.ok(refused.retryAfterSeconds >= 1e11 - 100 && refused.retryAfterSeconds <= 1e11, `Retry-After ${refused.retryAfterSeconds} ≈ 1e11 s`);
   }
-  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:a:live`, 'tokens'))), 400_000_000, 'the refusal took nothing');
+  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:{a}:live`, 'tokens'))), 400_000_000, 'the refusal took nothing');
 
   // the extremes: drain the whole burst (largest TTL), then ask for all of it (largest wait)
   t.same(await tb.take('b', 'live', 1_000_000_000, limits), { allowed: true, tokensLeft: 0 }, 'take the whole 1e9 burst');
-  const fullPttl = await redis.pttl(`${prefix}bucket:b:live`);
+  const fullPttl = await redis.pttl(`${prefix}bucket:{b}:live`);
   t.ok(fullPttl > 1e15 - 60_000 && fullPttl <= 1e15 + 1000, `PEXPIRE of the largest TTL set: PTTL ${fullPttl} ≈ 1e15 ms`);
   const all = await tb.take('b', 'live', 1_000_000_000, limits);
   t.equal(all.allowed, false, 'the whole burst again: refused');
@@ -296,7 +296,7 @@ t.test('tiny refill rates: refused by the admin API below 0.001/s, sane at the m
   await t.rejects(tb.take('b', 'live', 1_000_000_001, limits), RangeError, 'cost > burst is still a RangeError');
   // a refund on the drained bucket works and re-arms the TTL
   await tb.refund('b', 'live', 1000, limits);
-  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:b:live`, 'tokens'))), 1000, 'refund of 1000 on an empty bucket');
+  t.equal(Math.floor(Number(await redis.hget(`${prefix}bucket:{b}:live`, 'tokens'))), 1000, 'refund of 1000 on an empty bucket');
   t.same(await tb.take('b', 'live', 1000, limits), { allowed: true, tokensLeft: 0 });
-  t.ok((await redis.pttl(`${prefix}bucket:b:live`)) > 1e15 - 60_000, 'the TTL is set again after the take');
+  t.ok((await redis.pttl(`${prefix}bucket:{b}:live`)) > 1e15 - 60_000, 'the TTL is set again after the take');
 });
