@@ -234,6 +234,9 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
     REDIS_PREFIX: opts.iso.redisPrefix,
     DATA_DIR: opts.iso.dataDir,
     LOG_LEVEL: 'warn',
+    // A throw-away key per run, so every role runs as deployed (without one the webhook routes
+    // and the dispatcher are off, and the service warns about it).
+    WEBHOOK_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
     ...opts.env,
   });
   const url = `http://127.0.0.1:${port}`;
