@@ -72,6 +72,13 @@ export class Nats {
     } as Parameters<typeof connect>[0]);
     const js = jetstream(nc, { timeout: cfg.publishTimeoutMs });
     const jsm = await jetstreamManager(nc, { timeout: cfg.publishTimeoutMs });
+    if (cfg.natsReplicas > 1 && !nc.info?.cluster) {
+      // A single server accepts a replica count on a stream update and reports it, yet keeps
+      // one copy (nats-server 2.9): refuse rather than claim replication that is not there.
+      const server = nc.getServer();
+      await nc.close();
+      throw new Error(`NATS_REPLICAS=${cfg.natsReplicas} needs a NATS JetStream cluster, but the server at ${server} is not part of one; use NATS_REPLICAS=1 or list the cluster's servers in NATS_URL`);
+    }
     const n = new Nats(nc, js, jsm, names(cfg.natsPrefix), cfg.natsReplicas);
     n.connected = true;
     void n.watchStatus();
