@@ -10,7 +10,7 @@
  * error when NATS_REPLICAS exceeds what the servers can hold.
  */
 import t from 'tap';
-import { jetstream, RetentionPolicy, StorageType } from '@nats-io/jetstream';
+import { AckPolicy, jetstream, RetentionPolicy, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { NatsCluster, isAlive } from '../helpers/nats-cluster.js';
 import { NATS_URL, OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, sleep, waitFor } from '../helpers/service.js';
@@ -25,6 +25,22 @@ t.teardown(async () => {
   await cluster?.stop();
 });
 
+/** Deletes the streams whose name contains `part` (names listed first, then deleted; retried while the meta leader is busy). */
+async function dropStreams(jsm: JetStreamManager, part: string): Promise<void> {
+  const end = Date.now() + 20_000;
+  for (;;) {
+    try {
+      const names: string[] = [];
+      for await (const s of jsm.streams.list()) if (s.config.name.includes(part)) names.push(s.config.name);
+      for (const n of names) await jsm.streams.delete(n);
+      return;
+    } catch (err) {
+      if (Date.now() > end) throw err;
+      await sleep(500);
+    }
+  }
+}
+
 const cfgFor = (url: string, prefix: string, replicas: string) =>
   loadConfig({ OPERATOR_TOKEN, NATS_URL: url, NATS_PREFIX: prefix, NATS_REPLICAS: replicas }, []);
 
@@ -35,6 +51,8 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   const { nc, jsm } = await c.manager();
   t.teardown(() => nc.close());
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], retention: RetentionPolicy.Limits, storage: StorageType.File, num_replicas: 1 });
+  await jsm.streams.add({ name: `${prefix}_SIGNALS`, subjects: [`${prefix}.signals.>`], retention: RetentionPolicy.Workqueue, storage: StorageType.File, num_replicas: 1 });
+  await jsm.consumers.add(`${prefix}_SIGNALS`, { durable_name: 'pipeline', ack_policy: AckPolicy.Explicit });
   await new Kvm(jetstream(nc)).create(`${prefix}_orgs`, { history: 5, storage: StorageType.File, replicas: 1 });
 
   const nats = await Nats.connect(cfgFor(c.url, prefix, '3'));
@@ -46,7 +64,10 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   for (const s of [`${prefix}_SIGNALS`, `${prefix}_SIGNALS_DLQ`, `KV_${prefix}_orgs`, `KV_${prefix}_dedupe`]) {
     t.equal((await jsm.streams.info(s)).config.num_replicas, 3, `${s}: 3 replicas`);
   }
-  for await (const s of jsm.streams.list()) if (s.config.name.includes(prefix)) await jsm.streams.delete(s.config.name);
+  await nats.ensurePipelineConsumer(cfgFor(c.url, prefix, '3'));
+  const consumer = await waitFor(() => jsm.consumers.info(`${prefix}_SIGNALS`, 'pipeline'), (ci) => (ci.cluster?.replicas ?? []).length === 2, 10_000);
+  t.equal((consumer.cluster?.replicas ?? []).length + 1, 3, 'the existing pipeline consumer follows its stream to 3 replicas (a leader and 2 followers)');
+  await dropStreams(jsm, prefix);
 
   // More replicas than the cluster has servers: a new stream cannot be made, an existing one cannot be raised.
   const five = await Nats.connect(cfgFor(c.url, prefix, '5'));
@@ -55,7 +76,7 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   await t.rejects(five.billingBucket(), /cannot open JetStream KV bucket TREP\d+_billing with 5 replica\(s\)/);
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], storage: StorageType.File });
   await t.rejects(five.ensureDeadLetterStream(), /JetStream stream TREP\d+_SIGNALS_DLQ has 1 replica\(s\) but NATS_REPLICAS=5, and raising them failed: .*nats stream edit TREP\d+_SIGNALS_DLQ --replicas 5.*NATS_REPLICAS=1/);
-  for await (const s of jsm.streams.list()) if (s.config.name.includes(prefix)) await jsm.streams.delete(s.config.name);
+  await dropStreams(jsm, prefix);
 
   // The shared single server of the test machine is no cluster: NATS_REPLICAS=3 is refused at connect.
   await t.rejects(Nats.connect(cfgFor(NATS_URL, `TREPS${process.pid}`, '3')), /NATS_REPLICAS=3 needs a NATS JetStream cluster, but the server at 127\.0\.0\.1:4222 is not part of one/);
@@ -174,6 +195,14 @@ t.test('kill -9 of a node, then of the signals stream leader, under load', async
   );
   t.comment(`drained and counted ${Date.now() - started} ms after the service was ready`);
   t.equal(stored, expected, `every acknowledged batch stored exactly once: ${stored} rows for ${batches} batches`);
+  if (stored !== expected) {
+    // Diagnostics: duplicated signal ids (the same batch stored twice) or duplicated keys under other ids.
+    const q = await http(svc.url, 'POST', '/api/v2/analytics/query', {
+      token: org.live,
+      body: { query: 'SELECT idempotency_key, count() AS n, uniqExact(id) AS ids, groupUniqArray(batch_id) AS batches FROM fact_signal GROUP BY idempotency_key HAVING n > 1 ORDER BY idempotency_key LIMIT 5' },
+    });
+    t.comment(`duplicates: ${JSON.stringify(q.body.rows ?? q.body)}`);
+  }
   t.comment(`figures: batches=${batches} signals=${expected} answers=${JSON.stringify(Object.fromEntries(statuses))} follower-kill-recovery-ms=${back1} leader-kill-recovery-ms=${back2}`);
   void svc;
 });

@@ -144,7 +144,7 @@ export class NatsCluster {
   /** A manager connected to the whole cluster (for stream info: `cluster.leader`). */
   async manager(): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
     const nc = await connect({ servers: this.servers, maxReconnectAttempts: -1, reconnectTimeWait: 200 });
-    return { nc, jsm: await jetstreamManager(nc, { timeout: 3_000 }) };
+    return { nc, jsm: await jetstreamManager(nc, { timeout: 10_000 }) };
   }
 
   async stop(): Promise<void> {
