@@ -11,9 +11,11 @@
  *  3. Idempotency claims (dedupe.ts): each keyed signal claims `<org>.<mode>.<key>`
  *     naming itself. A claim owned by another signal drops this signal; a claim owned
  *     by this very signal (an earlier delivery died after claiming) keeps it.
- *  4. Only when the message is a redelivery: rows already in the store from an earlier
- *     delivery (crash after insert, before ack) are dropped by signal id. Row-level, so it
- *     is right even if that earlier insert landed only in part.
+ *  4. Only when the message is a redelivery, or some key of it was already held by the same
+ *     signal (an earlier delivery claimed it: in a JetStream cluster, a consumer leader
+ *     failover can hand a message out again as a first delivery): rows already in the store
+ *     from an earlier delivery (crash after insert, before ack) are dropped by signal id.
+ *     Row-level, so it is right even if that earlier insert landed only in part.
  *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
@@ -144,9 +146,12 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
-      const keep = await this.claims.claim(r.claimKeys, r.ids);
+      const { keep, reclaimed } = await this.claims.claimAll(r.claimKeys, r.ids);
       const billable = r.billable.filter((_, i) => keep[i]);
-      if (m.redelivered) {
+      // A redelivery, or a delivery whose signals already held their keys (an earlier delivery
+      // claimed them: after a consumer leader failover JetStream may hand a message out again
+      // as a first delivery): rows may be stored already.
+      if (m.redelivered || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }
