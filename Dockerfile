@@ -1,4 +1,5 @@
-FROM node:20-bookworm-slim
+FROM node:22-trixie-slim
+# Debian 13 (glibc 2.41): the Node 22/24 binaries of uWebSockets.js need glibc >= 2.38 (bookworm has 2.36).
 WORKDIR /app
 COPY package.json package-lock.json ./
 # npm install, not npm ci: see scripts/setup.sh (chdb optional packages missing from the registry)

@@ -5,17 +5,22 @@
  * publish with stream ack). Both servers run as child processes; autocannon runs here, so
  * the load generator competes for the same cores in both phases.
  *
- *   node dist/bench/ingest.js [--url URL] [--connections N] [--duration S] [--rate R] [--pipelining N]
+ *   node dist/bench/ingest.js [--url URL] [--connections N] [--duration S] [--rate R] [--pipelining N] [--gzip]
+ *
+ * With --gzip the service is measured twice, with the same batch sent plain and then gzipped
+ * (`Content-Encoding: gzip`, level 6, compressed once here): batches/s of each, and the CPU-seconds
+ * the service process used per phase and per 1,000 accepted batches — what decompression costs.
  *
  * Without --url the service is started here with isolated NATS/Redis prefixes and a temp
  * DATA_DIR, and everything it made is removed at the end. Target (issue): full/raw ≥ 0.7.
  */
 import path from 'node:path';
 import { statfsSync } from 'node:fs';
+import zlib from 'node:zlib';
 import autocannon from 'autocannon';
 import { Args } from './lib/args.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from './lib/signals.js';
-import { CpuMeter, LatencyHistogram, ROOT, appendHistory, fmt, hostInfo, pidsByName, printHeader, printProblems, round, type Percentiles } from './lib/report.js';
+import { CpuMeter, LatencyHistogram, ROOT, appendHistory, fmt, hostInfo, pidsByName, printHeader, printProblems, processCpuSeconds, round, type Percentiles } from './lib/report.js';
 import {
   OPERATOR_TOKEN,
   cleanup,
@@ -44,7 +49,9 @@ const args = new Args('node dist/bench/ingest.js [options]', {
   rate: { help: 'overall requests/s (autocannon overallRate); default: closed loop' },
   pipelining: { help: 'requests in flight per connection (default 1)' },
   'skip-raw': { help: 'do not measure the bare uWS ceiling', flag: true },
+  gzip: { help: 'also measure the service with the batch gzipped (Content-Encoding: gzip); reports its CPU-seconds for both', flag: true },
 });
+const gzip = args.flag('gzip');
 const connections = args.num('connections', 8, 1, 10_000);
 const duration = args.num('duration', 10, 1, 3600);
 const warmup = args.num('warmup', 2, 0, 600);
@@ -69,6 +76,12 @@ interface PhaseResult {
   timeouts: number;
   errorSamples: string[];
   cpuPercent: Record<string, number | null>;
+  /** CPU-seconds (user + system) of the server process during the measured phase, when its pid is known. */
+  serverCpuSeconds: number | null;
+  /** serverCpuSeconds per 1,000 accepted batches. */
+  serverCpuSecondsPer1000Batches: number | null;
+  /** Content-Encoding of the request bodies (null: sent plain). */
+  encoding: string | null;
   /** 202 responses during the unmeasured warm-up. */
   warmupAccepted: number;
 }
@@ -78,12 +91,15 @@ interface LoadOptions {
   key: string | null;
   seconds: number;
   body: Buffer;
+  /** Content-Encoding header to send with `body` (already encoded). */
+  encoding?: string;
 }
 
 function runAutocannon(o: LoadOptions, onResponse: (status: number, ms: number) => void, onError: (err: unknown) => void): Promise<autocannon.Result> {
   return new Promise((resolve, reject) => {
     const headers: Record<string, string> = { 'content-type': 'application/json' };
     if (o.key !== null) headers.authorization = `Bearer ${o.key}`;
+    if (o.encoding) headers['content-encoding'] = o.encoding;
     const instance = autocannon(
       {
         url: o.url + BULK_PATH,
@@ -116,6 +132,7 @@ async function measure(phase: string, o: LoadOptions, pids: Record<string, numbe
   // Per-connection expected interval for coordinated-omission correction in open loop.
   const expectedMs = rate !== undefined ? (connections / rate) * 1000 : 0;
   const cpu = new CpuMeter({ ...pids, ...pidsByName(['nats-server', 'redis-server']) });
+  const serverCpu0 = pids.server !== undefined ? processCpuSeconds(pids.server) : null;
   const result = await runAutocannon(
     o,
     (status, ms) => {
@@ -128,6 +145,8 @@ async function measure(phase: string, o: LoadOptions, pids: Record<string, numbe
     },
   );
   const cpuPercent = cpu.read();
+  const serverCpu1 = pids.server !== undefined ? processCpuSeconds(pids.server) : null;
+  const serverCpuSeconds = serverCpu0 !== null && serverCpu1 !== null ? round(serverCpu1 - serverCpu0, 2) : null;
   console.log('done');
   const requests = [...statuses.values()].reduce((a, b) => a + b, 0);
   const accepted = statuses.get(202) ?? 0;
@@ -148,6 +167,9 @@ async function measure(phase: string, o: LoadOptions, pids: Record<string, numbe
     timeouts: result.timeouts,
     errorSamples,
     cpuPercent,
+    serverCpuSeconds,
+    serverCpuSecondsPer1000Batches: serverCpuSeconds !== null && accepted > 0 ? round((serverCpuSeconds / accepted) * 1000, 3) : null,
+    encoding: o.encoding ?? null,
     warmupAccepted,
   };
 }
@@ -173,6 +195,9 @@ function printPhase(r: PhaseResult): void {
   console.log(`  autocannon    p50 ${a.p50}   p99 ${a.p99}   p99.9 ${a.p99_9}   max ${a.max}   (1 ms resolution)`);
   console.log(`  status codes  ${Object.entries(r.statusCounts).map(([s, n]) => `${s}×${fmt(n)}`).join('  ') || '(none)'}`);
   console.log(`  conn errors   ${r.errors} (timeouts ${r.timeouts})${r.errorSamples.length ? `  e.g. ${r.errorSamples.join(' | ')}` : ''}`);
+  if (r.serverCpuSeconds !== null) {
+    console.log(`  server cpu    ${r.serverCpuSeconds} CPU-s in ${r.seconds} s = ${r.serverCpuSecondsPer1000Batches ?? '?'} CPU-s per 1,000 batches${r.encoding ? ` (bodies Content-Encoding: ${r.encoding})` : ' (plain bodies)'}`);
+  }
   console.log(`  cpu %         ${Object.entries(r.cpuPercent).map(([k, v]) => `${k} ${v ?? '?'}`).join('   ')}   (100 = one core; other = processes not named here)`);
 }
 
@@ -207,9 +232,11 @@ async function main(): Promise<void> {
   const template = new BatchTemplate({ keyed: () => true, baseTimeMs: Date.now() - 60_000 });
   const runTag = Date.now().toString(36);
   const body = Buffer.from(template.render((i) => `ingest-${runTag}-${i}`));
+  const gzBody = gzip ? zlib.gzipSync(body) : null;
   const params = {
     target: externalUrl ?? 'service child process, ROLE=ingress',
     body: `${SIGNALS_PER_BATCH} signals, ${fmt(body.length)} bytes (${round(body.length / 1024, 1)} KiB), same body every request`,
+    ...(gzBody ? { gzip: `the same batch gzipped (level 6): ${fmt(gzBody.length)} bytes, ratio ${round(body.length / gzBody.length, 1)}×; service measured plain, then gzipped` } : {}),
     load: `autocannon: ${connections} connections, pipelining ${pipelining}, ${duration} s measured after ${warmup} s warm-up, ${rate !== undefined ? `overallRate ${rate}/s (open loop)` : 'closed loop'}`,
   };
   printHeader('ingest benchmark: POST /api/v2/signals/bulk', host, params);
@@ -234,6 +261,11 @@ async function main(): Promise<void> {
     const full = await measure('service', { url: externalUrl, key, seconds: duration, body }, {});
     phases.push(full);
     printPhase(full);
+    if (gzBody) {
+      const gz = await measure('service, gzip', { url: externalUrl, key, seconds: duration, body: gzBody, encoding: 'gzip' }, {});
+      phases.push(gz);
+      printPhase(gz);
+    }
   } else {
     const iso = isolation();
     const maxBytes = streamMaxBytes(body.length);
@@ -251,13 +283,20 @@ async function main(): Promise<void> {
       const full = await measure('service (ROLE=ingress)', { url: svc.url, key: org.liveKey, seconds: duration, body }, { server: svc.child.pid });
       phases.push(full);
       printPhase(full);
+      const servicePhases = [full];
+      if (gzBody) {
+        const gz = await measure('service, gzip', { url: svc.url, key: org.liveKey, seconds: duration, body: gzBody, encoding: 'gzip' }, { server: svc.child.pid });
+        phases.push(gz);
+        printPhase(gz);
+        servicePhases.push(gz);
+      }
       const stream = await streamState(iso.natsPrefix);
       serviceNotes = { startupMs, streamMaxBytes: maxBytes, streamAfter: stream };
       if (stream) {
         // autocannon stops with up to connections × pipelining requests in flight per run (warm-up and
         // measured): those batches may be stored although their 202 was never counted here.
-        const counted = full.accepted + full.warmupAccepted;
-        const inFlightAtStop = (warmup > 0 ? 2 : 1) * connections * pipelining;
+        const counted = servicePhases.reduce((n, p) => n + p.accepted + p.warmupAccepted, 0);
+        const inFlightAtStop = servicePhases.length * (warmup > 0 ? 2 : 1) * connections * pipelining;
         const extra = stream.messages - counted;
         const ok = extra >= 0 && extra <= inFlightAtStop;
         console.log(
@@ -284,14 +323,22 @@ async function main(): Promise<void> {
 
   for (const p of phases) problems.push(...phaseProblems(p));
   const raw = phases.find((p) => p.phase === 'raw uWS');
-  const full = phases.find((p) => p.phase !== 'raw uWS');
+  const full = phases.find((p) => p.phase !== 'raw uWS' && p.encoding === null);
+  const gzPhase = phases.find((p) => p.encoding === 'gzip');
   const ratio = raw && full && raw.batchesPerSec > 0 ? round(full.batchesPerSec / raw.batchesPerSec, 3) : null;
 
   console.log('\n=== summary');
-  console.log(`${'phase'.padEnd(26)}${'batches/s'.padStart(11)}${'signals/s'.padStart(12)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'p999 ms'.padStart(9)}  status codes`);
+  console.log(`${'phase'.padEnd(26)}${'batches/s'.padStart(11)}${'signals/s'.padStart(12)}${'p50 ms'.padStart(9)}${'p99 ms'.padStart(9)}${'p999 ms'.padStart(9)}${'CPU-s/1k'.padStart(10)}  status codes`);
   for (const p of phases) {
     console.log(
-      `${p.phase.padEnd(26)}${fmt(p.batchesPerSec, 1).padStart(11)}${fmt(p.signalsPerSec).padStart(12)}${String(p.latencyMs.p50).padStart(9)}${String(p.latencyMs.p99).padStart(9)}${String(p.latencyMs.p999).padStart(9)}  ${JSON.stringify(p.statusCounts)}`,
+      `${p.phase.padEnd(26)}${fmt(p.batchesPerSec, 1).padStart(11)}${fmt(p.signalsPerSec).padStart(12)}${String(p.latencyMs.p50).padStart(9)}${String(p.latencyMs.p99).padStart(9)}${String(p.latencyMs.p999).padStart(9)}${String(p.serverCpuSecondsPer1000Batches ?? '-').padStart(10)}  ${JSON.stringify(p.statusCounts)}`,
+    );
+  }
+  const gzipCost =
+    full?.serverCpuSecondsPer1000Batches && gzPhase?.serverCpuSecondsPer1000Batches ? round(gzPhase.serverCpuSecondsPer1000Batches / full.serverCpuSecondsPer1000Batches, 3) : null;
+  if (gzPhase && full) {
+    console.log(
+      `gzip vs plain: batches/s ${round(gzPhase.batchesPerSec / Math.max(full.batchesPerSec, 1e-9), 3)}×, service CPU-seconds per batch ${gzipCost ?? '?'}×; request bytes ${fmt(gzBody!.length)} vs ${fmt(body.length)} (${round(body.length / gzBody!.length, 1)}× smaller)`,
     );
   }
   if (ratio !== null) console.log(`ratio full/raw (batches/s): ${ratio}   target ≥ ${TARGET_RATIO}: ${ratio >= TARGET_RATIO ? 'MET' : 'NOT MET'}`);
@@ -301,10 +348,11 @@ async function main(): Promise<void> {
     bench: 'ingest',
     at: new Date().toISOString(),
     host,
-    params: { url: externalUrl ?? null, connections, duration, warmup, rate: rate ?? null, pipelining, bodyBytes: body.length, signalsPerBatch: SIGNALS_PER_BATCH },
+    params: { url: externalUrl ?? null, connections, duration, warmup, rate: rate ?? null, pipelining, bodyBytes: body.length, gzipBodyBytes: gzBody?.length ?? null, signalsPerBatch: SIGNALS_PER_BATCH },
     phases,
     service: serviceNotes,
     ratio,
+    gzipCpuPerBatchRatio: gzipCost,
     targetRatio: TARGET_RATIO,
     ok: problems.length === 0,
     problems,

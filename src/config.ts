@@ -27,6 +27,8 @@ export interface Config {
   host: string;
   port: number;
   operatorToken: string | null;
+  /** GET /metrics wants it as a bearer token when set; unset: /metrics is open. */
+  metricsToken: string | null;
   redisUrl: string;
   redisPrefix: string;
   /** NATS_URL: one server, or several comma-separated (members of one cluster). */
@@ -217,12 +219,17 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
   if ((role === 'all' || role === 'ingress') && (operatorToken === null || operatorToken.length < 16)) {
     r.problems.push('OPERATOR_TOKEN: required for roles all and ingress, at least 16 characters (protects /admin/v1)');
   }
+  const metricsToken = r.optional('METRICS_TOKEN');
+  if (metricsToken !== null && (metricsToken.length < 16 || !/^[\x21-\x7e]+$/.test(metricsToken))) {
+    r.problems.push('METRICS_TOKEN: at least 16 printable characters without spaces when set (unset: GET /metrics is open)');
+  }
   const cores = Math.max(1, os.availableParallelism());
   const cfg: Config = {
     role,
     host: r.str('HOST', '0.0.0.0'),
     port: r.int('PORT', 8080, 0, 65535),
     operatorToken,
+    metricsToken,
     redisUrl: r.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'])!,
     redisPrefix: r.prefix('REDIS_PREFIX', 'billing:', /^[A-Za-z0-9:_-]{1,64}$/, 'letters, digits, ":", "_" or "-", 1 to 64 characters'),
     natsUrl: r.urlList('NATS_URL', 'nats://127.0.0.1:4222', ['nats:', 'tls:']),

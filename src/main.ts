@@ -3,11 +3,11 @@
  *   all       (default) everything in one process
  *   ingress   HTTP API: auth, validation, token buckets, publish to JetStream
  *   pipeline  JetStream consumer → piscina workers → ClickHouse
- * Every role serves GET /healthz and GET /readyz on PORT.
+ * Every role serves GET /healthz, GET /readyz and GET /metrics on PORT.
  */
 import { Redis } from 'ioredis';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
-import { log, setLogLevel } from './log.js';
+import { configureLog, log } from './log.js';
 import { Nats } from './nats/connection.js';
 import { OrgRegistry } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
@@ -37,6 +37,7 @@ import { ApiError } from './errors.js';
 import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
+import { billingEvents, startDefaultMetrics, watchConsumer } from './metrics/index.js';
 
 export interface Running {
   port: number;
@@ -44,7 +45,8 @@ export interface Running {
 }
 
 export async function start(cfg: Config): Promise<Running> {
-  setLogLevel(cfg.logLevel);
+  configureLog({ level: cfg.logLevel, role: cfg.role });
+  startDefaultMetrics();
   const closers: (() => Promise<void> | void)[] = [];
   let nats: Nats | null = null;
   let store: Store | null = null;
@@ -63,11 +65,11 @@ export async function start(cfg: Config): Promise<Running> {
     },
   };
   // Listen first: /healthz and /readyz answer while the dependencies are still connecting.
-  const server = new Server({ operatorToken: cfg.operatorToken, maxBodyBytes: cfg.maxBodyBytes, readiness: { checks } });
+  const server = new Server({ operatorToken: cfg.operatorToken, metricsToken: cfg.metricsToken, maxBodyBytes: cfg.maxBodyBytes, readiness: { checks } });
   if (hasIngress(cfg.role)) checks.redis = async () => Promise.reject(new Error('connecting'));
   if (hasPipeline(cfg.role)) checks.clickhouse = async () => Promise.reject(new Error('starting'));
   const { port, socket } = await listen(server.app, cfg.host, cfg.port);
-  log.info('listening', { role: cfg.role, port });
+  log.info('listening', { port, node: process.version });
 
   try {
     nats = await Nats.connect(cfg);
@@ -92,6 +94,15 @@ export async function start(cfg: Config): Promise<Running> {
     const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
     const configStore = once(async () => new BillingConfigStore(await n.billingBucket(), n.maxPayload));
     const billingState = once(() => stateBucket(n, billing));
+    // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
+    const watchLag = (kind: string, stream: string, consumer: string): void => {
+      closers.push(
+        watchConsumer(kind, consumer, async () => {
+          const ci = await n.jsm.consumers.info(stream, consumer);
+          return { pending: ci.num_pending, ackPending: ci.num_ack_pending };
+        }),
+      );
+    };
     // One deliverer (URL check + the one attempt function) for test deliveries and the dispatcher.
     const deliverer = new Deliverer({
       policy: { allowHttp: cfg.webhooks.allowHttp, allowedNetworks: cfg.webhooks.allowedNetworks },
@@ -131,6 +142,7 @@ export async function start(cfg: Config): Promise<Running> {
         if (!(await registry.get(req.params[0]!))) throw new ApiError('NOT_FOUND', `no organization ${req.params[0]}`);
         try {
           const r = await publishExternalEvent(n, billing.eventSubjectPrefix, req.params[0]!, e, cfg.publishTimeoutMs);
+          if (!r.duplicate) billingEvents.inc({ event: e.event, source: 'external' });
           return { status: 202, body: { id: e.id, event: e.event, duplicate: r.duplicate } };
         } catch (err) {
           log.warn('event publish failed', { err });
@@ -166,6 +178,9 @@ export async function start(cfg: Config): Promise<Running> {
       await evaluator.start();
       billingRows = new BillingRowsInserter(nats, billing, store);
       await billingRows.start();
+      watchLag('SIGNALS', nats.names.signalStream, nats.names.pipelineConsumer);
+      watchLag('BILLABLE', billing.billableStream, billing.billingConsumer);
+      watchLag('BILLING_ROWS', billing.rowsStream, billing.rowsConsumer);
     }
 
     if (analyticsDeps) {
@@ -203,6 +218,7 @@ export async function start(cfg: Config): Promise<Running> {
           ackWaitMs: cfg.webhooks.dispatcherAckWaitMs,
         });
         await dispatcher.start();
+        watchLag('EVENTS', billing.eventStream, 'dispatcher');
       }
     }
   } catch (err) {
@@ -210,7 +226,7 @@ export async function start(cfg: Config): Promise<Running> {
     throw err;
   }
   server.markReady();
-  log.info('ready', { role: cfg.role, port, store: store?.kind ?? null });
+  log.info('ready', { port, store: store?.kind ?? null });
 
   let stopping: Promise<void> | null = null;
   return {
@@ -260,7 +276,7 @@ async function main(): Promise<void> {
 if (isMain(import.meta.url)) {
   main().catch((err: unknown) => {
     if (err instanceof ConfigError) process.stderr.write(`${err.message}\n`);
-    else log.error('failed to start', { err });
+    else log.fatal('failed to start', { err });
     process.exit(err instanceof ConfigError ? 2 : 1);
   });
 }

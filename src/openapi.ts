@@ -9,6 +9,7 @@ import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingre
 import { LIMIT_BOUNDS } from './admin/routes.js';
 import { FREQUENCIES } from './billing/periods.js';
 import { CREDIT_PLACES, MAX_PATH_SEGMENTS, PRICE_PLACES } from './billing/config/validate.js';
+import { SUPPORTED_CODINGS } from './ingress/content-encoding.js';
 
 const json = (schema: unknown, description: string) => ({ description, content: { 'application/json': { schema } } });
 const error = (description: string, codes: string[]) =>
@@ -52,7 +53,7 @@ const ingestResponses = {
   202: json({ $ref: '#/components/schemas/AcceptedBatch' }, 'The batch is durable in JetStream.'),
   400: error('The whole batch is refused; details name the signal index and field.', ['INVALID_JSON', 'INVALID_BODY', 'BATCH_EMPTY', 'BATCH_TOO_LARGE', 'INVALID_SIGNAL']),
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
-  413: error('Body larger than MAX_BODY_BYTES.', ['PAYLOAD_TOO_LARGE']),
+  413: error('Body larger than MAX_BODY_BYTES, as received or once decompressed (Content-Encoding).', ['PAYLOAD_TOO_LARGE']),
   429: {
     ...error('The token bucket cannot cover the N signals; nothing was ingested.', ['RATE_LIMIT_EXCEEDED']),
     headers: { 'Retry-After': { description: 'Whole seconds until the bucket can cover the request.', schema: { type: 'integer', minimum: 1 } } },
@@ -97,7 +98,7 @@ const billingCreateErrors = {
   400: error('A bad field (details start with its name); nothing changed.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_BILLING_CONFIG']),
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
   409: error('A duplicate (details name the field), the document would exceed one NATS message, or concurrent changes kept winning; nothing changed.', ['CONFLICT', 'BILLING_CONFIG_TOO_LARGE']),
-  413: error('Body larger than 64 KiB.', ['PAYLOAD_TOO_LARGE']),
+  413: error('Body larger than 64 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
   503: error('The configuration store (JetStream) is unreachable, or the service is starting; nothing changed.', ['BILLING_UNAVAILABLE', 'SERVICE_STARTING']),
 };
 const billingErrors = { ...billingCreateErrors, 404: billingNotFound };
@@ -385,6 +386,7 @@ const DOCUMENT = {
     securitySchemes: {
       apiKey: { type: 'http', scheme: 'bearer', description: 'sk_live_… or sk_test_…' },
       operator: { type: 'http', scheme: 'bearer', description: 'OPERATOR_TOKEN' },
+      metrics: { type: 'http', scheme: 'bearer', description: 'METRICS_TOKEN (only when set; otherwise GET /metrics is open)' },
     },
     schemas: {
       Error: {
@@ -454,7 +456,7 @@ const DOCUMENT = {
           ]),
           403: error('The query names something outside the analytics views: another table or database, system tables, a table function.', ['FORBIDDEN']),
           408: error('The query ran past the execution time limit (30 s) and was stopped.', ['QUERY_TIMEOUT']),
-          413: error('Body larger than 256 KiB.', ['PAYLOAD_TOO_LARGE']),
+          413: error('Body larger than 256 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
           ...analyticsCommon,
         },
       },
@@ -560,6 +562,16 @@ const DOCUMENT = {
         },
       },
     },
+    '/metrics': {
+      get: {
+        summary: 'Prometheus metrics of this process (every role); open unless METRICS_TOKEN is set',
+        security: [{}, { metrics: [] }],
+        responses: {
+          200: { description: 'Prometheus text exposition format 0.0.4.', content: { 'text/plain': { schema: { type: 'string' } } } },
+          401: error('METRICS_TOKEN is set and the request does not carry it.', ['UNAUTHORIZED']),
+        },
+      },
+    },
     '/openapi.json': { get: { summary: 'This document', responses: { 200: json({ type: 'object' }, 'OpenAPI 3.1.') } } },
   },
 } as const;
@@ -583,4 +595,40 @@ function withInvalidPath<T>(doc: T): T {
   return copy as T;
 }
 
-export const OPENAPI = withInvalidPath(DOCUMENT);
+/**
+ * Every operation that reads a body (POST, PUT, PATCH) takes it compressed too
+ * (src/ingress/content-encoding.ts): 400 INVALID_CONTENT_ENCODING for data that does not
+ * decompress, 415 UNSUPPORTED_CONTENT_ENCODING for another coding; added here once.
+ */
+function withContentEncoding<T>(doc: T): T {
+  const copy = JSON.parse(JSON.stringify(doc)) as { paths: Record<string, Record<string, { responses: Record<string, any>; parameters?: unknown[] }>> };
+  const accepted = SUPPORTED_CODINGS.join(', ');
+  for (const ops of Object.values(copy.paths)) {
+    for (const [method, op] of Object.entries(ops)) {
+      if (!['post', 'put', 'patch'].includes(method)) continue;
+      op.parameters = [
+        ...(op.parameters ?? []),
+        {
+          name: 'Content-Encoding',
+          in: 'header',
+          required: false,
+          description: `The body's coding: ${accepted} (this server's runtime decides whether zstd is among them). The body limit applies to the bytes received and again to the decompressed body.`,
+          schema: { type: 'string' },
+        },
+      ];
+      const existing = op.responses['400'];
+      const codes: string[] | undefined = existing?.content?.['application/json']?.schema?.allOf?.[1]?.properties?.code?.enum;
+      if (codes) codes.push('INVALID_CONTENT_ENCODING');
+      else op.responses['400'] = error('The body does not decompress with its Content-Encoding (details name the problem).', ['INVALID_CONTENT_ENCODING']);
+      op.responses['415'] = {
+        ...error('Content-Encoding names a coding this server does not take (details name it); resend uncompressed. Nothing changed.', ['UNSUPPORTED_CONTENT_ENCODING']),
+        headers: { 'Accept-Encoding': { description: `The codings accepted: ${accepted}.`, schema: { type: 'string' } } },
+      };
+      const large = op.responses['413'];
+      if (!large) op.responses['413'] = error('Body over the limit, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']);
+    }
+  }
+  return copy as T;
+}
+
+export const OPENAPI = withContentEncoding(withInvalidPath(DOCUMENT));

@@ -1,7 +1,8 @@
 /**
  * What every benchmark prints and records: a header naming the host, Node and the commit;
  * latency histograms (hdr-histogram-js, microsecond resolution, reported in ms); CPU use of
- * processes; and one JSON line per run appended to bench/results/history.jsonl.
+ * processes; and one JSON line per run appended to bench/results/history.jsonl, with the
+ * charts of that history redrawn next to it (bench/results/history.html, see chart.ts).
  */
 import { execFileSync } from 'node:child_process';
 import { appendFileSync, mkdirSync, readFileSync, readdirSync } from 'node:fs';
@@ -9,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import * as hdr from 'hdr-histogram-js';
+import { writeHistoryCharts } from './chart.js';
 
 /** Repository root (this file runs as dist/bench/lib/report.js). */
 export const ROOT = fileURLToPath(new URL('../../../', import.meta.url));
@@ -66,6 +68,13 @@ export function appendHistory(record: Record<string, unknown>): void {
   mkdirSync(path.dirname(HISTORY_FILE), { recursive: true });
   appendFileSync(HISTORY_FILE, `${JSON.stringify(record)}\n`);
   console.log(`\nappended one line to ${path.relative(process.cwd(), HISTORY_FILE) || HISTORY_FILE}`);
+  try {
+    const html = writeHistoryCharts(HISTORY_FILE);
+    console.log(`charts of the history: ${path.relative(process.cwd(), html) || html}`);
+  } catch (err) {
+    // The JSON line is the result; a chart that cannot be drawn must not fail the run.
+    console.log(`charts not written: ${(err as Error).message}`);
+  }
 }
 
 /** Loud banner for runs whose figures must not be trusted as they stand. */

@@ -216,7 +216,7 @@ export interface Service {
   child: Child;
   url: string;
   port: number;
-  /** Lines the service logged at warn or error level. */
+  /** Lines the service logged at warn, error or fatal level. */
   problems(): string[];
 }
 
@@ -251,7 +251,7 @@ export async function startService(opts: ServiceOptions): Promise<Service> {
       child
         .output()
         .split('\n')
-        .filter((l) => /"level":"(warn|error)"/.test(l) || (l.length > 0 && !l.startsWith('{'))),
+        .filter((l) => /"level":"(warn|error|fatal)"/.test(l) || (l.length > 0 && !l.startsWith('{'))),
   };
 }
 

@@ -21,12 +21,13 @@ export const LIMIT_BOUNDS = {
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
 
-export function operatorGuard(token: string): (req: Request) => Reply | undefined {
+/** Refuses (401) a request without `Authorization: Bearer <token>`; `what` names the token in the message. */
+export function operatorGuard(token: string, what = 'operator token'): (req: Request) => Reply | undefined {
   const expected = digest(token);
   return (req) => {
     const m = /^Bearer (.+)$/.exec(req.authorization);
     if (m && timingSafeEqual(digest(m[1]!), expected)) return undefined;
-    throw new ApiError('UNAUTHORIZED', req.authorization === '' ? 'missing Authorization: Bearer <operator token> header' : 'invalid operator token');
+    throw new ApiError('UNAUTHORIZED', req.authorization === '' ? `missing Authorization: Bearer <${what}> header` : `invalid ${what}`);
   };
 }
 

@@ -1,8 +1,15 @@
 /**
- * Errors of the analytics engine (chdb or a ClickHouse server), classified for the API:
- * the query's own fault → 400 with the engine's reason (cleaned of internals), a time
- * limit → 408, naming something outside the views → 403, anything else → 500 with the
- * error class only.
+ * Errors of the analytics engine (chdb or a ClickHouse server), classified for the API.
+ *
+ * Only statements printed by the query compiler reach the engine, so an engine error with a
+ * ClickHouse code is the query's doing unless its class says the service or the host failed:
+ * a time limit → 408, a name outside the views → 403, a class in SERVICE_FAULT (the engine's
+ * own bugs, I/O, memory allocation, network, cancellation) → 500 with the class only, every
+ * other class → 400 with the class and the engine's reason, cleaned of internals. A class a
+ * later engine adds is a 400, never a 500 (issue 11: classes such as TLD_LIST_NOT_FOUND or
+ * AGGREGATE_FUNCTION_THROW used to answer 500). A message chdb cut at a NUL byte (it hands
+ * back C strings) has its code number but no class: the number decides. An error without a
+ * ClickHouse code (the engine host, the client) is the service's failure: 500.
  */
 import { ApiError } from '../errors.js';
 
@@ -19,6 +26,7 @@ export class EngineError extends Error {
 }
 
 const CH_MESSAGE = /Code: (\d+)\.\s*(?:DB::Exception:\s*)?([\s\S]*?)\s*\(([A-Z][A-Z0-9_]*)\)(?:\s*\(version [^)]*\))?\s*$/;
+const CH_CUT_MESSAGE = /^Code: (\d+)\.\s*(?:DB::Exception:\s*)?([\s\S]*)$/;
 
 /** Reads an error thrown by chdb ("Code: 62. DB::Exception: … (SYNTAX_ERROR)") or passes an EngineError through. */
 export function toEngineError(err: unknown): EngineError {
@@ -26,43 +34,51 @@ export function toEngineError(err: unknown): EngineError {
   const msg = err instanceof Error ? err.message : String(err);
   const m = CH_MESSAGE.exec(msg);
   if (m) return new EngineError(m[3]!, Number(m[1]), m[2]!);
+  // chdb returns C strings: a message with a NUL byte ends there, before its class.
+  const cut = CH_CUT_MESSAGE.exec(msg);
+  if (cut) return new EngineError('', Number(cut[1]), cut[2]!);
   return new EngineError('', 0, msg);
 }
 
-/** Cuts the parts of an engine message that could show internals: scopes, plans, hints, stacks. */
+/** Cuts the parts of an engine message that could show internals: scopes, plans, hints, stacks, the engine's version. */
 export function cleanReason(reason: string, internalNames: readonly string[]): string {
   let r = reason;
-  for (const cut of [/:? while executing/i, /[.:]?\s*in scope\b/i, /\.?\s*Maybe you meant/i, /\.?\s*Stack trace/i, /\n/, /\sSETTINGS\s/]) {
+  for (const cut of [/:? while executing/i, /[.:]?\s*in scope\b/i, /[.:]?\s*In query\b/, /\.?\s*Maybe you meant/i, /\.?\s*Stack trace/i, /\n/, /\sSETTINGS\s/]) {
     const m = cut.exec(r);
     if (m) r = r.slice(0, m.index);
   }
   r = r.replace(/\s*\([0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\)/gi, '');
-  for (const name of internalNames) r = r.split(`${name}.`).join('');
-  r = r.replace(/__table\d+\./g, '').replace(/(?:\/[\w.@%+-]+){2,}\/?/g, '<path>');
+  for (const name of internalNames) r = r.split(`\`${name}\`.`).join('').split(`"${name}".`).join('').split(`${name}.`).join('');
+  r = r.replace(/__table\d+\./g, '').replace(/(?<![\w/])(?:\/[\w.@%+-]+){2,}\/?/g, '<path>');
+  // The engine's version, however it is written (`(version 26.7.2.1)`, `ClickHouse 26.7.2.1`, a bare 26.7.2.1).
+  r = r.replace(/\s*\(version [^)]*\)/gi, '').replace(/\b(?:version|ClickHouse|chdb)\s+v?\d+(?:\.\d+)+\b/gi, 'the engine').replace(/\b\d{2}\.\d{1,2}\.\d+\.\d+\b/g, '<version>');
+  // Control characters (a NUL from the caller's data included) are shown escaped.
+  r = r.replace(/[\u0000-\u001f\u007f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
   if (r.length > 500) r = `${r.slice(0, 500)}…`;
-  // Last line of defence: never echo the scope mechanism.
-  if (/log_comment|scope:|getSetting/i.test(r)) return 'the engine refused the query';
   return r.replace(/[.\s]+$/, '');
 }
 
-const CLIENT_FAULT = new Set([
-  'SYNTAX_ERROR', 'UNKNOWN_IDENTIFIER', 'UNKNOWN_FUNCTION', 'UNKNOWN_TYPE', 'UNKNOWN_AGGREGATE_FUNCTION',
-  'UNKNOWN_QUERY_PARAMETER', 'NOT_AN_AGGREGATE', 'TYPE_MISMATCH', 'BAD_ARGUMENTS', 'ARGUMENT_OUT_OF_BOUND',
-  'DECIMAL_OVERFLOW', 'NO_COMMON_TYPE', 'FUNCTION_THROW_IF_VALUE_IS_NON_ZERO', 'MEMORY_LIMIT_EXCEEDED',
-  'EMPTY_LIST_OF_COLUMNS_QUERIED', 'INCORRECT_QUERY', 'INCORRECT_DATA', 'INCORRECT_NUMBER_OF_COLUMNS',
-  'UNSUPPORTED_METHOD', 'NOT_IMPLEMENTED', 'CYCLIC_ALIASES', 'MULTIPLE_EXPRESSIONS_FOR_ALIAS',
-  'NUMBER_OF_COLUMNS_DOESNT_MATCH', 'SIZES_OF_ARRAYS_DONT_MATCH', 'VALUE_IS_OUT_OF_RANGE_OF_DATA_TYPE',
-  'UNEXPECTED_EXPRESSION', 'INVALID_JOIN_ON_EXPRESSION', 'INVALID_WITH_FILL_EXPRESSION', 'BAD_TYPE_OF_FIELD',
-  'CANNOT_EXTRACT_TABLE_STRUCTURE', 'SET_SIZE_LIMIT_EXCEEDED', 'TOO_LARGE_ARRAY_SIZE', 'TOO_LARGE_STRING_SIZE',
-  'NO_SUCH_COLUMN_IN_TABLE', 'THERE_IS_NO_COLUMN', 'LOGICAL_ERROR_IN_QUERY', 'UNEXPECTED_AST_STRUCTURE',
-  'DUPLICATE_COLUMN', 'INVALID_SETTING_VALUE', 'UNFINISHED', 'UNION_ALL_RESULT_STRUCTURES_MISMATCH',
-  'ATTEMPT_TO_READ_AFTER_EOF', 'UNKNOWN_ELEMENT_OF_ENUM', 'INCORRECT_RESULT_OF_SCALAR_SUBQUERY', 'CANNOT_COMPILE_REGEXP',
-  'PARAMETER_OUT_OF_BOUND', 'TOO_FEW_ARGUMENTS_FOR_FUNCTION', 'BAD_DATA_FOR_TYPE', 'NO_ELEMENTS_IN_CONFIG',
-  'SIZE_OF_FIXED_STRING_DOESNT_MATCH', 'UNKNOWN_FORMAT', 'NOT_FOUND_COLUMN_IN_BLOCK', 'ZERO_ARRAY_OR_TUPLE_INDEX',
-  'CANNOT_COMPILE_CODE', 'UNKNOWN_SETTING', 'CANNOT_DECOMPRESS',
+/**
+ * Classes that are the service's or the host's failure, not the query's: the engine's own
+ * bugs, memory allocation, files and disks, network, cancellation, sessions.
+ */
+const SERVICE_FAULT = new Set([
+  'LOGICAL_ERROR', 'CANNOT_ALLOCATE_MEMORY', 'STD_EXCEPTION', 'POCO_EXCEPTION', 'UNKNOWN_EXCEPTION', 'ABORTED',
+  'NOT_ENOUGH_SPACE', 'CORRUPTED_DATA', 'CHECKSUM_DOESNT_MATCH', 'CANNOT_READ_ALL_DATA', 'FILE_DOESNT_EXIST', 'FILE_ALREADY_EXISTS',
+  'DIRECTORY_DOESNT_EXIST', 'TABLE_IS_DROPPED', 'TABLE_IS_READ_ONLY', 'NO_SUCH_DATA_PART', 'TOO_MANY_SIMULTANEOUS_QUERIES',
+  'QUERY_WAS_CANCELLED', 'QUERY_WAS_CANCELLED_BY_CLIENT', 'SYSTEM_ERROR', 'THREAD_IS_NOT_JOINABLE', 'SESSION_NOT_FOUND', 'SESSION_IS_LOCKED',
+  'UNKNOWN_USER', 'AUTHENTICATION_FAILED', 'REQUIRED_PASSWORD', 'WRONG_PASSWORD', 'UNKNOWN_PACKET_FROM_SERVER', 'UNEXPECTED_PACKET_FROM_SERVER',
+  'ALL_CONNECTION_TRIES_FAILED', 'NO_FREE_CONNECTION', 'SERVER_OVERLOADED',
 ]);
-const CLIENT_FAULT_PREFIX = /^(CANNOT_PARSE|CANNOT_CONVERT|CANNOT_READ_ARRAY|CANNOT_INSERT|CANNOT_COMPILE|ILLEGAL_|AMBIGUOUS_|TOO_MANY_|TOO_FEW_|TOO_BIG_|TOO_DEEP_|TOO_SLOW|TOO_LARGE_|NUMBER_OF_ARGUMENTS|UNKNOWN_IDENTIFIER|UNKNOWN_ELEMENT|QUERY_IS_TOO_LARGE|UNSUPPORTED_|INCORRECT_|PARAMETER_|BAD_ARGUMENTS|ARGUMENT_)/;
+const SERVICE_FAULT_PREFIX = /^(CANNOT_(OPEN|READ_FROM|WRITE_TO|FSYNC|CREATE|SCHEDULE|STAT|TRUNCATE|UNLINK|RENAME|PIPE|FORK|MREMAP|MUNMAP|SEEK|SELECT|CLOCK|SET_|BLOCK|WAIT|LINK|MKDIR|REMOVE|ALLOCATE|MPROTECT|DLOPEN|FCNTL|IOSETUP|POLL|CLOSE|STATVFS)|NETWORK_|SOCKET_|KEEPER_|ZOOKEEPER|DISK_|S3_|HDFS_|AZURE_|REPLICA_|RECEIVED_ERROR_)/;
+/** Service-fault code numbers, for messages cut before their class (checked against the engine's errorCodeToName). */
+const SERVICE_FAULT_NUMBERS = new Set([49, 173, 1000, 1001, 1002, 236, 243, 246, 40, 33, 107, 74, 75, 76, 210, 209, 202, 394, 439, 218]);
 const OUTSIDE_VIEWS = new Set(['UNKNOWN_TABLE', 'UNKNOWN_DATABASE', 'UNKNOWN_DICTIONARY', 'READONLY', 'ACCESS_DENIED', 'UNKNOWN_STORAGE', 'UNKNOWN_TABLE_FUNCTION']);
+
+export function isServiceFault(e: EngineError): boolean {
+  if (e.codeName === '') return e.codeNumber === 0 || SERVICE_FAULT_NUMBERS.has(e.codeNumber);
+  return SERVICE_FAULT.has(e.codeName) || SERVICE_FAULT_PREFIX.test(e.codeName);
+}
 
 /** The API error for an engine error raised while running a guarded query. */
 export function apiErrorFor(e: EngineError, internalNames: readonly string[], viewNames: readonly string[]): ApiError {
@@ -70,8 +86,6 @@ export function apiErrorFor(e: EngineError, internalNames: readonly string[], vi
   if (OUTSIDE_VIEWS.has(e.codeName)) {
     return new ApiError('FORBIDDEN', `${cleanReason(e.reason, internalNames)}. Only the analytics views (${viewNames.join(', ')}) and names the query defines with WITH can be read`);
   }
-  if (CLIENT_FAULT.has(e.codeName) || CLIENT_FAULT_PREFIX.test(e.codeName)) {
-    return new ApiError('QUERY_FAILED', `${e.codeName}: ${cleanReason(e.reason, internalNames)}`);
-  }
-  return new ApiError('INTERNAL', `the analytics engine failed (${e.codeName || 'unknown error'}); it has been logged`);
+  if (isServiceFault(e)) return new ApiError('INTERNAL', `the analytics engine failed (${e.codeName || (e.codeNumber ? `code ${e.codeNumber}` : 'unknown error')}); it has been logged`);
+  return new ApiError('QUERY_FAILED', `${e.codeName || `Code ${e.codeNumber}`}: ${cleanReason(e.reason, internalNames)}`);
 }

@@ -21,7 +21,7 @@
  * the place are held until the engine is done with the statement.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
-import { log } from '../log.js';
+import { analyticsLog as log } from '../log.js';
 import type { Principal } from '../orgs/registry.js';
 import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';

@@ -36,6 +36,7 @@ import { type Consumption, consumedCredits } from './credits.js';
 import type { UsageStep } from './overage.js';
 import type { CapStep } from './caps.js';
 import { deterministicEventId } from './event-id.js';
+import type { CreditCapReached, CreditsDepleted, OverageIncurred } from '../../packages/receiver/src/events.js';
 
 export const CREDITS_DEPLETED = 'billing-credits-depleted';
 export const OVERAGE_INCURRED = 'billing-overage-incurred';
@@ -51,22 +52,8 @@ export interface BillingEvent<E extends string, D> {
 
 // ------------------------------------------------------------------ 2.6 credits depleted
 
-/** Spec 2.6. */
-export interface CreditsPayload {
-  customerId: string;
-  customerName: string | null;
-  orderLineAttributeId: string;
-  creditsCurrencyId: string | null;
-  totalCredits: number;
-  remainingCredits: number;
-  usedCredits: number;
-  totalCreditsDecimal: string;
-  remainingCreditsDecimal: string;
-  usedCreditsDecimal: string;
-  eventName: string;
-  signalId: string;
-  depletedAt: string;
-}
+/** Spec 2.6 (the receiver package's type: what the service builds is what receivers read). */
+export type CreditsPayload = CreditsDepleted;
 
 export interface CreditsDepletedInput {
   organizationId: string;
@@ -122,20 +109,10 @@ export function creditsDepletedEvent(input: CreditsDepletedInput): BillingEvent<
 
 // ------------------------------------------------------------------ 2.7 overage incurred
 
-export type OverageEventType = 'OverageUsage' | 'OverageCredit';
+export type OverageEventType = OverageIncurred['eventType'];
 
-/** Spec 2.7. */
-export interface OveragePayload {
-  customerId: string | null;
-  customerName: string | null;
-  planId: string;
-  planName: string | null;
-  orderLineAttributeId: string;
-  eventType: OverageEventType;
-  threshold: number | null;
-  currentUsage: number | null;
-  occurredAt: string;
-}
+/** Spec 2.7 (the receiver package's type). */
+export type OveragePayload = OverageIncurred;
 
 export interface OverageInputCommon {
   organizationId: string;
@@ -199,16 +176,8 @@ export function overageCreditEvent(
 
 // ------------------------------------------------------------------ 2.8 credit cap reached
 
-/** Spec 2.8: the whole `data`. */
-export interface CreditCapReachedData {
-  customer: { id: string; externalId: string | null };
-  cap: { creditsCurrencyId: string; amount: number; amountDecimal: string; frequency: Frequency; effectiveFrom: string };
-  breachedUnit: { externalId: string; externalType: string | null };
-  used: number;
-  usedDecimal: string;
-  period: { start: string; end: string };
-  detectedAt: string;
-}
+/** Spec 2.8: the whole `data` (the receiver package's type, with this service's frequencies). */
+export type CreditCapReachedData = CreditCapReached & { cap: { frequency: Frequency } };
 
 export interface CapConfig {
   creditsCurrencyId: string;

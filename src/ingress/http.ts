@@ -9,8 +9,11 @@
  */
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
-import { log } from '../log.js';
+import { randomUUID } from 'node:crypto';
+import { httpLog as log, withRequest } from '../log.js';
+import { decodeBody, parseContentEncoding } from './content-encoding.js';
 import type { Principal } from '../orgs/registry.js';
+import { observeRequest } from '../metrics/index.js';
 
 export interface Request {
   method: string;
@@ -26,6 +29,8 @@ export interface Request {
   body: Buffer;
   /** Set by the authentication hook of /api routes. */
   principal?: Principal;
+  /** The request id: a valid incoming X-Request-Id, or a generated one; sent back on every answer. */
+  id?: string;
 }
 
 export interface Reply {
@@ -39,27 +44,42 @@ export type Handler = (req: Request) => Reply | Promise<Reply>;
 export interface RouteOptions {
   /** Read the body (POST/PATCH). */
   body?: boolean;
-  /** Upper bound of the body in bytes; larger bodies answer 413 without being read. */
+  /**
+   * Upper bound of the body in bytes; larger bodies answer 413 without being read. A
+   * compressed body (Content-Encoding, src/ingress/content-encoding.ts) is held to it twice:
+   * as received, and once decompressed.
+   */
   maxBodyBytes?: number;
   /**
    * Runs before the handler, while the body is being read; may answer early (401) without
    * waiting for the rest of the body.
    */
   before?: (req: Request) => Reply | Promise<Reply | undefined> | undefined;
+  /** The route label of the request metrics when the handler is not for `pattern` (a 405 answer). */
+  route?: string;
 }
 
 const STATUS_TEXT: Record<number, string> = {
   200: '200 OK', 201: '201 Created', 202: '202 Accepted', 204: '204 No Content',
   400: '400 Bad Request', 401: '401 Unauthorized', 403: '403 Forbidden', 404: '404 Not Found',
   405: '405 Method Not Allowed', 408: '408 Request Timeout', 409: '409 Conflict', 413: '413 Payload Too Large',
+  415: '415 Unsupported Media Type',
   429: '429 Too Many Requests', 500: '500 Internal Server Error', 503: '503 Service Unavailable',
 };
 
 const EMPTY = Buffer.alloc(0);
 
-function send(res: uWS.HttpResponse, state: { done: boolean }, reply: Reply): void {
+/** An incoming X-Request-Id is kept when it is 1–128 characters of [A-Za-z0-9._:-]; otherwise one is generated. */
+const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
+export const requestId = (incoming: string): string => (REQUEST_ID.test(incoming) ? incoming : randomUUID());
+
+/** `observe` records the answer in the metrics (src/metrics): once, when it is sent. */
+type SendState = { done: boolean; reqId?: string; observe?: (status: number, body: unknown) => void };
+
+function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
   if (state.done) return;
   state.done = true;
+  state.observe?.(reply.status, reply.body);
   const payload = reply.body === undefined ? '' : typeof reply.body === 'string' || Buffer.isBuffer(reply.body) ? reply.body : JSON.stringify(reply.body);
   res.cork(() => {
     res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
@@ -67,6 +87,7 @@ function send(res: uWS.HttpResponse, state: { done: boolean }, reply: Reply): vo
       res.writeHeader('Content-Type', 'application/json');
     }
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    if (state.reqId) res.writeHeader('X-Request-Id', state.reqId);
     res.end(payload as string | Buffer);
   });
 }
@@ -86,7 +107,8 @@ function errorReply(err: unknown, req: Request): Reply {
 export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
   const names = paramNames(pattern);
   return (res, uReq) => {
-    const state = { done: false };
+    const started = performance.now();
+    const state: SendState & { reqId: string } = { done: false, reqId: requestId(uReq.getHeader('x-request-id')), observe: observeRequest(opts.route ?? pattern, uReq.getCaseSensitiveMethod()) };
     res.onAborted(() => {
       state.done = true;
     });
@@ -105,29 +127,45 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
       authorization: uReq.getHeader('authorization'),
       contentType: uReq.getHeader('content-type'),
       body: EMPTY,
+      id: state.reqId,
     };
     const contentLength = uReq.getHeader('content-length');
 
     // The body is read from the start, synchronously attached: uWS delivers body chunks only
     // to an onData registered by then, so waiting for an asynchronous `before` (a key lookup)
-    // first could lose the body and hang the request.
-    const body = opts.body ? readBody(res, state, contentLength, opts.maxBodyBytes ?? 1024 * 1024) : null;
+    // first could lose the body and hang the request. A compressed body is decompressed here,
+    // before any handler sees it; an unknown coding is refused without reading the body. Its
+    // errors (415, 413, 400) are answered only after `before`, like every body error.
+    let body: Promise<Buffer> | null = null;
+    if (opts.body) {
+      const max = opts.maxBodyBytes ?? 1024 * 1024;
+      const coding = parseContentEncoding(uReq.getHeader('content-encoding'));
+      if (coding instanceof ApiError) body = Promise.reject(coding);
+      else if (coding === 'identity') body = readBody(res, state, contentLength, max);
+      else body = readBody(res, state, contentLength, max).then((raw) => decodeBody(raw, coding, max));
+    }
     body?.catch(() => undefined);
+    const answer = (reply: Reply): void => {
+      const aborted = state.done;
+      send(res, state, reply);
+      log.debug('request', { method: req.method, path: req.url, status: aborted ? 'aborted' : reply.status, ms: Math.round((performance.now() - started) * 10) / 10 });
+    };
     const run = async (): Promise<void> => {
       try {
         if (opts.before) {
           const early = await opts.before(req);
-          if (early) return send(res, state, early);
+          if (early) return answer(early);
         }
         if (badParam) throw badParam;
         if (body) req.body = await body;
         if (state.done) return;
-        send(res, state, await handler(req));
+        answer(await handler(req));
       } catch (err) {
-        send(res, state, errorReply(err, req));
+        answer(errorReply(err, req));
       }
     };
-    void run();
+    // Every line logged while handling the request carries its id.
+    void withRequest(state.reqId, run);
   };
 }
 

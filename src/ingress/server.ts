@@ -1,6 +1,7 @@
 /**
  * The HTTP server of every role. Routes present depend on the role:
- *   every role      GET /healthz, GET /readyz (from the first moment), GET /openapi.json
+ *   every role      GET /healthz, GET /readyz (from the first moment), GET /openapi.json,
+ *                   GET /metrics (Prometheus text; open, or METRICS_TOKEN when set)
  *   ingress, all    /api/v2/signals/bulk, /api/v1/usage, /admin/v1/organizations...
  *   pipeline, all   GET /admin/v1/organizations/:id/stats (needs the store)
  *   ingress, all    /api/v2/analytics/* (answer 503 without an engine in reach)
@@ -8,7 +9,7 @@
  *   ingress, all    /api/v2/webhooks..., GET /settings (the web settings page, no key needed)
  */
 import { ApiError } from '../errors.js';
-import { log } from '../log.js';
+import { ingressLog as log } from '../log.js';
 import { OPENAPI } from '../openapi.js';
 import type { OrgRegistry } from '../orgs/registry.js';
 import { ORG_ID_PATTERN } from '../orgs/keys.js';
@@ -20,6 +21,7 @@ import type { AnalyticsService } from '../analytics/service.js';
 import type { WebhookApi } from '../webhooks/api.js';
 import { settingsPageRoutes } from '../webhooks/settings-page/index.js';
 import type { BillingConfigApi } from '../billing/config/api.js';
+import { METRICS_CONTENT_TYPE, metricsText } from '../metrics/index.js';
 import { uWS, wrap, type Handler, type Reply, type Request, type RouteOptions } from './http.js';
 
 export interface Readiness {
@@ -29,6 +31,8 @@ export interface Readiness {
 
 export interface ServerDeps {
   operatorToken: string | null;
+  /** When set, GET /metrics wants `Authorization: Bearer <token>`; otherwise it is open. */
+  metricsToken: string | null;
   maxBodyBytes: number;
   readiness: Readiness;
 }
@@ -78,6 +82,12 @@ export class Server {
     this.add('get', '/readyz', () => readiness(deps.readiness));
     const openapi = JSON.stringify(OPENAPI);
     this.add('get', '/openapi.json', () => ({ status: 200, body: openapi, headers: { 'Content-Type': 'application/json' } }));
+    this.add(
+      'get',
+      '/metrics',
+      async () => ({ status: 200, body: await metricsText(), headers: { 'Content-Type': METRICS_CONTENT_TYPE } }),
+      deps.metricsToken ? { before: operatorGuard(deps.metricsToken, 'metrics token') } : {},
+    );
     this.app.any('/*', wrap((req) => {
       if (!this.ready) throw new ApiError('SERVICE_STARTING', 'the service is starting (connecting to its dependencies); retry shortly');
       throw new ApiError('NOT_FOUND', `no route ${req.method} ${req.url}`);
@@ -95,7 +105,7 @@ export class Server {
       this.app.any(pattern, wrap(() => {
         const allow = [...set].join(', ');
         throw new ApiError('METHOD_NOT_ALLOWED', `allowed: ${allow}`, { Allow: allow });
-      }));
+      }, { route: pattern }));
     }
     allowed.add(method.toUpperCase());
   }

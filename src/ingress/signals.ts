@@ -17,7 +17,8 @@ import type { TokenBuckets } from '../ratelimit/bucket.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../pipeline/message.js';
 import { mayHaveSurrogates, parseJson, validateBulk, validateV1 } from './validate.js';
 import type { Reply, Request } from './http.js';
-import { log } from '../log.js';
+import { ingressLog as log } from '../log.js';
+import { signalsAccepted } from '../metrics/index.js';
 
 export interface AcceptedBatch {
   /** Signals accepted into the pipeline (duplicates by idempotencyKey are skipped there). */
@@ -86,6 +87,7 @@ export class SignalIngress {
           : 'the signal queue did not confirm the batch in time; it may or may not be stored, resend it with the same idempotency keys',
       );
     }
+    signalsAccepted.inc({ mode: p.mode }, count);
     const body202: AcceptedBatch = { accepted: count, batchId };
     return { status: 202, body: body202 };
   }

@@ -16,7 +16,7 @@ import {
 } from '@nats-io/jetstream';
 import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
 import type { Config } from '../config.js';
-import { log } from '../log.js';
+import { natsLog as log } from '../log.js';
 
 const NS_PER_MS = 1_000_000;
 

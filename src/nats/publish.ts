@@ -4,7 +4,8 @@
  * a message id once within its duplicate window, so a retried batch is never stored twice.
  */
 import type { MsgHdrs, NatsConnection } from '@nats-io/transport-node';
-import { log } from '../log.js';
+import { natsLog as log } from '../log.js';
+import { publishDuration, streamKind } from '../metrics/index.js';
 
 /** The server answered and refused the message (as opposed to no answer in time). */
 export class PublishError extends Error {}
@@ -18,6 +19,8 @@ interface PubAck {
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 export async function publishDurable(nc: NatsConnection, subject: string, data: Uint8Array, headers: MsgHdrs, msgId: string, timeoutMs: number, attempts = 3): Promise<PubAck> {
+  const started = performance.now();
+  const observe = (outcome: 'ok' | 'error'): void => publishDuration.observe({ stream: streamKind(subject), outcome }, (performance.now() - started) / 1000);
   headers.set('Nats-Msg-Id', msgId);
   let last: unknown;
   for (let i = 0; i < attempts; i++) {
@@ -29,6 +32,7 @@ export async function publishDurable(nc: NatsConnection, subject: string, data: 
       const ack = JSON.parse(new TextDecoder().decode(r.data)) as PubAck & { error?: { code: number; err_code?: number; description: string } };
       if (ack.error) throw new PublishError(`JetStream error ${ack.error.code}/${ack.error.err_code}: ${ack.error.description}`);
       if (!ack.stream) throw new PublishError('invalid ack (no stream)');
+      observe('ok');
       return ack;
     } catch (err) {
       last = err;
@@ -37,5 +41,6 @@ export async function publishDurable(nc: NatsConnection, subject: string, data: 
       if (err instanceof PublishError && /maximum (bytes|messages)|message size exceeds|resource limits/i.test(err.message)) break;
     }
   }
+  observe('error');
   throw last;
 }

@@ -8,7 +8,7 @@
 import type { KV } from '@nats-io/kv';
 import type { Mode } from '../ratelimit/bucket.js';
 import { API_KEY_PATTERN, hashApiKey, newApiKey, newOrgId } from './keys.js';
-import { log } from '../log.js';
+import { orgsLog as log } from '../log.js';
 
 export interface Limits {
   burst: number;

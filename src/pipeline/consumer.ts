@@ -45,7 +45,8 @@ import { IdempotencyClaims } from './dedupe.js';
 import { publishDurable } from '../nats/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
-import { log } from '../log.js';
+import { pipelineLog as log } from '../log.js';
+import { observeFreshness, observeInsert } from '../metrics/index.js';
 import { billingNames, type BillingNames } from '../billing/evaluator/streams.js';
 
 const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
@@ -221,6 +222,7 @@ export class Pipeline {
   private async insertAndAck(batch: Buffered): Promise<void> {
     try {
       await this.insert(batch.lines);
+      for (const b of batch.billable) observeFreshness(b.meta.receivedAtMs);
       await Promise.all(batch.billable.map((b) => this.publishBillable(b.meta, b.lines)));
       for (const m of batch.msgs) m.ack();
     } catch (err) {
@@ -242,7 +244,7 @@ export class Pipeline {
 
   private async insert(lines: string[]): Promise<void> {
     if (lines.length === 0) return;
-    await this.store.insertSignals(Buffer.from(`${lines.join('\n')}\n`));
+    await observeInsert('signals', lines.length, () => this.store.insertSignals(Buffer.from(`${lines.join('\n')}\n`)));
   }
 
   /** A flush the engine refused for its content: find the message(s) responsible. */
@@ -253,6 +255,7 @@ export class Pipeline {
       const lines = batch.lines.slice(batch.offsets[i], batch.offsets[i + 1] ?? batch.lines.length);
       try {
         await this.insert(lines);
+        observeFreshness(batch.billable[i]!.meta.receivedAtMs);
         await this.publishBillable(batch.billable[i]!.meta, batch.billable[i]!.lines);
         m.ack();
       } catch (err) {

@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import type { Redis } from 'ioredis';
 import { LuaScript } from './scripts.js';
 import type { Mode } from './bucket.js';
-import { log } from '../log.js';
+import { ratelimitLog as log } from '../log.js';
 
 export const DEFAULT_LEASE_MS = 15_000;
 

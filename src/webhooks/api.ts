@@ -173,7 +173,7 @@ export class WebhookApi {
     const payload = Buffer.from(JSON.stringify({ event, timestamp: now.toISOString(), isTest: true, data: samplePayload(event, now) }));
     const deliveryId = `whd_test_${randomBytes(12).toString('base64url')}`;
     const url = w.url;
-    const outcome = await this.outboundWork(who, 'test delivery', () => this.opts.deliverer.attempt(url, payload, secret));
+    const outcome = await this.outboundWork(who, 'test delivery', () => this.opts.deliverer.attempt(url, payload, secret, 'test'));
     await this.log.record(who.org.id, who.mode, {
       deliveryId, attempt: 1, event, eventId: deliveryId, eventSeq: null, isTest: true, at: now.toISOString(), url: w.url,
       statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, outcome: outcome.ok ? 'delivered' : 'failed', error: outcome.error, nextAttemptAt: null,

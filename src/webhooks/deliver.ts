@@ -35,6 +35,7 @@ import tls from 'node:tls';
 import { isIP, type LookupFunction } from 'node:net';
 import type { LookupAddress } from 'node:dns';
 import { signatureHeader } from './signature.js';
+import { observeDelivery } from '../metrics/index.js';
 import { checkWebhookUrl, systemResolver, type HostAddresses, type Resolver, type WebhookUrlCheck, type WebhookUrlPolicy } from './ssrf.js';
 
 export interface DeliveryOutcome {
@@ -155,14 +156,24 @@ export class Deliverer {
     });
   }
 
-  /** One attempt at a configured URL: checked again now (it may resolve elsewhere than when it was set), then delivered to the vetted addresses. */
-  async attempt(url: string, body: Buffer, secret: string): Promise<DeliveryOutcome> {
+  /**
+   * One attempt at a configured URL: checked again now (it may resolve elsewhere than when it
+   * was set), then delivered to the vetted addresses. `kind` labels the attempt in the metrics:
+   * `event` (the dispatcher) or `test` (a test delivery).
+   */
+  async attempt(url: string, body: Buffer, secret: string, kind: 'event' | 'test' = 'event'): Promise<DeliveryOutcome> {
     const started = performance.now();
     // The check gives up on resolution after the timeout (RESOLUTION_FAILED "within N ms").
     const check = await this.check(url);
-    if (!check.ok) return { ok: false, statusCode: null, latencyMs: Math.round(performance.now() - started), error: `url: ${check.reason}` };
+    if (!check.ok) {
+      const latencyMs = Math.round(performance.now() - started);
+      observeDelivery(kind, 'refused', performance.now() - started);
+      return { ok: false, statusCode: null, latencyMs, error: `url: ${check.reason}` };
+    }
     // The resolution counts against the attempt's time (it stays bounded by the timeout).
-    return this.deliver(check, body, secret, Math.max(1, Math.round(this.timeoutMs - (performance.now() - started))));
+    const outcome = await this.deliver(check, body, secret, Math.max(1, Math.round(this.timeoutMs - (performance.now() - started))));
+    observeDelivery(kind, outcome.ok ? 'delivered' : 'failed', performance.now() - started);
+    return outcome;
   }
 
   /** POSTs to a target the guard has vetted (use `attempt`, which vets it first). */

@@ -27,7 +27,7 @@ import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { AckPolicy } from '@nats-io/jetstream';
 import type { Nats } from '../nats/connection.js';
 import { isNotFound } from '../nats/connection.js';
-import { log } from '../log.js';
+import { webhooksLog as log } from '../log.js';
 import type { Mode } from '../ratelimit/bucket.js';
 import { isWebhookEvent } from './event-names.js';
 import type { WebhookStore } from './store.js';

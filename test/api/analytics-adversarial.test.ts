@@ -85,9 +85,10 @@ function forbidden(extra: Record<string, string[]> = {}): Record<string, string[
     'victim live markers': [V.live, V.secret, ...ids.victimLive],
     'victim test markers': [V.test, V.testSecret, ...ids.victimTest],
     'file contents': ['root:x:0:0'],
-    'internal database prefix': ['billing.'],
+    'internal database prefix': ['billing.', 'analytics.', '`analytics`'],
     'data directory': ['/tmp/', iso.dataDir],
     'scope setting': ['log_comment', `scope:${attacker.id}`],
+    'printed statement (the views\' parameters)': ["(org = '", 'In query SELECT'],
     ...extra,
   };
 }
@@ -114,7 +115,7 @@ function problems(e: Entry, q: string, r: Raw, needles: Record<string, string[]>
       if (needle === '' || !r.text.includes(needle)) continue;
       // The caller's own text quoted back is not a leak.
       if (q.includes(needle)) continue;
-      if (needle === 'billing.' && /billing/i.test(q)) continue;
+      if ((needle === 'billing.' && /billing/i.test(q)) || (needle.includes('analytics') && /analytics/i.test(q))) continue;
       out.push(`response contains ${what} (${JSON.stringify(needle)})`);
     }
   }

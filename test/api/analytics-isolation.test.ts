@@ -5,13 +5,13 @@
  * doubling a signal.
  */
 import t from 'tap';
-import { cleanup, counts, createOrg, drained, http, isolation, sendBatch, ServiceProcess, sleep, waitFor } from '../helpers/service.js';
+import { cleanup, counts, createOrg, drained, http, isolation, logLines, sendBatch, ServiceProcess, sleep, waitFor } from '../helpers/service.js';
 
 const TIMEOUT_MS = 3_000;
 
 /** Generations of the engine host the service reported ("engine host serving"). */
 function hosts(svc: ServiceProcess): { generation: number; pid: number }[] {
-  return [...svc.output.matchAll(/"msg":"engine host serving","pid":\d+,"generation":(\d+),"hostPid":(\d+)/g)].map((m) => ({ generation: Number(m[1]), pid: Number(m[2]) }));
+  return logLines(svc, 'engine host serving').map((l) => ({ generation: Number(l.generation), pid: Number(l.hostPid) }));
 }
 
 function alive(pid: number): boolean {
@@ -96,7 +96,7 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
 
   // Whether the engine stopped a statement itself or the service had to kill its host, the
   // engine serves again and nothing of the stopped statements leaks into the next answers.
-  const killed = /"msg":"killing the engine host"/.test(svc.output);
+  const killed = logLines(svc, 'killing the engine host').length > 0;
   if (killed) {
     const back = await waitFor(async () => hosts(svc), (h) => h.some((x) => x.generation > firstHost.generation), 20_000);
     const next = back.find((x) => x.generation > firstHost.generation)!;

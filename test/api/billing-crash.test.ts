@@ -210,8 +210,9 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
   await proxy.cut();
   t.equal((await busEvents(iso, org.id)).length, paused!.events, 'when NATS was cut its events were published');
   t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < seq, 'and its state was not committed');
-  const retried = new RegExp(`billing evaluation failed; retrying in place[^\\n]*"seq":${seq}\\b`);
-  const sawRetry = await waitFor(async () => retried.test(pipeline.output.slice(pipeline.output.indexOf('billing fault point reached'))), (x) => x, 30_000);
+  // A JSON log line (fields in any order) with that message and this seq.
+  const retried = (l: string): boolean => l.includes('billing evaluation failed; retrying in place') && new RegExp(`"seq":${seq}\\b`).test(l);
+  const sawRetry = await waitFor(async () => pipeline.output.slice(pipeline.output.indexOf('billing fault point reached')).split('\n').some(retried), (x) => x, 30_000);
   t.ok(sawRetry, 'the held evaluation failed without NATS and was retried in place');
   await proxy.start(proxy.port);
   await billed(iso);

@@ -81,7 +81,9 @@ export class ServiceProcess {
       const timer = setTimeout(() => reject(new Error(`service did not start:\n${this.output}`)), 60_000);
       const onData = (b: Buffer): void => {
         this.output += b.toString();
-        const m = (until === 'ready' ? /"msg":"ready".*?"port":(\d+)/ : /"msg":"listening".*?"port":(\d+)/).exec(this.output);
+        // A JSON log line (pino writes `msg` last) with that message and the port.
+        const line = this.output.split('\n').find((l) => l.includes(`"msg":"${until}"`) && /"port":\d+/.test(l));
+        const m = line ? /"port":(\d+)/.exec(line) : null;
         if (m) {
           clearTimeout(timer);
           resolve(Number(m[1]));
@@ -143,6 +145,21 @@ export async function cleanup(iso: Isolation): Promise<void> {
  * The usual set-up of an API test file: one service (ROLE=all unless `env` says otherwise)
  * with its own isolation, started before the tests and removed with all it made afterwards.
  */
+/** The service's JSON log lines so far (pino: one object per line, fields in any order). */
+export function logLines(svc: ServiceProcess, msg?: string): Record<string, unknown>[] {
+  const out: Record<string, unknown>[] = [];
+  for (const line of svc.output.split('\n')) {
+    if (!line.startsWith('{')) continue;
+    try {
+      const o = JSON.parse(line) as Record<string, unknown>;
+      if (msg === undefined || o.msg === msg) out.push(o);
+    } catch {
+      // a line cut by the pipe, or not ours
+    }
+  }
+  return out;
+}
+
 export function useService(t: Test, name: string, env: Record<string, string> = {}): { iso: Isolation; svc: ServiceProcess } {
   const iso = isolation(name);
   const svc = new ServiceProcess(iso, env);

@@ -65,6 +65,10 @@ t.test('printed SQL runs in the engine with the meaning written, scoped to the c
     ['SELECT x.a FROM (SELECT 1 AS a) AS x, (SELECT 2 AS b) AS y', [[1]]],
     ['WITH fact_signal AS (SELECT * FROM fact_signal WHERE id = \'s1\') SELECT id FROM fact_signal', [['s1']]],
     ["SELECT count() FROM fact_signal WHERE toUInt64(if(customer_id = 'cus_a', '1', customer_id)) = 1", [['2']]],
+    // Literals the compiler accepts where the allowlist wants one, and WITH names for literals in lambdas.
+    ["WITH 2 AS factor, ['a', 'b'] AS keys SELECT arrayMap(x -> x * factor, [1, 2]), arrayFilter(x -> has(keys, x), ['a', 'c'])", [[[2, 4], ['a']]]],
+    ['SELECT range(1000, 0, -1)[1], length(range(0, 10, 3)), hasAny([1], [1, 2]), transform(2, [1, 2], [-1, -2], 0), round(1234.5, -(2))', [[1000, '4', 1, -2, 1200]]],
+    ["SELECT hasAny(data.tags::Array(String), ['y', 'z']) AS h, count() FROM fact_signal GROUP BY h ORDER BY h", [[false, '1'], [true, '1']]],
   ];
   for (const [q, want] of cases) {
     let got: unknown;

@@ -51,7 +51,7 @@ const VALID = [
   'SELECT ((SELECT 1) + 1) AS x',
   'WITH 5 AS five, (SELECT max(created_at) FROM fact_signal) AS last SELECT five, last',
   'WITH a AS (SELECT 1 AS x), b AS (SELECT x FROM a) SELECT * FROM b WHERE x IN a',
-  "SELECT arrayMap(x -> x * 2, [1, 2]), arrayFilter((x, y) -> x > y, [1, 2], [2, 1]), arrayExists(x -> arrayExists(y -> y = x, [1]), [1])",
+  "SELECT arrayMap(x -> x * 2, [1, 2]), arrayFilter((x, y) -> x > y, [1, 2], [2, 1]), arrayExists(x -> arrayExists(y -> y = 1, x), [[1]])",
   "SELECT -1, - 1, -(1), -x.1, 1.5, .5, 1e3, 1E-3, 0x1F, 'it''s', 'a\\'b\\\\c\\n\\t\\x41\\%', \"id\", `id` FROM (SELECT (1, 2) AS x, 'a' AS id)",
   'SELECT NULL, TRUE, false, [], [1, [2]], (1, 2), (1,), tuple(), (1, 2).2, [1, 2][1], INTERVAL 1 DAY, INTERVAL (1 + 1) hour',
   "SELECT CASE WHEN 1 THEN 'a' WHEN 2 THEN 'b' ELSE 'c' END, CASE 1 WHEN 1 THEN 2 END, 1 ? 2 : 3 ? 4 : 5",

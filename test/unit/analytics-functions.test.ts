@@ -230,10 +230,20 @@ t.test('the allowlist against the engine', async (t) => {
       const r = await run(sql);
       t.notOk(r.ok, `${sql}: refused by the engine too`);
     }
-    for (const [name, pos, bound] of [['repeat', 1, 100], ['leftPad', 1, 1000], ['rightPad', 1, 1000], ['range', 0, 1000], ['arrayWithConstant', 0, 1000], ['arrayResize', 1, 1000]] as const) {
+    for (const [name, pos, bound] of [['repeat', 1, 100], ['leftPad', 1, 1000], ['rightPad', 1, 1000], ['arrayWithConstant', 0, 1000], ['arrayResize', 1, 1000]] as const) {
       const spec = lookupFunction(name)!;
       t.ok(spec.constantArgs?.includes(pos), `${name}: argument ${pos} must be a literal`);
       t.equal(spec.maxConstant?.[pos], bound, `${name}: argument ${pos} at most ${bound}`);
+      t.ok(spec.generates, `${name}: a generator (not allowed in a lambda body)`);
+    }
+    const range = lookupFunction('range')!;
+    t.same(range.constantArgs, [0, 1, 2], 'range: every argument is a literal');
+    t.equal(range.maxRangeElements, 1000, 'range: at most 1000 elements, whatever the start');
+    t.ok(range.generates, 'range: a generator');
+    // What the compiler counts is what the engine generates.
+    for (const [args, n] of [['1000', 1000], ['-500, 500', 1000], ['1000000, 1001000', 1000], ['0, 1000, 1', 1000], ['1000, 0, -1', 1000], ['0, 10000, 10', 1000], ['5, 1', 0], ['0, 10, -1', 0], ['0, 10, 3', 4]] as const) {
+      const r = await run(`SELECT length(range(${args}))`);
+      t.ok(r.ok && r.rows[0]?.[0] === n, `range(${args}) has ${n} elements in the engine: ${JSON.stringify(r)}`);
     }
     for (const name of ['groupArray', 'groupUniqArray', 'topK', 'topKWeighted', 'groupArraySorted', 'histogram']) {
       const spec = lookupFunction(name)!;

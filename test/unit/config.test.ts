@@ -41,6 +41,7 @@ t.test('defaults', async (t) => {
     host: '0.0.0.0',
     port: 8080,
     operatorToken: TOKEN,
+    metricsToken: null,
     redisUrl: 'redis://127.0.0.1:6379',
     redisPrefix: 'billing:',
     natsUrl: ['nats://127.0.0.1:4222'],
@@ -220,6 +221,17 @@ t.test('OPERATOR_TOKEN: required for all and ingress, at least 16 characters', a
   t.equal(p.role, 'pipeline', 'pipeline needs no token');
   t.equal(p.operatorToken, null);
   t.equal(loadConfig({}, ['--role', 'pipeline']).role, 'pipeline');
+});
+
+t.test('METRICS_TOKEN: optional; when set, at least 16 printable characters without spaces', async (t) => {
+  const msg = 'METRICS_TOKEN: at least 16 printable characters without spaces when set (unset: GET /metrics is open)';
+  t.equal(loadConfig(base, []).metricsToken, null, 'unset: /metrics is open');
+  t.equal(loadConfig({ ...base, METRICS_TOKEN: '' }, []).metricsToken, null, 'empty is unset');
+  t.equal(loadConfig({ ...base, METRICS_TOKEN: 'm'.repeat(16) }, []).metricsToken, 'm'.repeat(16));
+  t.same(problems({ ...base, METRICS_TOKEN: 'm'.repeat(15) }), [msg], '15 characters is too short');
+  t.same(problems({ ...base, METRICS_TOKEN: `${'m'.repeat(16)} x` }), [msg], 'a space');
+  t.same(problems({ ...base, METRICS_TOKEN: `${'m'.repeat(16)}\u00e9` }), [msg], 'not ASCII');
+  t.equal(loadConfig({ ROLE: 'dispatcher', METRICS_TOKEN: 'm'.repeat(16) }, []).metricsToken, 'm'.repeat(16), 'any role');
 });
 
 t.test('several bad values are reported together', async (t) => {

@@ -1,11 +1,15 @@
 /**
  * The uWS wrapper (src/ingress/http.ts): a handler whose `before` hook is asynchronous (an
  * API-key lookup that misses the cache) still receives the whole body; early answers and
- * the body limit work; a thrown non-API error becomes a 500 without internals.
+ * the body limit work; a thrown non-API error becomes a 500 without internals; compressed
+ * bodies (Content-Encoding) reach handlers decompressed and every refusal of one (415, 413,
+ * 400) happens before the handler and after authentication.
  */
 import t from 'tap';
+import zlib from 'node:zlib';
 import { uWS, wrap } from '../../src/ingress/http.js';
 import { ApiError } from '../../src/errors.js';
+import { SUPPORTED_CODINGS } from '../../src/ingress/content-encoding.js';
 
 const app = uWS.App();
 const slowBefore = (): Promise<undefined> => new Promise((r) => setTimeout(() => r(undefined), 150));
@@ -71,4 +75,63 @@ t.test('path parameters are decoded exactly once', async (t) => {
   }
   const guarded = await get('/guarded/%ZZ');
   t.equal(guarded.status, 401, 'authentication answers before the path is judged');
+});
+
+// Compressed bodies: the wrapper is the one place bodies are read.
+const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: `cus_${i % 7}`, data: { n: i } })) }));
+const app3 = uWS.App();
+let handled = 0;
+const echo = wrap((req) => {
+  handled++;
+  return { status: 200, body: { bytes: req.body.length, sha: req.body.toString('base64').slice(0, 40) } };
+}, { body: true, maxBodyBytes: 100_000 });
+app3.post('/echo', echo);
+app3.post('/guarded', wrap(() => ({ status: 200 }), { body: true, before: () => { throw new ApiError('UNAUTHORIZED', 'no key'); } }));
+const port3 = await new Promise<number>((resolve) => app3.listen('127.0.0.1', 0, (s) => resolve(uWS.us_socket_local_port(s))));
+const base3 = `http://127.0.0.1:${port3}`;
+t.teardown(() => app3.close());
+
+const post = async (p: string, body: Buffer, encoding?: string) => {
+  const r = await fetch(base3 + p, { method: 'POST', body, headers: encoding === undefined ? {} : { 'content-encoding': encoding } });
+  return { status: r.status, headers: r.headers, body: (await r.json()) as { bytes?: number; code?: string; details?: string } };
+};
+
+t.test('wrapper: compressed bodies reach the handler decompressed', async (t) => {
+  const before = handled;
+  t.same((await post('/echo', zlib.gzipSync(json), 'gzip')).body.bytes, json.length);
+  t.same((await post('/echo', zlib.deflateSync(json), 'deflate')).body.bytes, json.length);
+  t.same((await post('/echo', json, 'identity')).body.bytes, json.length);
+  t.same((await post('/echo', json)).body.bytes, json.length);
+  t.equal(handled, before + 4);
+});
+
+t.test('wrapper: every refusal happens before the handler', async (t) => {
+  const before = handled;
+  const unknown = await post('/echo', json, 'br');
+  t.equal(unknown.status, 415);
+  t.equal(unknown.body.code, 'UNSUPPORTED_CONTENT_ENCODING');
+  t.match(unknown.body.details, '"br"');
+  t.equal(unknown.headers.get('accept-encoding'), SUPPORTED_CODINGS.join(', '));
+
+  const bomb = await post('/echo', zlib.gzipSync(Buffer.alloc(5_000_000)), 'gzip');
+  t.equal(bomb.status, 413);
+  t.equal(bomb.body.code, 'PAYLOAD_TOO_LARGE');
+  t.match(bomb.body.details, 'once decompressed');
+
+  // Incompressible data: the compressed body itself is over the limit, refused as received.
+  const noise = zlib.gzipSync(Buffer.from(Array.from({ length: 150_000 }, () => Math.floor(Math.random() * 256))));
+  const big = await post('/echo', noise, 'gzip');
+  t.equal(big.status, 413);
+  t.equal(big.body.details, 'request body larger than the limit of 100000 bytes');
+
+  const corrupt = await post('/echo', Buffer.from('not gzip'), 'gzip');
+  t.equal(corrupt.status, 400);
+  t.equal(corrupt.body.code, 'INVALID_CONTENT_ENCODING');
+  t.equal(handled, before, 'the handler never ran');
+});
+
+t.test('wrapper: authentication answers before the coding is judged', async (t) => {
+  const r = await post('/guarded', json, 'br');
+  t.equal(r.status, 401);
+  t.equal(r.body.code, 'UNAUTHORIZED');
 });

@@ -1,6 +1,6 @@
 /**
  * Webhook signatures (spec 5.2): the signing side (src/webhooks/signature.ts) and the receiver
- * helper (src/webhooks/receiver.ts). Known-answer vectors computed independently with
+ * helper (packages/receiver/src/verify.ts, the receiver package). Known-answer vectors computed independently with
  * openssl, round trips and tampering as properties, the header grammar's edge cases, and the
  * five-minute window at its exact boundary.
  */
@@ -14,7 +14,7 @@ import {
   newSigningSecret,
   signatureHeader,
 } from '../../src/webhooks/signature.js';
-import { DEFAULT_TOLERANCE_MS, parseSignatureHeader, verifyWebhook } from '../../src/webhooks/receiver.js';
+import { DEFAULT_TOLERANCE_MS, parseSignatureHeader, verifyWebhook } from '../../packages/receiver/src/verify.js';
 
 /*
  * Vector 1, computed with openssl (no Node involved):

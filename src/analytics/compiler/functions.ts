@@ -54,6 +54,16 @@ export interface FunctionSpec {
    * `topK(N)`). An extension of the interface agreed for the compiler; absent = any literal.
    */
   maxParam?: Record<number, number>;
+  /**
+   * Builds an array or a string whose size a literal argument gives (range, arrayWithConstant,
+   * arrayResize, repeat, the pads): not allowed inside a lambda body, where it would run once
+   * per element (nested, the sizes multiply).
+   */
+  generates?: true;
+  /** Elements (all levels) of an array literal argument; default MAX_LITERAL_ELEMENTS. */
+  maxLiteralElements?: number;
+  /** range(): the number of elements its literal arguments ask for is at most this (whatever the start). */
+  maxRangeElements?: number;
 }
 
 type Extra = Omit<FunctionSpec, 'name' | 'kind' | 'minArgs' | 'maxArgs'>;
@@ -79,6 +89,14 @@ export const MAX_PAD_LENGTH = 1_000;
 export const MAX_REPEAT = 100;
 /** Parametric aggregates that keep N items per group. */
 export const MAX_AGGREGATE_ITEMS = 10_000;
+/** Elements (all levels) of an array or tuple literal given where a literal is required (needles of hasAny, transform's lists). */
+export const MAX_LITERAL_ELEMENTS = 1_000;
+/**
+ * Elements of the literal needle of hasAll/hasAny/hasSubstr: the engine compares each element
+ * of the row's array with each of the needle's (measured with chdb 3.4: hasAll of a
+ * 1,000,000-string array against 999 literal strings took 10.5 s in one row, past a 5 s limit).
+ */
+export const MAX_NEEDLE_ELEMENTS = 100;
 
 const SPECS: FunctionSpec[] = [
   // ── operators and arithmetic ───────────────────────────────────────────────
@@ -177,8 +195,8 @@ const SPECS: FunctionSpec[] = [
   ...scalar(['splitByRegexp'], 2, 3, { constantArgs: [0, 2] }),
   ...scalar(['splitByWhitespace', 'splitByNonAlpha'], 1, 2, { constantArgs: [1] }),
   ...scalar(['trimBoth', 'trimLeft', 'trimRight'], 1, 2, { constantArgs: [1] }),
-  ...scalar(['leftPad', 'rightPad', 'leftPadUTF8', 'rightPadUTF8'], 2, 3, { constantArgs: [1, 2], maxConstant: { 1: MAX_PAD_LENGTH } }),
-  ...scalar(['repeat'], 2, 2, { constantArgs: [1], maxConstant: { 1: MAX_REPEAT } }),
+  ...scalar(['leftPad', 'rightPad', 'leftPadUTF8', 'rightPadUTF8'], 2, 3, { constantArgs: [1, 2], maxConstant: { 1: MAX_PAD_LENGTH }, generates: true }),
+  ...scalar(['repeat'], 2, 2, { constantArgs: [1], maxConstant: { 1: MAX_REPEAT }, generates: true }),
   ...scalar(['format'], 2, V, { constantArgs: [0] }),
   ...scalar(['arrayStringConcat'], 1, 2),
   ...scalar(['formatReadableSize', 'formatReadableQuantity', 'formatReadableDecimalSize'], 1, 2, { constantArgs: [1] }),
@@ -192,15 +210,17 @@ const SPECS: FunctionSpec[] = [
   ...scalar(['arrayJoin'], 1),
   ...scalar(['has', 'indexOf', 'countEqual', 'arrayElement', 'arrayElementOrNull', 'arrayPushBack', 'arrayPushFront', 'arrayRemove'], 2),
   // Each element of one array against each of the other: quadratic unless one side is a literal.
-  ...scalar(['hasAll', 'hasAny', 'hasSubstr'], 2, 2, { constantArgs: [1] }),
+  ...scalar(['hasAll', 'hasAny', 'hasSubstr'], 2, 2, { constantArgs: [1], maxLiteralElements: MAX_NEEDLE_ELEMENTS }),
   ...scalar(['arrayPopBack', 'arrayPopFront', 'arrayReverse', 'arrayCompact', 'arrayDistinct', 'arrayEnumerate', 'arrayEnumerateUniq', 'arrayEnumerateDense', 'arrayFlatten', 'arrayDifference'], 1),
   ...scalar(['arrayUniq'], 1, V),
   ...scalar(['arraySlice'], 2, 3),
   ...scalar(['arrayConcat', 'arrayIntersect', 'arrayUnion'], 1, V),
   ...scalar(['arrayZip'], 1, V),
-  ...scalar(['range'], 1, 3, { constantArgs: [0, 1, 2], maxConstant: { 0: MAX_GENERATED_ELEMENTS, 1: MAX_GENERATED_ELEMENTS, 2: MAX_GENERATED_ELEMENTS } }),
-  ...scalar(['arrayWithConstant'], 2, 2, { constantArgs: [0], maxConstant: { 0: MAX_GENERATED_ELEMENTS } }),
-  ...scalar(['arrayResize'], 2, 3, { constantArgs: [1], maxConstant: { 1: MAX_GENERATED_ELEMENTS } }),
+  // range(end), range(start, end[, step]): the bound is on the elements generated (end - start,
+  // divided by the step), not on the values, so range(-1e9, 1) is refused and range(1e6, 1e6 + 10) is not.
+  ...scalar(['range'], 1, 3, { constantArgs: [0, 1, 2], maxRangeElements: MAX_GENERATED_ELEMENTS, generates: true }),
+  ...scalar(['arrayWithConstant'], 2, 2, { constantArgs: [0], maxConstant: { 0: MAX_GENERATED_ELEMENTS }, generates: true }),
+  ...scalar(['arrayResize'], 2, 3, { constantArgs: [1], maxConstant: { 1: MAX_GENERATED_ELEMENTS }, generates: true }),
   ...higherOrder(['arrayMap', 'arrayFilter', 'arrayFill', 'arrayReverseFill', 'arraySplit', 'arrayReverseSplit'], 2, V),
   ...higherOrder(['arrayExists', 'arrayAll', 'arrayCount', 'arraySum', 'arrayAvg', 'arrayMin', 'arrayMax', 'arrayProduct', 'arrayCumSum', 'arraySort', 'arrayReverseSort'], 1, V),
   ...higherOrder(['arrayFirst', 'arrayLast', 'arrayFirstIndex', 'arrayLastIndex', 'arrayFirstOrNull', 'arrayLastOrNull'], 2, V),

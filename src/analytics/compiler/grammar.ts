@@ -73,6 +73,9 @@ export const MAX_GENERATED_ROWS = 1_000_000_000n;
 export const MAX_DEPTH = 200;
 /** Depth of the tree, chains of operators included (`1 + 1 + …` nests one level per operator). */
 export const MAX_TREE_DEPTH = 1_000;
+/** Tokens the parser may read again after giving up an attempt, per token of the query (plus a constant). */
+export const MAX_RETRY_TOKENS_PER_TOKEN = 16;
+const RETRY_TOKENS_BASE = 256;
 
 const NOT_SELECT = new Set(['INSERT', 'ALTER', 'CREATE', 'DROP', 'SYSTEM', 'SET', 'KILL', 'OPTIMIZE', 'EXPLAIN', 'SHOW', 'DESCRIBE', 'DESC', 'EXISTS', 'USE', 'TRUNCATE', 'RENAME', 'GRANT', 'REVOKE', 'ATTACH', 'DETACH', 'DELETE', 'UPDATE', 'BACKUP', 'RESTORE', 'WATCH', 'CHECK', 'UNDROP', 'EXCHANGE', 'MOVE', 'BEGIN', 'COMMIT', 'ROLLBACK', 'REPLACE', 'UNDO']);
 
@@ -123,6 +126,13 @@ class Parser {
   private depth = 0;
   /** Operator links on the current path of left-deep chains (a + b + c …). */
   private links = 0;
+  /**
+   * Tokens read by attempts that were given up (a parenthesized group tried as a query, then
+   * read as an expression). Nested, such attempts double the work per level; past
+   * MAX_RETRY_TOKENS_PER_TOKEN per token of the query the query is refused, so parsing stays
+   * linear in the query's length.
+   */
+  private retried = 0;
 
   constructor(private readonly src: string) {
     this.toks = tokenize(src);
@@ -271,6 +281,10 @@ class Parser {
       return q;
     }
     return this.select();
+  }
+
+  private overRetried(): boolean {
+    return this.retried > this.toks.length * MAX_RETRY_TOKENS_PER_TOKEN + RETRY_TOKENS_BASE;
   }
 
   /** A closing parenthesis of a subquery. */
@@ -840,7 +854,11 @@ class Parser {
           return { k: 'subquery', query, at: open.at };
         }
       } catch (err) {
-        if (!(err instanceof CompileError) || err.code !== 'INVALID_QUERY') throw err;
+        if (!(err instanceof CompileError) || err.code !== 'INVALID_QUERY' || this.overRetried()) throw err;
+      }
+      this.retried += Math.max(this.i - start, 1);
+      if (this.overRetried()) {
+        throw this.err('the query nests parenthesized subqueries inside expressions too deeply to parse in bounded time (each level is read twice); name the subqueries with WITH', open.at);
       }
       this.i = start;
       this.depth = depth;

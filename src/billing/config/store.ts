@@ -21,7 +21,7 @@
 import type { KV } from '@nats-io/kv';
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { ApiError } from '../../errors.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
 import type { Mode } from '../../ratelimit/bucket.js';
 import { emptyConfig, type BillingConfig } from '../model.js';
 

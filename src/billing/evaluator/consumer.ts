@@ -57,7 +57,8 @@ import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import type { Nats } from '../../nats/connection.js';
 import { publishDurable } from '../../nats/publish.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
+import { billingEvents, billingLag } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../pipeline/message.js';
 import type { BillingConfig } from '../model.js';
 import type { BillableLine } from '../../../workers/rows.js';
@@ -182,6 +183,7 @@ export class BillingEvaluator {
       // Nothing is priced for this organization and mode (in the pinned revision): nothing to apply.
       m.ack();
       this.stats.messages++;
+      observeEvaluated(m);
       return;
     }
     const signals = parseBillable(m.data);
@@ -246,6 +248,8 @@ export class BillingEvaluator {
     // 9.
     m.ack();
     this.stats.messages++;
+    observeEvaluated(m);
+    for (const e of out.events) billingEvents.inc({ event: e.event, source: 'evaluator' });
     this.stats.events += out.events.length;
     this.stats.costRows += costs.length;
   }
@@ -275,6 +279,11 @@ export class BillingEvaluator {
     this.messages?.stop();
     await this.loopDone;
   }
+}
+
+/** Billing lag: from the batch stored (its billable message's stream time) to its evaluation. */
+function observeEvaluated(m: JsMsg): void {
+  billingLag.observe(Math.max(0, Date.now() - m.info.timestampNanos / 1e6) / 1000);
 }
 
 export function parseBillable(data: Uint8Array): BillableSignal[] {

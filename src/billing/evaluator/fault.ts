@@ -17,7 +17,7 @@
  *   after-state-write   the state is committed; the message is not acked.
  */
 import type { BillingFaultPoint } from '../../config.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
 
 export interface FaultContext {
   seq: number;
@@ -33,6 +33,8 @@ export class FaultHook {
     private readonly point: BillingFaultPoint | null,
     private readonly action: 'kill' | 'pause',
     private readonly pauseMs: number,
+    /** Where the "reached" line goes; written synchronously by default (see `at`). */
+    private readonly report: (fields: Record<string, unknown>) => void = (fields) => log.now('warn', 'billing fault point reached', fields),
   ) {}
 
   static readonly off = new FaultHook(null, 'kill', 0);
@@ -40,7 +42,8 @@ export class FaultHook {
   async at(point: BillingFaultPoint, ctx: FaultContext): Promise<void> {
     if (this.point !== point || this.fired || ctx.events === 0) return;
     this.fired = true;
-    log.warn('billing fault point reached', { point, action: this.action, ...ctx });
+    // Written synchronously: with `kill` the process dies right after (tests read this line).
+    this.report({ point, action: this.action, ...ctx });
     if (this.action === 'kill') {
       process.kill(process.pid, 'SIGKILL');
       await new Promise<never>(() => undefined);

@@ -14,7 +14,8 @@
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { Nats } from '../../nats/connection.js';
 import type { Store } from '../../store/index.js';
-import { log } from '../../log.js';
+import { billingLog as log } from '../../log.js';
+import { observeInsert } from '../../metrics/index.js';
 import { H_ORG } from '../../pipeline/message.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import type { BillingNames } from './streams.js';
@@ -104,9 +105,9 @@ export class BillingRowsInserter {
           take(unpriced, rows.unpriced, seen.unpriced);
         }
         const lines = (rows: object[]): Buffer => Buffer.from(`${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
-        if (costs.length > 0) await this.store.insertCosts(lines(costs));
-        if (consumption.length > 0) await this.store.insertConsumption(lines(consumption));
-        if (unpriced.length > 0) await this.store.insertUnpriced(lines(unpriced));
+        if (costs.length > 0) await observeInsert('fact_cost', costs.length, () => this.store.insertCosts(lines(costs)));
+        if (consumption.length > 0) await observeInsert('fact_credit_consumption', consumption.length, () => this.store.insertConsumption(lines(consumption)));
+        if (unpriced.length > 0) await observeInsert('fact_unpriced', unpriced.length, () => this.store.insertUnpriced(lines(unpriced)));
         for (const m of batch.msgs) m.ack();
       } catch (err) {
         log.error('billing rows insert failed; will be redelivered', { err, messages: batch.msgs.length });

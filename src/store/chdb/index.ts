@@ -27,7 +27,7 @@ import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
 import { viewStatements } from '../../analytics/views.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
-import { log } from '../../log.js';
+import { storeLog as log } from '../../log.js';
 
 const DRAIN_SQL = "SELECT 'drained'";
 

@@ -1,7 +1,7 @@
 /**
- * The receiver helper: verifies one webhook delivery from the raw body, the
- * `x-webhook-signature` header and the organization's signing secret, with exactly the rules
- * of spec 5.2 (the signing side and the key/secret format are documented in ./signature.ts).
+ * Verifies one webhook delivery from the raw body, the `x-webhook-signature` header and the
+ * organization's signing secret, with exactly the rules of spec 5.2 (the scheme is documented
+ * in ./signature.ts).
  *
  * Rules, in the order they are applied:
  *
@@ -36,66 +36,6 @@
  * Pass the raw body exactly as received (a Buffer from the request stream). A string is
  * taken as its UTF-8 encoding; a parsed and re-serialized body will not verify (5.2 rule 7).
  * An empty secret, or nonsensical options, throw (configuration mistakes, not deliveries).
- *
- * Complete receiver example (Node, no dependencies besides this file and ./signature.ts):
- *
- * ```js
- * import { createServer } from 'node:http';
- * import { verifyWebhook } from './receiver.js';
- *
- * const SECRET = process.env.WEBHOOK_SIGNING_SECRET; // "whsec_…", shown once by rotate-secret
- * const KNOWN = new Set([
- *   'billing-invoice-created', 'billing-invoice-paid', 'billing-checkout-created',
- *   'billing-checkout-completed', 'billing-checkout-expired', 'billing-payment-succeeded',
- *   'billing-payment-failed', 'billing-credits-depleted', 'billing-overage-incurred',
- *   'billing-credit-cap-reached',
- * ]);
- * // Deliveries are at-least-once: the same event may arrive again (retries, resends) with a
- * // new timestamp and signature. Deduplicate by what the event is about, never by timestamp.
- * function businessKey(event, d) {
- *   switch (event) {
- *     case 'billing-credits-depleted': // one depleting signal per pool
- *       return `${event}:${d.credits.signalId}:${d.credits.orderLineAttributeId}`;
- *     case 'billing-payment-succeeded':
- *       return `${event}:${d.payment.id}`;
- *     case 'billing-payment-failed': // a payment can fail several attempts
- *       return `${event}:${d.payment.id}:${d.payment.failureDate}`;
- *     case 'billing-overage-incurred':
- *       return `${event}:${d.overage.orderLineAttributeId}:${d.overage.eventType}:${d.overage.occurredAt}`;
- *     case 'billing-credit-cap-reached': // once per cap (unit + currency) and period
- *       return `${event}:${d.customer.id}:${d.breachedUnit.externalId}:${d.cap.creditsCurrencyId}:${d.period.start}`;
- *     case 'billing-invoice-created': case 'billing-invoice-paid':
- *       return `${event}:${d.invoice.id}`;
- *     default: // checkout events
- *       return `${event}:${d.checkout.id}`;
- *   }
- * }
- * const seen = new Set(); // in production: a unique index in your database
- * const work = [];        // in production: your durable job queue
- *
- * createServer((req, res) => {
- *   if (req.method !== 'POST') return void res.writeHead(405).end();
- *   const chunks = [];
- *   let size = 0;
- *   req.on('data', (c) => {
- *     size += c.length;
- *     if (size > 1 << 20) { res.writeHead(413).end(); req.destroy(); } else chunks.push(c);
- *   });
- *   req.on('end', () => {
- *     const raw = Buffer.concat(chunks); // the raw bytes: do not parse before verifying
- *     const v = verifyWebhook(raw, req.headers['x-webhook-signature'], SECRET);
- *     if (!v.ok) return void res.writeHead(401, { 'content-type': 'text/plain' }).end(v.reason);
- *     let envelope;
- *     try { envelope = JSON.parse(raw.toString('utf8')); } catch { return void res.writeHead(400).end(); }
- *     const { event, isTest, data } = envelope;
- *     if (isTest === true) { console.log('test delivery of', event); return void res.writeHead(204).end(); }
- *     if (!KNOWN.has(event)) return void res.writeHead(204).end(); // new events may appear: ignore them
- *     const key = businessKey(event, data);
- *     if (!seen.has(key)) { seen.add(key); work.push(envelope); } // queue, do the work later
- *     res.writeHead(204).end(); // answer 2xx quickly; any non-2xx makes the service retry
- *   });
- * }).listen(8080);
- * ```
  */
 import { timingSafeEqual } from 'node:crypto';
 import { signatureDigest, signingKey } from './signature.js';
