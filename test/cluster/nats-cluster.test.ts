@@ -75,6 +75,8 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   await t.rejects(five.ensureSignalStream(cfgFor(c.url, prefix, '5')), /cannot create JetStream stream TREP\d+_SIGNALS with 5 replica\(s\) \(NATS_REPLICAS=5\): .*must not exceed the number of JetStream servers/);
   await t.rejects(five.billingBucket(), /cannot open JetStream KV bucket TREP\d+_billing with 5 replica\(s\)/);
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], storage: StorageType.File });
+  // Just made through another server: wait until the service's connection sees it too.
+  await waitFor(() => five.jsm.streams.info(`${prefix}_SIGNALS_DLQ`).then(() => true, () => false), (seen) => seen, 10_000);
   await t.rejects(five.ensureDeadLetterStream(), /JetStream stream TREP\d+_SIGNALS_DLQ has 1 replica\(s\) but NATS_REPLICAS=5, and raising them failed: .*nats stream edit TREP\d+_SIGNALS_DLQ --replicas 5.*NATS_REPLICAS=1/);
   await dropStreams(jsm, prefix);
 

@@ -121,6 +121,27 @@ export class NatsCluster {
         }
       }
     }
+    // Every running node known to the meta leader: a stream with one replica per running node
+    // can be placed (answering alone is not enough: "no suitable peers for placement").
+    const running = this.nodes.filter((n) => n.proc && n.proc.exitCode === null && n.proc.signalCode === null).length;
+    const nc = await connect({ servers: this.servers, timeout: 2_000 });
+    try {
+      const jsm = await jetstreamManager(nc, { timeout: 5_000 });
+      const name = `CLUSTER_READY_${process.pid}`;
+      for (;;) {
+        try {
+          await jsm.streams.add({ name, subjects: [`cluster-ready.${process.pid}`], num_replicas: running });
+          await jsm.streams.delete(name);
+          return;
+        } catch (err) {
+          await jsm.streams.delete(name).catch(() => undefined);
+          if (Date.now() > end) throw new Error(`nats cluster not ready for ${running} replicas: ${(err as Error).message}`);
+          await sleep(300);
+        }
+      }
+    } finally {
+      await nc.close();
+    }
   }
 
   /** kill -9 of node i; resolves once the process is gone. */
