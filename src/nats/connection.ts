@@ -20,6 +20,14 @@ import { natsLog as log } from '../log.js';
 
 const NS_PER_MS = 1_000_000;
 
+/**
+ * Pull requests of every consumer this service runs expire after this long (idle heartbeat:
+ * half of it). The client's default of 30 s means that after the consumer's leader moves to
+ * another server of a cluster (the old one died), a process notices its pull went nowhere only
+ * some 30 s later; with 5 s it pulls again within seconds. Idle cost: one pull every 5 s.
+ */
+export const PULL_EXPIRES_MS = 5_000;
+
 export interface Names {
   signalStream: string;
   signalSubjectPrefix: string;

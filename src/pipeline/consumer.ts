@@ -38,7 +38,7 @@ import { Piscina } from 'piscina';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
-import type { Nats } from '../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../nats/connection.js';
 import type { Store } from '../store/index.js';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
@@ -124,7 +124,7 @@ export class Pipeline {
 
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.nats.names.signalStream, this.nats.names.pipelineConsumer);
-    this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128) });
+    this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128), expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
 

@@ -178,14 +178,23 @@ t.test('kill -9 of a node, then of the signals stream leader, under load', async
   t.same([...statuses.keys()].filter((s) => s !== 202 && s !== 503), [], `only 202 and 503 answers: ${JSON.stringify(Object.fromEntries(statuses))}`);
 
   // Drained: the pipeline consumer has nothing pending, then the exact count.
+  const trace: string[] = [];
   await waitFor(
     async () => {
       const ci = await jsm.consumers.info(`${iso.natsPrefix}_SIGNALS`, 'pipeline').catch(() => null);
+      if (ci) trace.push(`${Math.round((Date.now() - started) / 1000)}s:${ci.num_pending}/${ci.num_ack_pending}/${ci.num_redelivered}`);
       return ci ? ci.num_pending + ci.num_ack_pending : -1;
     },
     (n) => n === 0,
     60_000,
   );
+  t.comment(`drain (pending/unacked/redelivered): ${trace.filter((_, i) => i % 10 === 0).join(' ')}`);
+  const problems = new Map<string, number>();
+  for (const line of svc.output.split('\n')) {
+    const m = /"level":"(warn|error)".*"msg":"([^"]+)"/.exec(line) ?? /"level":(40|50)[,}].*"msg":"([^"]+)"/.exec(line);
+    if (m) problems.set(m[2]!, (problems.get(m[2]!) ?? 0) + 1);
+  }
+  t.comment(`service warnings and errors: ${JSON.stringify(Object.fromEntries(problems))}`);
   const expected = batches * 500;
   const stored = await waitFor(
     async () => {
