@@ -38,8 +38,11 @@ export interface Config {
    * in the last two (in `single` mode the password is part of REDIS_URL).
    */
   redisTopology: RedisTopology;
-  natsUrl: string;
+  /** NATS_URL: one server, or several comma-separated (members of one cluster). */
+  natsUrl: string[];
   natsPrefix: string;
+  /** NATS_REPLICAS: replicas of every stream and KV bucket the service creates (1, 3 or 5). */
+  natsReplicas: 1 | 3 | 5;
   clickhouseUrl: string | null;
   clickhouseUser: string;
   clickhousePassword: string;
@@ -200,6 +203,24 @@ class Reader {
     }
   }
 
+  /** One URL or several comma-separated (e.g. the members of a NATS cluster). */
+  urlList(name: string, def: string, protocols: string[]): string[] {
+    const raw = this.optional(name) ?? def;
+    const parts = raw.split(',').map((x) => x.trim());
+    const bad = parts.filter((p) => {
+      try {
+        return !protocols.includes(new URL(p).protocol);
+      } catch {
+        return true;
+      }
+    });
+    if (parts.length === 0 || bad.length > 0) {
+      this.problems.push(`${name}=${JSON.stringify(raw)}: must be one URL or a comma-separated list of URLs, each starting with ${protocols.map((p) => `${p}//`).join(' or ')}`);
+      return [def];
+    }
+    return parts;
+  }
+
   prefix(name: string, def: string, pattern: RegExp, what: string): string {
     const v = this.str(name, def);
     if (!pattern.test(v)) {
@@ -241,8 +262,9 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     redisUrl: r.url('REDIS_URL', 'redis://127.0.0.1:6379', ['redis:', 'rediss:'])!,
     redisPrefix: r.prefix('REDIS_PREFIX', 'billing:', /^[A-Za-z0-9:_-]{1,64}$/, 'letters, digits, ":", "_" or "-", 1 to 64 characters'),
     redisTopology: { kind: 'single' },
-    natsUrl: r.url('NATS_URL', 'nats://127.0.0.1:4222', ['nats:', 'tls:'])!,
+    natsUrl: r.urlList('NATS_URL', 'nats://127.0.0.1:4222', ['nats:', 'tls:']),
     natsPrefix: r.prefix('NATS_PREFIX', 'BILLING', /^[A-Za-z0-9_-]{1,32}$/, 'letters, digits, "_" or "-", 1 to 32 characters'),
+    natsReplicas: Number(r.oneOf('NATS_REPLICAS', '1', ['1', '3', '5'] as const)) as 1 | 3 | 5,
     clickhouseUrl: r.url('CLICKHOUSE_URL', null, ['http:', 'https:']),
     clickhouseUser: r.str('CLICKHOUSE_USER', 'default'),
     clickhousePassword: r.str('CLICKHOUSE_PASSWORD', ''),

@@ -14,11 +14,19 @@ import {
   type JetStreamClient,
   type JetStreamManager,
 } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import { natsLog as log } from '../log.js';
 
 const NS_PER_MS = 1_000_000;
+
+/**
+ * Pull requests of every consumer this service runs expire after this long (idle heartbeat:
+ * half of it). The client's default of 30 s means that after the consumer's leader moves to
+ * another server of a cluster (the old one died), a process notices its pull went nowhere only
+ * some 30 s later; with 5 s it pulls again within seconds. Idle cost: one pull every 5 s.
+ */
+export const PULL_EXPIRES_MS = 5_000;
 
 export interface Names {
   signalStream: string;
@@ -53,6 +61,8 @@ export class Nats {
     readonly js: JetStreamClient,
     readonly jsm: JetStreamManager,
     readonly names: Names,
+    /** NATS_REPLICAS: replicas of every stream and KV bucket this service creates. */
+    readonly replicas: number,
   ) {}
 
   static async connect(cfg: Config): Promise<Nats> {
@@ -70,7 +80,14 @@ export class Nats {
     } as Parameters<typeof connect>[0]);
     const js = jetstream(nc, { timeout: cfg.publishTimeoutMs });
     const jsm = await jetstreamManager(nc, { timeout: cfg.publishTimeoutMs });
-    const n = new Nats(nc, js, jsm, names(cfg.natsPrefix));
+    if (cfg.natsReplicas > 1 && !nc.info?.cluster) {
+      // A single server accepts a replica count on a stream update and reports it, yet keeps
+      // one copy (nats-server 2.9): refuse rather than claim replication that is not there.
+      const server = nc.getServer();
+      await nc.close();
+      throw new Error(`NATS_REPLICAS=${cfg.natsReplicas} needs a NATS JetStream cluster, but the server at ${server} is not part of one; use NATS_REPLICAS=1 or list the cluster's servers in NATS_URL`);
+    }
+    const n = new Nats(nc, js, jsm, names(cfg.natsPrefix), cfg.natsReplicas);
     n.connected = true;
     void n.watchStatus();
     return n;
@@ -106,11 +123,7 @@ export class Nats {
       // A batch re-published by the ingress within two minutes (same Nats-Msg-Id) is stored once.
       duplicate_window: 2 * 60 * 1000 * NS_PER_MS,
     };
-    await upsert(
-      () => this.jsm.streams.info(config.name),
-      () => this.jsm.streams.update(config.name, config),
-      () => this.jsm.streams.add(config),
-    );
+    await this.ensureStream(config, 'update');
   }
 
   /**
@@ -125,12 +138,72 @@ export class Nats {
       storage: StorageType.File,
       max_msg_size: this.maxPayload,
     };
-    // Created once and then left alone: an operator may have changed its limits.
-    await upsert(
-      () => this.jsm.streams.info(config.name),
-      async () => undefined,
-      () => this.jsm.streams.add(config),
-    );
+    // Created once and then left alone (an operator may have changed its limits), except that
+    // its replicas are raised to NATS_REPLICAS.
+    await this.ensureStream(config, 'keep');
+  }
+
+  /**
+   * Creates a stream with NATS_REPLICAS replicas. An existing one is updated to `config`
+   * (policy `update`) or left as it is (`keep`); either way, a stream with fewer replicas than
+   * NATS_REPLICAS is raised to it, or startup stops with an error saying what to do.
+   */
+  async ensureStream(config: Record<string, unknown> & { name: string }, policy: 'update' | 'keep'): Promise<void> {
+    const wanted = { ...config, num_replicas: this.replicas };
+    let existing: { config: Record<string, unknown> };
+    try {
+      existing = (await this.jsm.streams.info(config.name)) as unknown as { config: Record<string, unknown> };
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      try {
+        await this.jsm.streams.add(wanted as Parameters<JetStreamManager['streams']['add']>[0]);
+      } catch (e) {
+        throw new Error(
+          `cannot create JetStream stream ${config.name} with ${this.replicas} replica(s) (NATS_REPLICAS=${this.replicas}): ${(e as Error).message}. ` +
+            'NATS_REPLICAS must not exceed the number of JetStream servers of the cluster (1 for a single server).',
+        );
+      }
+      return;
+    }
+    const have = Number(existing.config.num_replicas ?? 1);
+    if (policy === 'update') {
+      // Never lowers the replicas of a stream an operator raised by hand.
+      await this.raise(config.name, have, { ...wanted, num_replicas: Math.max(have, this.replicas) });
+    } else if (have < this.replicas) {
+      await this.raise(config.name, have, { ...existing.config, num_replicas: this.replicas });
+    }
+  }
+
+  /** Updates a stream's configuration, turning a refused replica change into a startup error that says what to do. */
+  private async raise(stream: string, have: number, config: Record<string, unknown>): Promise<void> {
+    try {
+      await this.jsm.streams.update(stream, config as Parameters<JetStreamManager['streams']['update']>[1]);
+    } catch (e) {
+      if (have >= this.replicas) throw e;
+      throw new Error(
+        `JetStream stream ${stream} has ${have} replica(s) but NATS_REPLICAS=${this.replicas}, and raising them failed: ${(e as Error).message}. ` +
+          `Run the service against a cluster of at least ${this.replicas} JetStream servers, raise them by hand (nats stream edit ${stream} --replicas ${this.replicas}), ` +
+          `or set NATS_REPLICAS=${have}.`,
+      );
+    }
+  }
+
+  /**
+   * Opens (creating it if needed) a KV bucket with NATS_REPLICAS replicas; an existing bucket
+   * with fewer replicas is raised to it (its stream is KV_<bucket>).
+   */
+  async kvBucket(name: string, opts: Partial<KvOptions>): Promise<KV> {
+    let kv: KV;
+    try {
+      kv = await new Kvm(this.js).create(name, { ...opts, replicas: this.replicas });
+    } catch (e) {
+      throw new Error(
+        `cannot open JetStream KV bucket ${name} with ${this.replicas} replica(s) (NATS_REPLICAS=${this.replicas}): ${(e as Error).message}. ` +
+          'NATS_REPLICAS must not exceed the number of JetStream servers of the cluster (1 for a single server).',
+      );
+    }
+    await this.ensureStream({ name: `KV_${name}` }, 'keep');
+    return kv;
   }
 
   async ensurePipelineConsumer(cfg: Config): Promise<void> {
@@ -149,7 +222,7 @@ export class Nats {
   }
 
   orgBucket(): Promise<KV> {
-    return new Kvm(this.js).create(this.names.orgBucket, { history: 5, storage: StorageType.File });
+    return this.kvBucket(this.names.orgBucket, { history: 5, storage: StorageType.File });
   }
 
   /**
@@ -157,16 +230,16 @@ export class Nats {
    * on disk, only the latest revision kept (changes are compare-and-set on it).
    */
   billingBucket(): Promise<KV> {
-    return new Kvm(this.js).create(this.names.billingBucket, { history: 1, storage: StorageType.File });
+    return this.kvBucket(this.names.billingBucket, { history: 1, storage: StorageType.File });
   }
 
   /** Webhook settings and sealed signing secrets, one document per organization and mode (src/webhooks/store.ts). */
   webhookBucket(): Promise<KV> {
-    return new Kvm(this.js).create(this.names.webhookBucket, { history: 1, storage: StorageType.File });
+    return this.kvBucket(this.names.webhookBucket, { history: 1, storage: StorageType.File });
   }
 
   dedupeBucket(cfg: Config): Promise<KV> {
-    return new Kvm(this.js).create(this.names.dedupeBucket, {
+    return this.kvBucket(this.names.dedupeBucket, {
       history: 1,
       storage: StorageType.File,
       ttl: cfg.dedupeWindowDays * 24 * 3600 * 1000,

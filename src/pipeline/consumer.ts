@@ -11,9 +11,11 @@
  *  3. Idempotency claims (dedupe.ts): each keyed signal claims `<org>.<mode>.<key>`
  *     naming itself. A claim owned by another signal drops this signal; a claim owned
  *     by this very signal (an earlier delivery died after claiming) keeps it.
- *  4. Only when the message is a redelivery: rows already in the store from an earlier
- *     delivery (crash after insert, before ack) are dropped by signal id. Row-level, so it
- *     is right even if that earlier insert landed only in part.
+ *  4. Only when the message is a redelivery, or some key of it was already held by the same
+ *     signal (an earlier delivery claimed it: in a JetStream cluster, a consumer leader
+ *     failover can hand a message out again as a first delivery): rows already in the store
+ *     from an earlier delivery (crash after insert, before ack) are dropped by signal id.
+ *     Row-level, so it is right even if that earlier insert landed only in part.
  *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
@@ -36,7 +38,7 @@ import { Piscina } from 'piscina';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
-import type { Nats } from '../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../nats/connection.js';
 import type { Store } from '../store/index.js';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
@@ -122,7 +124,7 @@ export class Pipeline {
 
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.nats.names.signalStream, this.nats.names.pipelineConsumer);
-    this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128) });
+    this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128), expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
 
@@ -145,9 +147,12 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
-      const keep = await this.claims.claim(r.claimKeys, r.ids);
+      const { keep, reclaimed } = await this.claims.claimAll(r.claimKeys, r.ids);
       const billable = r.billable.filter((_, i) => keep[i]);
-      if (m.redelivered) {
+      // A redelivery, or a delivery whose signals already held their keys (an earlier delivery
+      // claimed them: after a consumer leader failover JetStream may hand a message out again
+      // as a first delivery): rows may be stored already.
+      if (m.redelivered || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }

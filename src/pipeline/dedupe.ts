@@ -56,7 +56,18 @@ export class IdempotencyClaims {
    * when it owns the key. Within one batch the first occurrence of a key wins.
    */
   async claim(claimKeys: (string | null)[], ids: string[]): Promise<boolean[]> {
+    return (await this.claimAll(claimKeys, ids)).keep;
+  }
+
+  /**
+   * As `claim`, and `reclaimed`: whether some key was already held by this very signal — an
+   * earlier delivery of the same batch claimed it, so rows of it may already be stored even if
+   * JetStream presents this delivery as a first one (after a consumer leader failover in a
+   * cluster, a delivery whose state was not replicated is handed out again as delivery 1).
+   */
+  async claimAll(claimKeys: (string | null)[], ids: string[]): Promise<{ keep: boolean[]; reclaimed: boolean }> {
     const keep = new Array<boolean>(claimKeys.length).fill(true);
+    let reclaimed = false;
     const seen = new Set<string>();
     const pending: Promise<void>[] = [];
     for (let i = 0; i < claimKeys.length; i++) {
@@ -67,18 +78,24 @@ export class IdempotencyClaims {
         continue;
       }
       seen.add(key);
-      pending.push(this.claimOne(key, ids[i]!).then((owned) => void (keep[i] = owned)));
+      pending.push(
+        this.claimOne(key, ids[i]!).then((r) => {
+          keep[i] = r !== 'other';
+          if (r === 'reclaimed') reclaimed = true;
+        }),
+      );
     }
     await Promise.all(pending);
-    return keep;
+    return { keep, reclaimed };
   }
 
-  private async claimOne(key: string, signalId: string): Promise<boolean> {
+  /** `claimed`: this signal took the key now; `reclaimed`: it held it already; `other`: another signal holds it. */
+  private async claimOne(key: string, signalId: string): Promise<'claimed' | 'reclaimed' | 'other'> {
     let lastSeq = 0;
     for (let attempt = 0; attempt < 3; attempt++) {
-      if (await this.tryCreate(key, signalId, lastSeq)) return true;
+      if (await this.tryCreate(key, signalId, lastSeq)) return 'claimed';
       const e = await this.kv.get(key);
-      if (e && e.operation === 'PUT') return e.string() === signalId;
+      if (e && e.operation === 'PUT') return e.string() === signalId ? 'reclaimed' : 'other';
       // Deleted by an operator (a delete marker) or expired in between: claim again.
       lastSeq = e ? e.revision : 0;
     }

@@ -46,18 +46,17 @@ export class DeliveryLog {
   }
 
   async ensure(): Promise<void> {
-    try {
-      await this.nats.jsm.streams.info(this.stream);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.nats.jsm.streams.add({
+    // Created once and left alone, except that its replicas are raised to NATS_REPLICAS.
+    await this.nats.ensureStream(
+      {
         name: this.stream,
         subjects: [`${this.subjectPrefix}.>`],
         retention: RetentionPolicy.Limits,
         storage: StorageType.File,
         max_msgs_per_subject: PER_ORG_RECORDS,
-      });
-    }
+      },
+      'keep',
+    );
   }
 
   async record(orgId: string, mode: Mode, r: DeliveryRecord): Promise<void> {

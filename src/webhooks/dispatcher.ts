@@ -25,7 +25,7 @@
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { AckPolicy } from '@nats-io/jetstream';
-import type { Nats } from '../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../nats/connection.js';
 import { isNotFound } from '../nats/connection.js';
 import { webhooksLog as log } from '../log.js';
 import type { Mode } from '../ratelimit/bucket.js';
@@ -90,7 +90,7 @@ export class Dispatcher {
       await this.nats.jsm.consumers.add(this.opts.eventStream, config);
     }
     const consumer = await this.nats.js.consumers.get(this.opts.eventStream, 'dispatcher');
-    this.messages = await consumer.consume({ max_messages: CONCURRENCY });
+    this.messages = await consumer.consume({ max_messages: CONCURRENCY, expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
 

@@ -42,7 +42,7 @@ const env = (svc: string): Record<string, string> => {
 };
 
 /** Names the service reads: every Reader call in src/config.ts. */
-const configNames = new Set([...CONFIG_SRC.matchAll(/r\.(?:str|int|num|oneOf|url|prefix|optional)(?:<[^>]*>)?\('([A-Z0-9_]+)'/g)].map((m) => m[1]!));
+const configNames = new Set([...CONFIG_SRC.matchAll(/r\.(?:str|int|num|oneOf|urlList|url|prefix|optional)(?:<[^>]*>)?\('([A-Z0-9_]+)'/g)].map((m) => m[1]!));
 /** Names the README documents: first column of the Configuration table. */
 const configSection = README.slice(README.indexOf('\n## Configuration'), README.indexOf('\n## ', README.indexOf('\n## Configuration') + 5));
 const documented = new Set([...configSection.matchAll(/^\| ([^|]+)\|/gm)].flatMap((m) => [...m[1]!.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((x) => x[1]!)));

@@ -45,8 +45,9 @@ t.test('defaults', async (t) => {
     redisUrl: 'redis://127.0.0.1:6379',
     redisPrefix: 'billing:',
     redisTopology: { kind: 'single' },
-    natsUrl: 'nats://127.0.0.1:4222',
+    natsUrl: ['nats://127.0.0.1:4222'],
     natsPrefix: 'BILLING',
+    natsReplicas: 1,
     clickhouseUrl: null,
     clickhouseUser: 'default',
     clickhousePassword: '',
@@ -104,7 +105,9 @@ t.test('values are read', async (t) => {
   t.equal(cfg.port, 0);
   t.equal(cfg.redisUrl, 'rediss://cache:6380/2');
   t.equal(cfg.redisPrefix, 'x:y_z-');
-  t.equal(cfg.natsUrl, 'tls://nats:4222');
+  t.same(cfg.natsUrl, ['tls://nats:4222']);
+  t.same(loadConfig({ ...base, NATS_URL: 'nats://a:4222, nats://b:4223,tls://c:4224' }, []).natsUrl, ['nats://a:4222', 'nats://b:4223', 'tls://c:4224'], 'NATS_URL may list the members of a cluster');
+  for (const v of ['1', '3', '5'] as const) t.equal(loadConfig({ ...base, NATS_REPLICAS: v }, []).natsReplicas, Number(v), `NATS_REPLICAS=${v} is read`);
   t.equal(cfg.natsPrefix, 'P_1');
   t.equal(cfg.clickhouseUrl, 'https://ch:8443');
   t.equal(cfg.clickhouseDatabase, 'b_2');
@@ -183,7 +186,10 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ REDIS_CLUSTER_NODES: 'a:1,,b:2' }, 'REDIS_CLUSTER_NODES="a:1,,b:2": "" is not host:port (a comma-separated list such as 10.0.0.1:26379,10.0.0.2:26379)'],
     [{ REDIS_CLUSTER_NODES: 'a:1', REDIS_SENTINELS: 'b:2', REDIS_SENTINEL_NAME: 'm' }, 'REDIS_SENTINELS and REDIS_CLUSTER_NODES: set one of them, not both (Sentinel and Cluster are two different Redis deployments)'],
     [{ REDIS_PASSWORD: 'x' }, 'REDIS_PASSWORD: only used with REDIS_SENTINELS or REDIS_CLUSTER_NODES (with REDIS_URL alone, put the password in the URL: redis://:password@host:6379)'],
-    [{ NATS_URL: 'redis://x' }, 'NATS_URL="redis://x": must be a URL starting with nats:// or tls://'],
+    [{ NATS_URL: 'redis://x' }, 'NATS_URL="redis://x": must be one URL or a comma-separated list of URLs, each starting with nats:// or tls://'],
+    [{ NATS_URL: 'nats://a:4222,,nats://b:4222' }, 'NATS_URL="nats://a:4222,,nats://b:4222": must be one URL or a comma-separated list of URLs, each starting with nats:// or tls://'],
+    [{ NATS_REPLICAS: '2' }, 'NATS_REPLICAS="2": must be one of 1, 3, 5'],
+    [{ NATS_REPLICAS: '0' }, 'NATS_REPLICAS="0": must be one of 1, 3, 5'],
     [{ CLICKHOUSE_URL: 'ftp://x' }, 'CLICKHOUSE_URL="ftp://x": must be a URL starting with http:// or https://'],
     [{ REDIS_PREFIX: 'a b' }, 'REDIS_PREFIX="a b": letters, digits, ":", "_" or "-", 1 to 64 characters'],
     [{ NATS_PREFIX: 'A.B' }, 'NATS_PREFIX="A.B": letters, digits, "_" or "-", 1 to 32 characters'],

@@ -37,6 +37,9 @@ t.test('first claim keeps; another signal then drops; the owner keeps again', as
   t.same(await claims.claim([k], ['sig_a_0']), [true], 're-claim by the same signal keeps (redelivery after a crash)');
   t.same(await claims.claim([k], ['sig_a_0']), [true], 'and again');
   t.same(await claims.claim([k], ['sig_b_0']), [false], 'still dropped for the other');
+  t.same(await claims.claimAll([k], ['sig_a_0']), { keep: [true], reclaimed: true }, 'a key already held by the same signal is reported as reclaimed (rows may be stored already)');
+  t.same(await claims.claimAll([k], ['sig_b_0']), { keep: [false], reclaimed: false }, 'a key held by another signal is not');
+  t.same(await claims.claimAll([`${k}-new`, null], ['sig_c_0', 'sig_c_1']), { keep: [true, true], reclaimed: false }, 'a fresh claim is not');
 });
 
 t.test('null keys are always kept', async (t) => {

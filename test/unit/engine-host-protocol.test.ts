@@ -54,6 +54,7 @@ t.test('settings outside the allowlist are refused; readonly is the session’s'
   t.same(req({ readonly: '1' }, 'SELECT 1').settings, [], 'readonly is not passed on');
   t.same(req({ enable_http_compression: '0' }, 'SELECT 1').settings, []);
   t.ok(refused(() => req({ enable_http_compression: '1' }, 'SELECT 1')), 'compression is not offered');
+  t.same(req({ cancel_http_readonly_queries_on_client_close: '1' }, 'SELECT 1').settings, [], 'server mode’s cancel-on-close is accepted and not passed on (the test front cannot stop a statement)');
   t.ok(refused(() => req({}, '   ')), 'an empty statement');
 });
 

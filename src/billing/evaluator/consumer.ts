@@ -55,7 +55,7 @@ import { Piscina } from 'piscina';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import type { Nats } from '../../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../../nats/connection.js';
 import { publishDurable } from '../../nats/publish.js';
 import { billingLog as log } from '../../log.js';
 import { billingEvents, billingLag } from '../../metrics/index.js';
@@ -116,7 +116,7 @@ export class BillingEvaluator {
 
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.names.billableStream, this.names.billingConsumer);
-    this.messages = await consumer.consume({ max_messages: 1 });
+    this.messages = await consumer.consume({ max_messages: 1, expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
 

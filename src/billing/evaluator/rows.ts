@@ -12,7 +12,7 @@
  * they wait for the engine.
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
-import type { Nats } from '../../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../../nats/connection.js';
 import type { Store } from '../../store/index.js';
 import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
@@ -50,7 +50,7 @@ export class BillingRowsInserter {
 
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.names.rowsStream, this.names.rowsConsumer);
-    this.messages = await consumer.consume({ max_messages: 256 });
+    this.messages = await consumer.consume({ max_messages: 256, expires: PULL_EXPIRES_MS });
     this.heartbeat = setInterval(() => {
       for (const m of this.held) m.working();
     }, WORKING_MS);

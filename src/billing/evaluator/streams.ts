@@ -15,7 +15,7 @@
  *                 batch (Nats-Msg-Id rows-<batch id>), inserted in bulk by rows.ts.
  */
 import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import type { KV } from '@nats-io/kv';
 import type { Nats } from '../../nats/connection.js';
 import { isNotFound } from '../../nats/connection.js';
 
@@ -49,14 +49,8 @@ export function billingNames(prefix: string): BillingNames {
 }
 
 export async function ensureBillingStreams(nats: Nats, n: BillingNames, ackWaitMs: number): Promise<void> {
-  const add = async (name: string, config: Record<string, unknown>): Promise<void> => {
-    try {
-      await nats.jsm.streams.info(name);
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await nats.jsm.streams.add({ name, ...config });
-    }
-  };
+  // Created once and left alone, except that their replicas are raised to NATS_REPLICAS.
+  const add = (name: string, config: Record<string, unknown>): Promise<void> => nats.ensureStream({ name, ...config }, 'keep');
   await add(n.billableStream, {
     subjects: [`${n.billableSubjectPrefix}.>`],
     retention: RetentionPolicy.Workqueue,
@@ -102,5 +96,5 @@ export async function ensureBillingStreams(nats: Nats, n: BillingNames, ackWaitM
 }
 
 export function stateBucket(nats: Nats, n: BillingNames): Promise<KV> {
-  return new Kvm(nats.js).create(n.stateBucket, { history: 1, storage: StorageType.File });
+  return nats.kvBucket(n.stateBucket, { history: 1, storage: StorageType.File });
 }

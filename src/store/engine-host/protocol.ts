@@ -101,6 +101,10 @@ export function parseRequest(search: URLSearchParams, body: Buffer): ParsedReque
       params.push([name, v]);
       continue;
     }
+    // Asked for by server mode (src/store/clickhouse) on analytics reads, when the standalone
+    // test front (standalone.ts) stands in for a server: accepted and not applied, since chdb
+    // cannot stop a statement (the supervisor kills the host instead; the test front has none).
+    if (k === 'cancel_http_readonly_queries_on_client_close') continue;
     if (k === 'readonly' || k === 'enable_http_compression') {
       if (k === 'enable_http_compression' && v !== '0') throw new HostError(400, 115, 'UNKNOWN_SETTING', 'HTTP compression is not offered by the engine host');
       continue;
