@@ -177,6 +177,13 @@ export interface HttpResult<T = any> {
   body: T;
 }
 
+/** The body of an answer whose status is one of `expected`; any other answer throws, naming its status and body. */
+export async function ok(r: Promise<{ status: number; body: any }>, expected: readonly number[] = [200, 201]): Promise<any> {
+  const res = await r;
+  if (!expected.includes(res.status)) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
 export async function http<T = any>(base: string, method: string, p: string, opts: { token?: string; body?: unknown; raw?: string } = {}): Promise<HttpResult<T>> {
   const headers: Record<string, string> = {};
   if (opts.token !== undefined) headers.authorization = `Bearer ${opts.token}`;
