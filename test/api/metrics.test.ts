@@ -7,7 +7,7 @@
  * never an organization id; METRICS_TOKEN, when set, is required.
  */
 import t, { type Test as Tap } from 'tap';
-import nodeHttp from 'node:http';
+import { useHttpServer } from '../helpers/http-server.js';
 import { readFileSync } from 'node:fs';
 import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, ok, sendBatch, useService, waitFor, type TestOrg } from '../helpers/service.js';
 import { dashboardQueries, hasSeries, metricNames, sampleValue } from '../helpers/promql.js';
@@ -22,21 +22,12 @@ const { svc } = useService(t, 'metrics', { WEBHOOK_TIMEOUT_MS: '2000' });
 
 /** A receiver that answers 200 to everything and counts what it got. */
 const received: string[] = [];
-const receiver = nodeHttp.createServer((req, res) => {
+const receiver = useHttpServer(t, (req, res) => {
   req.resume();
   req.on('end', () => {
     received.push(req.url ?? '');
     res.writeHead(200).end();
   });
-});
-let receiverUrl = '';
-t.before(async () => {
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  receiverUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}`;
-});
-t.teardown(() => {
-  receiver.closeAllConnections();
-  return new Promise<void>((r) => receiver.close(() => r()));
 });
 
 async function scrape(url: string, token?: string): Promise<{ status: number; type: string; text: string }> {
@@ -59,7 +50,7 @@ async function traffic(t: Tap, api: string): Promise<Traffic> {
   const call = (method: string, path: string, body?: unknown) => http(api, method, path, { token: org.live, body });
   // Webhooks: a secret, two events routed to the receiver, one test delivery.
   await ok(call('POST', '/api/v2/webhooks/rotate-secret'));
-  for (const event of ['billing-credits-depleted', 'billing-payment-succeeded']) await ok(call('PATCH', `/api/v2/webhooks/${event}`, { url: `${receiverUrl}/${event}`, enabled: true }));
+  for (const event of ['billing-credits-depleted', 'billing-payment-succeeded']) await ok(call('PATCH', `/api/v2/webhooks/${event}`, { url: `${receiver.url}/${event}`, enabled: true }));
   t.match(await ok(call('POST', '/api/v2/webhooks/billing-credits-depleted/test', {})), { delivered: true });
   // Billing: a pool of 2 credits, drained by 3 priced signals (a depletion event).
   const customer = await ok(call('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' }));
