@@ -171,6 +171,18 @@ export function useService(t: Test, name: string, env: Record<string, string> = 
   return { iso, svc };
 }
 
+/** A service for one test: started now, stopped and its isolation cleaned at that test's teardown. */
+export async function startService(t: Test, name: string, env: Record<string, string> = {}): Promise<{ iso: Isolation; svc: ServiceProcess }> {
+  const iso = isolation(name);
+  const svc = new ServiceProcess(iso, env);
+  t.teardown(async () => {
+    await svc.stop();
+    await cleanup(iso);
+  });
+  await svc.start();
+  return { iso, svc };
+}
+
 export interface HttpResult<T = any> {
   status: number;
   headers: Headers;
