@@ -196,6 +196,23 @@ export async function ok(r: Promise<{ status: number; body: any }>, expected: re
   return res.body;
 }
 
+/** An answer as sent: its status and its body text, unparsed. */
+export interface RawAnswer {
+  status: number;
+  text: string;
+}
+
+/** POSTs an analytics query with `key`; `timeoutMs`, when given, aborts a request that takes longer. */
+export async function queryRaw(base: string, key: string, query: string, timeoutMs?: number): Promise<RawAnswer> {
+  const res = await fetch(`${base}/api/v2/analytics/query`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ query }),
+    ...(timeoutMs === undefined ? {} : { signal: AbortSignal.timeout(timeoutMs) }),
+  });
+  return { status: res.status, text: await res.text() };
+}
+
 export async function http<T = any>(base: string, method: string, p: string, opts: { token?: string; body?: unknown; raw?: string } = {}): Promise<HttpResult<T>> {
   const headers: Record<string, string> = {};
   if (opts.token !== undefined) headers.authorization = `Bearer ${opts.token}`;
