@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source ./scripts/setup.sh
+# The tests are type-checked too (tsconfig.test.json, no output): tap runs .ts without checking types.
+npm run --silent typecheck
 
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT

@@ -186,31 +186,33 @@ function readLag(): Promise<{ source: LagSource; lag: ConsumerLag | null }[]> {
   return values;
 }
 
-export const consumerPending = new Gauge({
-  name: 'usage_jetstream_consumer_pending_messages',
-  help: 'Messages of the stream not yet delivered to the durable consumer (num_pending), read at scrape time',
-  labelNames: ['stream', 'consumer'] as const,
-  registers: [registry],
-  async collect() {
-    for (const { source, lag } of await readLag()) {
-      if (lag) this.set({ stream: source.stream, consumer: source.consumer }, lag.pending);
-      else this.remove(source.stream, source.consumer);
-    }
-  },
-});
+/** A gauge of one count of every watched consumer, read at scrape time; a consumer whose read failed has no series. */
+function consumerLagGauge(name: string, help: string, count: keyof ConsumerLag): Gauge<'stream' | 'consumer'> {
+  return new Gauge({
+    name,
+    help,
+    labelNames: ['stream', 'consumer'] as const,
+    registers: [registry],
+    async collect() {
+      for (const { source, lag } of await readLag()) {
+        if (lag) this.set({ stream: source.stream, consumer: source.consumer }, lag[count]);
+        else this.remove(source.stream, source.consumer);
+      }
+    },
+  });
+}
 
-export const consumerAckPending = new Gauge({
-  name: 'usage_jetstream_consumer_ack_pending_messages',
-  help: 'Messages delivered to the durable consumer and not yet acknowledged (num_ack_pending), read at scrape time',
-  labelNames: ['stream', 'consumer'] as const,
-  registers: [registry],
-  async collect() {
-    for (const { source, lag } of await readLag()) {
-      if (lag) this.set({ stream: source.stream, consumer: source.consumer }, lag.ackPending);
-      else this.remove(source.stream, source.consumer);
-    }
-  },
-});
+export const consumerPending = consumerLagGauge(
+  'usage_jetstream_consumer_pending_messages',
+  'Messages of the stream not yet delivered to the durable consumer (num_pending), read at scrape time',
+  'pending',
+);
+
+export const consumerAckPending = consumerLagGauge(
+  'usage_jetstream_consumer_ack_pending_messages',
+  'Messages delivered to the durable consumer and not yet acknowledged (num_ack_pending), read at scrape time',
+  'ackPending',
+);
 
 export const collectFailures = new Counter({
   name: 'usage_metrics_collect_failures_total',

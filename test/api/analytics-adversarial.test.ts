@@ -15,7 +15,7 @@
 import { randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import t from 'tap';
-import { createOrg, drained, sendBatch, useService, waitFor, type TestOrg } from '../helpers/service.js';
+import { createOrg, drained, queryRaw, sendBatch, useService, waitFor, type RawAnswer, type TestOrg } from '../helpers/service.js';
 
 interface Entry {
   id: string;
@@ -64,19 +64,9 @@ async function ingest(owner: 'victim' | 'attacker', key: string, n: number, m: s
   }
 }
 
-interface Raw {
-  status: number;
-  text: string;
-}
+type Raw = RawAnswer;
 
-async function query(key: string, q: string): Promise<Raw> {
-  const res = await fetch(`${svc.url}/api/v2/analytics/query`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ query: q }),
-  });
-  return { status: res.status, text: await res.text() };
-}
+const query = (key: string, q: string): Promise<Raw> => queryRaw(svc.url, key, q);
 
 /** Strings that must not appear in a response to the attacker (named, for the messages). */
 function forbidden(extra: Record<string, string[]> = {}): Record<string, string[]> {

@@ -34,7 +34,7 @@ import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
 import t from 'tap';
 import { allowedFunctionNames, lookupFunction, type FunctionSpec } from '../../src/analytics/compiler/functions.js';
-import { createOrg, drained, http, OPERATOR_TOKEN, sendBatch, TEST_WEBHOOK_KEY, useService, waitFor, type TestOrg } from '../helpers/service.js';
+import { createOrg, drained, http, OPERATOR_TOKEN, queryRaw, sendBatch, TEST_WEBHOOK_KEY, useService, waitFor, type RawAnswer, type TestOrg } from '../helpers/service.js';
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 500);
 const TIME_MS = Number(process.env.FUZZ_TIME_MS ?? 40_000);
@@ -312,20 +312,9 @@ const ascii = (text: string): string => text.replace(/[^\x20-\x7e]/g, (ch) => `\
 
 // ── the service and its data ────────────────────────────────────────────────
 
-interface Raw {
-  status: number;
-  text: string;
-}
+type Raw = RawAnswer;
 
-async function post(key: string, q: string): Promise<Raw> {
-  const res = await fetch(`${svc.url}/api/v2/analytics/query`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ query: q }),
-    signal: AbortSignal.timeout(20_000),
-  });
-  return { status: res.status, text: await res.text() };
-}
+const post = (key: string, q: string): Promise<Raw> => queryRaw(svc.url, key, q, 20_000);
 
 /** Billing configuration for a scope, so that fact_cost holds marked rows too; best effort (the scope's signals carry markers either way). */
 async function configureBilling(s: Scope): Promise<boolean> {

@@ -5,7 +5,7 @@
  * doubling a signal.
  */
 import t from 'tap';
-import { cleanup, counts, createOrg, drained, http, isolation, logLines, sendBatch, ServiceProcess, sleep, waitFor } from '../helpers/service.js';
+import { counts, createOrg, drained, http, logLines, sendBatch, ServiceProcess, sleep, startService, waitFor } from '../helpers/service.js';
 
 const TIMEOUT_MS = 3_000;
 
@@ -24,13 +24,7 @@ function alive(pid: number): boolean {
 }
 
 t.test('one organization monopolizing the engine holds up no one else', async (t) => {
-  const iso = isolation('isolation');
-  const svc = new ServiceProcess(iso, { ANALYTICS_TIMEOUT_MS: String(TIMEOUT_MS) });
-  t.teardown(async () => {
-    await svc.stop();
-    await cleanup(iso);
-  });
-  await svc.start();
+  const { svc } = await startService(t, 'isolation', { ANALYTICS_TIMEOUT_MS: String(TIMEOUT_MS) });
   const big = { burst: 1_000_000_000, refillPerSecond: 1_000_000_000 };
   const attacker = await createOrg(svc.url, { ...big, analyticsConcurrency: 4 });
   const victim = await createOrg(svc.url, big);
@@ -113,13 +107,7 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
 });
 
 t.test('the engine host killed from outside under ingestion loses and doubles nothing', async (t) => {
-  const iso = isolation('hostkill');
-  const svc = new ServiceProcess(iso, { PIPELINE_FLUSH_ROWS: '1500', PIPELINE_FLUSH_MS: '20' });
-  t.teardown(async () => {
-    await svc.stop();
-    await cleanup(iso);
-  });
-  await svc.start();
+  const { iso, svc } = await startService(t, 'hostkill', { PIPELINE_FLUSH_ROWS: '1500', PIPELINE_FLUSH_MS: '20' });
   const org = await createOrg(svc.url, { burst: 1_000_000_000, refillPerSecond: 1_000_000_000 });
   const BATCHES = 40;
   // Batch i: 300 new keys, 100 keys repeated from batch i-1, 100 keyless signals.

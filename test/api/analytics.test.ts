@@ -3,7 +3,7 @@
  * organizations (and both modes) stored by the real pipeline in the embedded engine.
  */
 import t from 'tap';
-import { createOrg, drained, http, sendBatch, ServiceProcess, isolation, cleanup, useService, type TestOrg } from '../helpers/service.js';
+import { createOrg, drained, http, sendBatch, ServiceProcess, startService, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'analytics');
 
@@ -214,13 +214,7 @@ t.test('body validation', async (t) => {
 });
 
 t.test('timeouts (408), the concurrency limit (429 without Retry-After) and the rate framework', async (t) => {
-  const iso2 = isolation('analytics408');
-  const svc2 = new ServiceProcess(iso2, { ANALYTICS_TIMEOUT_MS: '1000', ANALYTICS_RATE_LIMITED: 'true' });
-  t.teardown(async () => {
-    await svc2.stop();
-    await cleanup(iso2);
-  });
-  await svc2.start();
+  const { svc: svc2 } = await startService(t, 'analytics408', { ANALYTICS_TIMEOUT_MS: '1000', ANALYTICS_RATE_LIMITED: 'true' });
   const org = await createOrg(svc2.url, { analyticsConcurrency: 1, burst: 500, refillPerSecond: 0.01 });
   const other = await createOrg(svc2.url, { analyticsConcurrency: 1 });
   const slow = 'SELECT count() FROM numbers(1000000000) WHERE sipHash64(toString(number)) = 0';

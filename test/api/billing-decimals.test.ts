@@ -7,19 +7,13 @@
 import t from 'tap';
 import { Decimal as DecimalJs } from 'decimal.js';
 import { billed } from '../helpers/bus.js';
-import { createOrg, http, useService, type TestOrg } from '../helpers/service.js';
+import { createOrg, http, ok, useService, type TestOrg } from '../helpers/service.js';
 import { EXACT_TEXTS_MAX_BYTES } from '../../src/pipeline/exact-numbers.js';
 
 const { iso, svc } = useService(t, 'billing-decimals');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000dec1';
 const Decimal = DecimalJs.clone({ precision: 200 });
 const exact = (d: DecimalJs): string => (d.isZero() ? '0' : d.toFixed());
-
-async function ok(r: Promise<{ status: number; body: any }>, expected = [200, 201, 202]): Promise<any> {
-  const res = await r;
-  if (!expected.includes(res.status)) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
-  return res.body;
-}
 
 interface Setup {
   org: TestOrg;

@@ -8,19 +8,10 @@ import { billed, busEvents, stateKeys } from '../helpers/bus.js';
 import { connect } from '@nats-io/transport-node';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import { NATS_URL, createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
+import { NATS_URL, createOrg, http, ok, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'billing');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
-
-
-
-
-async function ok(r: Promise<{ status: number; body: any }>, expected = [200, 201]): Promise<any> {
-  const res = await r;
-  if (!expected.includes(res.status)) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
-  return res.body;
-}
 
 interface Setup {
   org: TestOrg;

@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
+import { rejection } from '../helpers/rejection.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const { EngineHostSupervisor } = (await import(pathToFileURL(path.join(ROOT, 'dist/src/store/engine-host/supervisor.js')).href)) as typeof import('../../src/store/engine-host/supervisor.js');
@@ -30,15 +31,7 @@ const client = (url: string, username: string, password: string, database?: stri
   return c;
 };
 
-async function failure(p: Promise<unknown>): Promise<ClickHouseError> {
-  try {
-    await p;
-  } catch (e) {
-    if (e instanceof ClickHouseError) return e;
-    throw e;
-  }
-  throw new Error('expected the engine to refuse');
-}
+const failure = (p: Promise<unknown>): Promise<ClickHouseError> => rejection(p, ClickHouseError);
 
 const g1 = await sup.start();
 const writer = client(g1.url, 'writer', g1.writerPassword);

@@ -7,7 +7,7 @@
  * paths and the flush on exit of the logger itself in a child process.
  */
 import t from 'tap';
-import http from 'node:http';
+import { useHttpServer } from '../helpers/http-server.js';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { OPERATOR_TOKEN, TEST_WEBHOOK_KEY, batch, createOrg, useService, type TestOrg } from '../helpers/service.js';
@@ -17,21 +17,12 @@ const { svc } = useService(t, 'logs', { LOG_LEVEL: 'debug' });
 /** A plain receiver for test deliveries: records the signature header, answers by script. */
 const got: string[] = [];
 let answer = 200;
-const receiver = http.createServer((req, res) => {
+const receiver = useHttpServer(t, (req, res) => {
   req.resume();
   req.on('end', () => {
     got.push(String(req.headers['x-webhook-signature'] ?? ''));
     res.writeHead(answer).end();
   });
-});
-let receiverUrl = '';
-t.before(async () => {
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  receiverUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}`;
-});
-t.teardown(() => {
-  receiver.closeAllConnections();
-  receiver.close();
 });
 
 interface Sent {
@@ -101,7 +92,7 @@ t.test('requests with keys, tokens and secrets, good and bad', async (t) => {
   t.equal(rot1.status, 201);
   t.match(rot1.body.signingSecret, /^whsec_/);
   secrets.signingSecret1 = rot1.body.signingSecret;
-  t.equal((await call('PATCH', '/api/v2/webhooks/billing-payment-failed', { token: org.live, body: { url: `${receiverUrl}/hook`, enabled: true } })).status, 200);
+  t.equal((await call('PATCH', '/api/v2/webhooks/billing-payment-failed', { token: org.live, body: { url: `${receiver.url}/hook`, enabled: true } })).status, 200);
   const delivered = await call('POST', '/api/v2/webhooks/billing-payment-failed/test', { token: org.live, body: {}, requestId: 'webhook-test-1' });
   t.equal(delivered.status, 200, JSON.stringify(delivered.body));
   const rot2 = await call('POST', '/api/v2/webhooks/rotate-secret', { token: org.live });

@@ -7,9 +7,9 @@
  * never an organization id; METRICS_TOKEN, when set, is required.
  */
 import t, { type Test as Tap } from 'tap';
-import nodeHttp from 'node:http';
+import { useHttpServer } from '../helpers/http-server.js';
 import { readFileSync } from 'node:fs';
-import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, useService, waitFor, type TestOrg } from '../helpers/service.js';
+import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, ok, sendBatch, useService, waitFor, type TestOrg } from '../helpers/service.js';
 import { dashboardQueries, hasSeries, metricNames, sampleValue } from '../helpers/promql.js';
 
 const DASHBOARD = JSON.parse(readFileSync(new URL('../../ops/grafana/usage-billing.json', import.meta.url), 'utf8')) as { panels: unknown[] };
@@ -22,32 +22,17 @@ const { svc } = useService(t, 'metrics', { WEBHOOK_TIMEOUT_MS: '2000' });
 
 /** A receiver that answers 200 to everything and counts what it got. */
 const received: string[] = [];
-const receiver = nodeHttp.createServer((req, res) => {
+const receiver = useHttpServer(t, (req, res) => {
   req.resume();
   req.on('end', () => {
     received.push(req.url ?? '');
     res.writeHead(200).end();
   });
 });
-let receiverUrl = '';
-t.before(async () => {
-  await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
-  receiverUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}`;
-});
-t.teardown(() => {
-  receiver.closeAllConnections();
-  return new Promise<void>((r) => receiver.close(() => r()));
-});
 
 async function scrape(url: string, token?: string): Promise<{ status: number; type: string; text: string }> {
   const res = await fetch(`${url}/metrics`, { headers: token ? { authorization: `Bearer ${token}` } : {} });
   return { status: res.status, type: res.headers.get('content-type') ?? '', text: await res.text() };
-}
-
-async function ok(r: Promise<{ status: number; body: any }>, expected = [200, 201, 202]): Promise<any> {
-  const res = await r;
-  if (!expected.includes(res.status)) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
-  return res.body;
 }
 
 interface Traffic {
@@ -65,18 +50,18 @@ async function traffic(t: Tap, api: string): Promise<Traffic> {
   const call = (method: string, path: string, body?: unknown) => http(api, method, path, { token: org.live, body });
   // Webhooks: a secret, two events routed to the receiver, one test delivery.
   await ok(call('POST', '/api/v2/webhooks/rotate-secret'));
-  for (const event of ['billing-credits-depleted', 'billing-payment-succeeded']) await ok(call('PATCH', `/api/v2/webhooks/${event}`, { url: `${receiverUrl}/${event}`, enabled: true }));
+  for (const event of ['billing-credits-depleted', 'billing-payment-succeeded']) await ok(call('PATCH', `/api/v2/webhooks/${event}`, { url: `${receiver.url}/${event}`, enabled: true }));
   t.match(await ok(call('POST', '/api/v2/webhooks/billing-credits-depleted/test', {})), { delivered: true });
   // Billing: a pool of 2 credits, drained by 3 priced signals (a depletion event).
   const customer = await ok(call('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' }));
   const plan = await ok(call('POST', '/api/v2/plans', { name: 'Pro' }));
   const ola = await ok(call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, { planId: plan.id, eventName: 'api_call', unitPrice: '0.5', currency: 'USD', includedQuantity: null, creditsCurrencyId: CUR, creditsPerUnit: '1' }));
   await ok(call('POST', `/api/v2/customers/${customer.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '2' }));
-  await ok(sendBatch(api, org.live, { signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', idempotencyKey: `m-${i}` })) }));
-  await ok(sendBatch(api, org.test, { signals: [{ eventName: 'api_call', customerId: 'acme' }] }));
+  await ok(sendBatch(api, org.live, { signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', idempotencyKey: `m-${i}` })) }), [202]);
+  await ok(sendBatch(api, org.test, { signals: [{ eventName: 'api_call', customerId: 'acme' }] }), [202]);
   // An event from another billing component, delivered by the dispatcher.
   const payment = { id: 'pay_1', invoiceId: null, invoiceNumber: null, customerId: 'cus_1', customerName: null, amount: 1250, currency: 'USD', status: 'posted', paymentDate: '2026-11-01T10:00:00Z', paymentType: 'card', externalPaymentId: 'ch_1' };
-  await ok(http(api, 'POST', `/admin/v1/organizations/${org.id}/events`, { token: OPERATOR_TOKEN, body: { mode: 'live', event: 'billing-payment-succeeded', data: { payment } } }));
+  await ok(http(api, 'POST', `/admin/v1/organizations/${org.id}/events`, { token: OPERATOR_TOKEN, body: { mode: 'live', event: 'billing-payment-succeeded', data: { payment } } }), [202]);
   // Refusals: an unknown key, a body that is not JSON, a 429 from a small bucket.
   t.equal((await sendBatch(api, 'sk_live_nope', { signals: [] })).status, 401);
   t.equal((await http(api, 'POST', '/api/v2/signals/bulk', { token: org.live, raw: '{"signals":[' })).status, 400);

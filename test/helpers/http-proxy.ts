@@ -5,6 +5,7 @@
  * "ingested but the 202 was lost" case).
  */
 import http from 'node:http';
+import type { Test } from 'tap';
 import type { AddressInfo } from 'node:net';
 import { gunzipSync } from 'node:zlib';
 
@@ -49,7 +50,8 @@ export class HttpProxy {
   decide: Decide = () => ({ kind: 'forward' });
   private server: http.Server | null = null;
 
-  constructor(private readonly target: string) {}
+  /** `target`: the service's base URL, or a function giving it (read at each request). */
+  constructor(private readonly target: string | (() => string)) {}
 
   get url(): string {
     return `http://127.0.0.1:${this.port}`;
@@ -106,7 +108,7 @@ export class HttpProxy {
     try {
       const headers: Record<string, string> = {};
       for (const [k, v] of Object.entries(req.headers)) if (typeof v === 'string' && !['host', 'connection', 'content-length'].includes(k)) headers[k] = v;
-      upstream = await fetch(this.target + (req.url ?? '/'), { method: req.method, headers, body: raw.length > 0 ? raw : undefined });
+      upstream = await fetch((typeof this.target === 'string' ? this.target : this.target()) + (req.url ?? '/'), { method: req.method, headers, body: raw.length > 0 ? raw : undefined });
     } catch (err) {
       return answer(502, { error: 'Bad Gateway', code: 'PROXY', details: String(err) });
     }
@@ -124,4 +126,21 @@ export class HttpProxy {
     });
     answer(upstream.status, text, out);
   }
+}
+
+/**
+ * A proxy in front of the service for a whole test file: started before its tests, stopped at
+ * its teardown, and back to forwarding everything after each test. `target` is read at each
+ * request, so it may name a service that starts in the same file's `t.before`.
+ */
+export function useHttpProxy(t: Test, target: () => string): HttpProxy {
+  const proxy = new HttpProxy(target);
+  t.before(async () => {
+    await proxy.start();
+  });
+  t.teardown(() => proxy.stop());
+  t.afterEach(() => {
+    proxy.decide = () => ({ kind: 'forward' });
+  });
+  return proxy;
 }

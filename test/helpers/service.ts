@@ -171,10 +171,46 @@ export function useService(t: Test, name: string, env: Record<string, string> = 
   return { iso, svc };
 }
 
+/** A service for one test: started now, stopped and its isolation cleaned at that test's teardown. */
+export async function startService(t: Test, name: string, env: Record<string, string> = {}): Promise<{ iso: Isolation; svc: ServiceProcess }> {
+  const iso = isolation(name);
+  const svc = new ServiceProcess(iso, env);
+  t.teardown(async () => {
+    await svc.stop();
+    await cleanup(iso);
+  });
+  await svc.start();
+  return { iso, svc };
+}
+
 export interface HttpResult<T = any> {
   status: number;
   headers: Headers;
   body: T;
+}
+
+/** The body of an answer whose status is one of `expected`; any other answer throws, naming its status and body. */
+export async function ok(r: Promise<{ status: number; body: any }>, expected: readonly number[] = [200, 201]): Promise<any> {
+  const res = await r;
+  if (!expected.includes(res.status)) throw new Error(`${res.status} ${JSON.stringify(res.body)}`);
+  return res.body;
+}
+
+/** An answer as sent: its status and its body text, unparsed. */
+export interface RawAnswer {
+  status: number;
+  text: string;
+}
+
+/** POSTs an analytics query with `key`; `timeoutMs`, when given, aborts a request that takes longer. */
+export async function queryRaw(base: string, key: string, query: string, timeoutMs?: number): Promise<RawAnswer> {
+  const res = await fetch(`${base}/api/v2/analytics/query`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify({ query }),
+    ...(timeoutMs === undefined ? {} : { signal: AbortSignal.timeout(timeoutMs) }),
+  });
+  return { status: res.status, text: await res.text() };
 }
 
 export async function http<T = any>(base: string, method: string, p: string, opts: { token?: string; body?: unknown; raw?: string } = {}): Promise<HttpResult<T>> {

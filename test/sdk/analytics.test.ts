@@ -9,7 +9,7 @@ import t from 'tap';
 import { Decimal } from 'decimal.js';
 import { SignalClient, SignalApiError } from '../../packages/sdk/src/index.js';
 import { HttpProxy } from '../helpers/http-proxy.js';
-import { cleanup, createOrg, drained, isolation, ServiceProcess, useService, type TestOrg } from '../helpers/service.js';
+import { createOrg, drained, startService, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'sdkanalytics');
 let org: TestOrg;
@@ -94,13 +94,7 @@ t.test('a refused query surfaces the API error; it is not retried', async (t) =>
 });
 
 t.test('CONCURRENCY_LIMIT_EXCEEDED (no Retry-After): retried once the client\'s own query ends', async (t) => {
-  const iso2 = isolation('sdkanalytics2');
-  const svc2 = new ServiceProcess(iso2, { ANALYTICS_TIMEOUT_MS: '1000' });
-  t.teardown(async () => {
-    await svc2.stop();
-    await cleanup(iso2);
-  });
-  await svc2.start();
+  const { svc: svc2 } = await startService(t, 'sdkanalytics2', { ANALYTICS_TIMEOUT_MS: '1000' });
   const o = await createOrg(svc2.url, { analyticsConcurrency: 1 });
   const c = new SignalClient({ baseUrl: svc2.url, apiKey: o.live, initialBackoffMs: 5_000, maxBackoffMs: 5_000 });
   const slow = c.analyticsQuery('SELECT count() FROM numbers(1000000000) WHERE sipHash64(toString(number)) = 0').catch((x: unknown) => x);

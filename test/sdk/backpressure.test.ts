@@ -6,18 +6,11 @@
 import t from 'tap';
 import { SignalClient, ClientClosedError, type Receipt, type Signal } from '../../packages/sdk/src/index.js';
 import { counts, createOrg, drained, sleep, useService } from '../helpers/service.js';
-import { HttpProxy } from '../helpers/http-proxy.js';
+import { useHttpProxy } from '../helpers/http-proxy.js';
 
 const { iso, svc } = useService(t, 'sdkbp');
 
-let proxy: HttpProxy;
-t.before(async () => {
-  proxy = await new HttpProxy(svc.url).start();
-});
-t.teardown(() => proxy.stop());
-t.afterEach(() => {
-  proxy.decide = () => ({ kind: 'forward' });
-});
+const proxy = useHttpProxy(t, () => svc.url);
 
 const sig = (i: number): Signal => ({ eventName: 'sdk_bp', customerId: `cus_${i % 3}`, data: { i } });
 

@@ -6,17 +6,13 @@
 import t from 'tap';
 import { SignalClient, InvalidSignalError, SignalApiError, DeliveryError, type Delivered, type Signal } from '../../packages/sdk/src/index.js';
 import { counts, createOrg, drained, useService } from '../helpers/service.js';
-import { HttpProxy } from '../helpers/http-proxy.js';
+import { useHttpProxy } from '../helpers/http-proxy.js';
 
 // The smallest body limit the service allows, so that byte-cut batches stay small.
 const LIMIT = 64 * 1024;
 const { iso, svc } = useService(t, 'sdkbatch', { MAX_BODY_BYTES: String(LIMIT) });
 
-let proxy: HttpProxy;
-t.before(async () => {
-  proxy = await new HttpProxy(svc.url).start();
-});
-t.teardown(() => proxy.stop());
+const proxy = useHttpProxy(t, () => svc.url);
 
 const sig = (i: number, extra: Partial<Signal> = {}): Signal => ({ eventName: 'sdk_batch', customerId: `cus_${i % 5}`, data: { i }, ...extra });
 

@@ -8,13 +8,12 @@ import t from 'tap';
 import { gzipSync } from 'node:zlib';
 import { SignalClient, SignalApiError, type Signal } from '../../packages/sdk/src/index.js';
 import { counts, createOrg, drained, useService } from '../helpers/service.js';
-import { HttpProxy, type Seen } from '../helpers/http-proxy.js';
+import { useHttpProxy, type Seen } from '../helpers/http-proxy.js';
 
 const { iso, svc } = useService(t, 'sdkgzip');
 
-let proxy: HttpProxy;
+const proxy = useHttpProxy(t, () => svc.url);
 t.before(async () => {
-  proxy = await new HttpProxy(svc.url).start();
   const org = await createOrg(svc.url);
   const res = await fetch(`${svc.url}/api/v2/signals/bulk`, {
     method: 'POST',
@@ -22,10 +21,6 @@ t.before(async () => {
     body: gzipSync(JSON.stringify({ signals: [{ eventName: 'probe', customerId: 'c' }] })),
   });
   if (res.status !== 202) throw new Error(`the service refused a gzip body: ${res.status} ${await res.text()}`);
-});
-t.teardown(() => proxy.stop());
-t.afterEach(() => {
-  proxy.decide = () => ({ kind: 'forward' });
 });
 
 const sig = (i: number): Signal => ({ eventName: 'sdk_gzip', customerId: `cus_${i % 3}`, data: { i, note: 'the same words again and again compress well' } });

@@ -8,18 +8,11 @@
 import t from 'tap';
 import { SignalClient, RetriesExhaustedError, SignalApiError, NetworkError, type Signal } from '../../packages/sdk/src/index.js';
 import { counts, createOrg, drained, useService } from '../helpers/service.js';
-import { HttpProxy, type Seen } from '../helpers/http-proxy.js';
+import { HttpProxy, useHttpProxy, type Seen } from '../helpers/http-proxy.js';
 
 const { iso, svc } = useService(t, 'sdkretry');
 
-let proxy: HttpProxy;
-t.before(async () => {
-  proxy = await new HttpProxy(svc.url).start();
-});
-t.teardown(() => proxy.stop());
-t.afterEach(() => {
-  proxy.decide = () => ({ kind: 'forward' });
-});
+const proxy = useHttpProxy(t, () => svc.url);
 
 const sig = (i: number): Signal => ({ eventName: 'sdk_retry', customerId: `cus_${i % 3}`, data: { i } });
 const bulk = (from: number): Seen[] => proxy.requests('/api/v2/signals/bulk').slice(from);

@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import fc from 'fast-check';
-import type { Expr, Query, Select, TypeName } from '../../src/analytics/compiler/ast.js';
+import type { Expr, GeneratorRef, Query, Select, TypeName } from '../../src/analytics/compiler/ast.js';
 import { CompileError, QueryCompiler, compile, printScoped } from '../../src/analytics/compiler/index.js';
 import { parse } from '../../src/analytics/compiler/grammar.js';
 import { Printer, quoteIdent, quoteString } from '../../src/analytics/compiler/printer.js';
@@ -239,7 +239,7 @@ const typeArb: fc.Arbitrary<TypeName> = fc.letrec<{ t: TypeName }>((tie) => ({
   ),
 })).t;
 
-const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie): any => {
+const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie) => {
   const e = tie('e');
   const leaf = fc.oneof(
     fc.bigInt({ min: -(2n ** 70n), max: 2n ** 70n }).map((value) => ({ k: 'int' as const, value, at: 0 })),
@@ -272,7 +272,7 @@ const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie): any
           }
           return c;
         }),
-      fc.constant({ k: 'call' as const, name: 'count', args: [{ k: 'allColumns' as const, at: 0 }], distinct: false, at: 0 }),
+      fc.constant<Expr>({ k: 'call', name: 'count', args: [{ k: 'allColumns', at: 0 }], distinct: false, at: 0 }),
       fc.tuple(fc.array(nameArb, { minLength: 1, maxLength: 2 }), e, fc.array(e, { maxLength: 1 })).map(([params, body, rest]) => ({ k: 'call' as const, name: 'arrayMap', args: [{ k: 'lambda' as const, params, body, at: 0 }, ...rest], distinct: false, at: 0 })),
       fc.tuple(fc.constantFrom('-' as const, 'NOT' as const), e).map(([op, expr]) => ({ k: 'unary' as const, op, expr, at: 0 })),
       fc.tuple(fc.constantFrom('*', '/', '%', '+', '-', '||', '=', '!=', '<', '>', '<=', '>=', 'LIKE', 'NOT LIKE', 'ILIKE', 'NOT ILIKE', 'AND', 'OR') as fc.Arbitrary<Extract<Expr, { k: 'binary' }>['op']>, e, e).map(([op, left, right]) => ({ k: 'binary' as const, op, left, right, at: 0 })),
@@ -299,7 +299,7 @@ const exprArb: fc.Arbitrary<Expr> = fc.letrec<{ e: Expr; q: Select }>((tie): any
         orderBy: fc.array(orderArb, { maxLength: 2 }),
         distinct: fc.boolean(),
         limit: fc.option(fc.record({ limit: fc.bigInt({ min: 0n, max: 100n }) }), { nil: undefined }),
-        source: fc.option(fc.oneof(nameArb.map((name) => ({ k: 'table' as const, name, alias: 'x', at: 0 })), fc.constant({ k: 'numbers' as const, args: [3n], at: 0 })), { nil: undefined }),
+        source: fc.option(fc.oneof(nameArb.map((name) => ({ k: 'table' as const, name, alias: 'x', at: 0 })), fc.constant<GeneratorRef>({ k: 'numbers', args: [3n], at: 0 })), { nil: undefined }),
       })
       .map((r) => {
         const s: Select = { k: 'select', ctes: [], withAliases: [], distinct: r.distinct, items: r.items.map((i) => (i.alias === undefined ? { expr: i.expr } : { expr: i.expr, alias: i.alias })), groupBy: r.groupBy, orderBy: r.orderBy, at: 0 };

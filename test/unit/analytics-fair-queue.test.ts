@@ -32,11 +32,11 @@ t.test('free places go to the waiting organizations in turn', async (t) => {
   const a = await q.acquire('A:live', 'A', far());
   const b = await q.acquire('B:live', 'B', far());
   const wait = (key: string, group: string, tag: string) => q.acquire(key, group, far()).then((r) => (order.push(tag), r));
-  const pending = [wait('A:live', 'A', 'A2'), wait('A:live', 'A', 'A3'), wait('A:live', 'A', 'A4'), wait('C:live', 'C', 'C1'), wait('D:live', 'D', 'D1')];
+  const pending = [wait('A:live', 'A', 'A2'), wait('A:live', 'A', 'A3'), wait('A:live', 'A', 'A4'), wait('C:live', 'C', 'C1'), wait('D:live', 'D', 'D1')] as const;
   a();
   b();
-  const r1 = await pending[0]!;
-  const r2 = await pending[3]!;
+  const r1 = await pending[0];
+  const r2 = await pending[3];
   t.same(order, ['A2', 'C1'], 'A at its share: the next place goes to C');
   r1();
   r2();

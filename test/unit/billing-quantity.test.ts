@@ -162,7 +162,8 @@ t.test('property: the exact texts and the parsed data together give every number
       const found = exactNumberTexts(raw);
       signals.forEach((nums, s) =>
         nums.forEach((n, i) => {
-          const x = found?.[s]?.[`k${i}.v`];
+          const exact = found?.[s];
+          const x = exact ? exact[`k${i}.v`] : undefined;
           const read = x ?? JSON.stringify(parsed.signals[s]!.data[`k${i}`]!.v);
           if (!new Decimal(read).eq(new Decimal(n))) throw new Error(`${n} read as ${read}`);
           if (x !== undefined && doubleKeeps(n)) throw new Error(`${n} needlessly kept`);

@@ -9,21 +9,14 @@ import t from 'tap';
 import zlib from 'node:zlib';
 import { DECODE_CHUNK_BYTES, SUPPORTED_CODINGS, ZSTD_AVAILABLE, decodeBody, parseContentEncoding, type DecodeProbe } from '../../src/ingress/content-encoding.js';
 import { ApiError } from '../../src/errors.js';
+import { rejection } from '../helpers/rejection.js';
 
 /** node:zlib's zstd functions, present on Node ≥ 22.15 / 23.8 only. */
 const zstd = zlib as unknown as { zstdCompressSync?: (b: Buffer) => Buffer };
 
 const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: `cus_${i % 7}`, data: { n: i } })) }));
 
-async function refused(p: Promise<unknown>): Promise<ApiError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof ApiError) return err;
-    throw err;
-  }
-  throw new Error('expected a refusal');
-}
+const refused = (p: Promise<unknown>): Promise<ApiError> => rejection(p, ApiError);
 
 t.test('parseContentEncoding', async (t) => {
   for (const h of ['', 'identity', ' IDENTITY ', 'identity, identity']) t.equal(parseContentEncoding(h), 'identity', JSON.stringify(h));

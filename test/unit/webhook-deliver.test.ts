@@ -295,7 +295,7 @@ t.test('Deliverer: HTTPS to an IP literal checks the certificate against the add
   execFileSync('/usr/bin/openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', 'k.pem', '-out', 'c.pem', '-days', '2',
     '-subj', '/CN=127.0.0.1', '-addext', 'subjectAltName=IP:127.0.0.1', '-addext', 'basicConstraints=critical,CA:TRUE'], { cwd: dir, stdio: 'pipe' });
   const cert = readFileSync(path.join(dir, 'c.pem'));
-  const snis: (string | false)[] = [];
+  const snis: (string | false | null)[] = [];
   const server = https.createServer({ key: readFileSync(path.join(dir, 'k.pem')), cert }, (req, res) => {
     snis.push((req.socket as TLSSocket).servername);
     req.resume();

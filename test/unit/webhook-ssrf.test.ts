@@ -159,7 +159,7 @@ t.test("this machine's own addresses count as loopback", async (t) => {
   t.match(!r.ok && r.reason, /self\.test resolves to 93\.184\.216\.99, a loopback address \(an address of this machine, on eth0\)/, 'the reason says why');
 
   let moved = false;
-  const changing = { hostAddresses: () => (moved ? { eth0: ['93.184.216.34'] } : {}) };
+  const changing = { hostAddresses: (): Record<string, string[]> => (moved ? { eth0: ['93.184.216.34'] } : {}) };
   t.match(await checkWebhookUrl('https://public.test/', CORPUS.defaultPolicy, fakeResolver(), changing), { ok: true });
   moved = true;
   t.match(await checkWebhookUrl('https://public.test/', CORPUS.defaultPolicy, fakeResolver(), changing), { ok: false, addressClass: 'loopback' }, 'read again at each check');
