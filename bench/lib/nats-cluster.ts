@@ -169,6 +169,16 @@ export class NatsCluster {
     return { nc, jsm: await jetstreamManager(nc, { timeout: 10_000 }) };
   }
 
+  /**
+   * A manager connected to node i alone, with short request timeouts: for watching the cluster
+   * while another node is down (a connection to the whole cluster may sit on the dead node and
+   * wait to reconnect).
+   */
+  async managerOn(i: number, timeoutMs = 2_000): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+    const nc = await connect({ servers: `nats://127.0.0.1:${this.nodes[i]!.port}`, timeout: timeoutMs });
+    return { nc, jsm: await jetstreamManager(nc, { timeout: timeoutMs }) };
+  }
+
   async stop(): Promise<void> {
     for (let i = 0; i < this.nodes.length; i++) if (this.nodes[i]!.proc) await this.kill9(i);
     rmSync(this.root, { recursive: true, force: true });
