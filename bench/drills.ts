@@ -11,9 +11,10 @@
 import { Args } from './lib/args.js';
 import { appendHistory, hostInfo, printHeader } from './lib/report.js';
 import type { Drill, DrillResult } from './drills/drill.js';
+import { natsCluster } from './drills/nats-cluster.js';
 import { redisFailover } from './drills/redis-failover.js';
 
-export const DRILLS: Drill[] = [redisFailover];
+export const DRILLS: Drill[] = [redisFailover, natsCluster];
 
 const args = new Args('node dist/bench/drills.js [--rounds N] [--duration S] [--only name,…]', {
   rounds: { help: 'faults per drill (default 3)' },

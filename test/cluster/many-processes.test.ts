@@ -20,7 +20,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { isAlive } from '../helpers/nats-cluster.js';
+import { isAlive } from '../../bench/lib/nats-cluster.js';
 import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http as call, isolation, sendBatch, sleep, waitFor, type TestOrg } from '../helpers/service.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));

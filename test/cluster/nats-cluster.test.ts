@@ -12,7 +12,7 @@
 import t from 'tap';
 import { AckPolicy, jetstream, RetentionPolicy, StorageType, type JetStreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
-import { NatsCluster, isAlive } from '../helpers/nats-cluster.js';
+import { NatsCluster, isAlive } from '../../bench/lib/nats-cluster.js';
 import { NATS_URL, OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, sleep, waitFor } from '../helpers/service.js';
 import { Nats } from '../../src/nats/connection.js';
 import { loadConfig } from '../../src/config.js';

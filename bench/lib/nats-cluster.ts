@@ -1,5 +1,6 @@
 /**
- * A real 3-node NATS JetStream cluster for tests: three Debian `nats-server` processes on
+ * A real 3-node NATS JetStream cluster for tests and drills (test/cluster/nats-cluster.test.ts,
+ * bench/drills/nats-cluster.ts): three Debian `nats-server` processes on
  * loopback ports, each with its own store directory, routes to the other two and a shared
  * cluster name (ARCHITECTURE.md fact 11). Nodes can be killed with -9 and restarted on the same
  * ports and directories; `stop()` kills every node and removes the directories.
@@ -11,7 +12,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { sleep } from './service.js';
+import { sleep } from './report.js';
 
 interface Node {
   name: string;
@@ -51,8 +52,8 @@ export class NatsCluster {
     this.root = mkdtempSync(path.join(tmpdir(), 'billing-nats-cluster-'));
   }
 
-  static async start(size = 3): Promise<NatsCluster> {
-    const c = new NatsCluster(`billing-test-${process.pid}`);
+  static async start(size = 3, clusterName = `billing-test-${process.pid}`): Promise<NatsCluster> {
+    const c = new NatsCluster(clusterName);
     for (let i = 0; i < size; i++) {
       c.nodes.push({ name: `n${i + 1}`, port: await freePort(), clusterPort: await freePort(), dir: path.join(c.root, `n${i + 1}`), proc: null, output: '' });
     }
@@ -166,6 +167,16 @@ export class NatsCluster {
   async manager(): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
     const nc = await connect({ servers: this.servers, maxReconnectAttempts: -1, reconnectTimeWait: 200 });
     return { nc, jsm: await jetstreamManager(nc, { timeout: 10_000 }) };
+  }
+
+  /**
+   * A manager connected to node i alone, with short request timeouts: for watching the cluster
+   * while another node is down (a connection to the whole cluster may sit on the dead node and
+   * wait to reconnect).
+   */
+  async managerOn(i: number, timeoutMs = 2_000): Promise<{ nc: NatsConnection; jsm: JetStreamManager }> {
+    const nc = await connect({ servers: `nats://127.0.0.1:${this.nodes[i]!.port}`, timeout: timeoutMs });
+    return { nc, jsm: await jetstreamManager(nc, { timeout: timeoutMs }) };
   }
 
   async stop(): Promise<void> {
