@@ -599,6 +599,13 @@ t.test('BillingConfigStore: compare-and-set across instances, create-only extern
   );
   t.same(await big.getCustomer(orgId, 'live', cus), after, 'a document too large for one message is refused, nothing changes');
 
+  // A claim whose customer was never written (a crash between the two): taken over once stale, not before.
+  await kv.create(`xid.${orgId}.live.${Buffer.from('orphan').toString('base64url')}`, JSON.stringify({ customerId: 'cus_StoreTestNeverMade00' }));
+  const orphan = (s: BillingConfigStore, id: string) => s.createCustomer(orgId, 'live', { id, externalId: 'orphan', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  await t.rejects(orphan(stores[0]!, 'cus_StoreTestStoreTest20'), { code: 'CONFLICT' }, 'a fresh claim without its customer is still taken');
+  await orphan(new BillingConfigStore(kv, 1024 * 1024, 0), 'cus_StoreTestStoreTest21');
+  t.equal((await stores[0]!.externalIdOwner(orgId, 'live', 'orphan'))?.customerId, 'cus_StoreTestStoreTest21', 'a stale orphaned claim is taken over');
+
   const batch = await stores[0]!.forBatch(orgId, 'live', ['store-x', cus, 'nobody', 'cus_StoreTestStoreTest99']);
   t.same(Object.keys(batch.config.customers), [cus], 'a batch reads only the customers it names (by externalId or id)');
   t.same(Object.keys(batch.revisions), [`cus.${orgId}.live.${cus}`]);

@@ -16,7 +16,8 @@
  *                               concurrent creations with one externalId cannot both win.
  *   plan.O.M.<planId>           a plan (immutable once created, never deleted).
  *   seq.O.M.customers|plans     {n}: the last listing position handed out (compare-and-set).
- *   ord.O.M.customers|plans.<n> {id}: position n of the listing order (creation order);
+ *   ord.O.M.customers|plans.<n> {id} (a plan: the plan itself, plans never change): position n
+ *                               of the listing order (creation order);
  *                               written before the entity, so a crash between the two leaves a
  *                               dangling position that lists skip.
  *   cfg.O.M                     the former one-document layout; migrated on start
@@ -117,10 +118,12 @@ export class BillingConfigStore {
   /**
    * @param kv the `<prefix>_billing` bucket (`Nats.billingBucket()`)
    * @param maxPayload the NATS server's max_payload (`Nats.maxPayload`)
+   * @param staleClaimMs age after which an externalId claim without its customer is taken over
    */
   constructor(
     private readonly kv: KV,
     maxPayload: number,
+    private readonly staleClaimMs = STALE_CLAIM_MS,
   ) {
     this.maxDocumentBytes = maxPayload - MESSAGE_OVERHEAD_BYTES;
   }
@@ -208,7 +211,7 @@ export class BillingConfigStore {
       if (!owner) continue; // deleted meanwhile (never by this service): try again
       if (await this.getCustomer(orgId, mode, owner.customerId)) throw onTaken(owner.customerId);
       // Claimed, but its customer is not written (yet, or never: a crash in between).
-      if (Date.now() - owner.created.getTime() < STALE_CLAIM_MS) throw onTaken(owner.customerId);
+      if (Date.now() - owner.created.getTime() < this.staleClaimMs) throw onTaken(owner.customerId);
       try {
         await this.kv.update(key, value, owner.revision);
         return;
@@ -279,7 +282,8 @@ export class BillingConfigStore {
   async createPlan(orgId: string, mode: Mode, plan: Plan): Promise<void> {
     const seq = await this.nextPosition(orgId, mode, 'plans');
     try {
-      await this.kv.create(orderKey(orgId, mode, 'plans', seq), JSON.stringify({ id: plan.id }));
+      // Plans never change: the position holds the plan itself, so a page of plans is one round of gets.
+      await this.kv.create(orderKey(orgId, mode, 'plans', seq), this.encode(plan, `plan ${plan.id}`));
       await this.kv.create(planKey(orgId, mode, plan.id), this.encode(plan, `plan ${plan.id}`));
     } catch (err) {
       throw unavailable(err);
@@ -305,8 +309,8 @@ export class BillingConfigStore {
       const docs = await Promise.all(
         ids.map(async (e) => {
           if (!present(e)) return null;
-          const { id } = parse<{ id: string }>(e);
-          if (l === 'plans') return (await this.getPlan(orgId, mode, id)) as T | null;
+          const { id, ...rest } = parse<{ id: string; name?: string }>(e);
+          if (l === 'plans') return (rest.name !== undefined ? { id, ...rest } : await this.getPlan(orgId, mode, id)) as T | null;
           return ((await this.getCustomer(orgId, mode, id))?.doc ?? null) as T | null;
         }),
       );
@@ -442,7 +446,7 @@ export class BillingConfigStore {
     for (let i = 0; i < plans.length; i += chunk) {
       await Promise.all(
         plans.slice(i, i + chunk).map(async (p, j) => {
-          await this.createIfAbsent(orderKey(orgId, mode, 'plans', i + j + 1), JSON.stringify({ id: p.id }));
+          await this.createIfAbsent(orderKey(orgId, mode, 'plans', i + j + 1), JSON.stringify(p));
           await this.createIfAbsent(planKey(orgId, mode, p.id), JSON.stringify(p));
         }),
       );
