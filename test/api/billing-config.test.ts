@@ -606,6 +606,18 @@ t.test('BillingConfigStore: compare-and-set across instances, create-only extern
   await orphan(new BillingConfigStore(kv, 1024 * 1024, 0), 'cus_StoreTestStoreTest21');
   t.equal((await stores[0]!.externalIdOwner(orgId, 'live', 'orphan'))?.customerId, 'cus_StoreTestStoreTest21', 'a stale orphaned claim is taken over');
 
+  // A creation that fails after its claim (here: a document too large) releases the claim and leaves a position lists skip.
+  await t.rejects(
+    big.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest30', externalId: 'released', name: 'x'.repeat(10_000), units: {}, createdAt: at, updatedAt: at }, taken),
+    { code: 'BILLING_CONFIG_TOO_LARGE' },
+  );
+  t.equal(await stores[0]!.externalIdOwner(orgId, 'live', 'released'), null, 'the claim is released');
+  await stores[0]!.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest31', externalId: 'released', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  const listed = await stores[0]!.list<{ customer: { id: string } }>(orgId, 'live', 'customers', 0, 1000);
+  t.notOk(listed.items.some((d) => d.customer.id === 'cus_StoreTestStoreTest30'), 'the failed customer is not listed');
+  t.equal(listed.items.at(-1)?.customer.id, 'cus_StoreTestStoreTest31', 'creation order kept past the dangling position');
+  t.equal(listed.next, null);
+
   const batch = await stores[0]!.forBatch(orgId, 'live', ['store-x', cus, 'nobody', 'cus_StoreTestStoreTest99']);
   t.same(Object.keys(batch.config.customers), [cus], 'a batch reads only the customers it names (by externalId or id)');
   t.same(Object.keys(batch.revisions), [`cus.${orgId}.live.${cus}`]);

@@ -185,25 +185,27 @@ export class BillingConfigStore {
    * the externalId belongs to another customer.
    */
   async createCustomer(orgId: string, mode: Mode, customer: Customer, onTaken: (ownerId: string) => ApiError): Promise<CustomerDoc> {
-    if (customer.externalId !== null) await this.claimExternalId(orgId, mode, customer.externalId, customer.id, onTaken);
-    const seq = await this.nextPosition(orgId, mode, 'customers');
-    const doc: CustomerDoc = { seq, customer, attributes: {}, pools: {}, caps: {} };
+    const claim = customer.externalId !== null ? await this.claimExternalId(orgId, mode, customer.externalId, customer.id, onTaken) : null;
     try {
+      const seq = await this.nextPosition(orgId, mode, 'customers');
+      const doc: CustomerDoc = { seq, customer, attributes: {}, pools: {}, caps: {} };
       await this.kv.create(orderKey(orgId, mode, 'customers', seq), JSON.stringify({ id: customer.id }));
       await this.kv.create(customerKey(orgId, mode, customer.id), this.encode(doc, `customer ${customer.id}`));
+      return doc;
     } catch (err) {
+      // Nothing was created: release the claim (only if still ours; a crash leaves it to go stale).
+      if (claim !== null) await this.kv.delete(externalIdKey(orgId, mode, customer.externalId!), { previousSeq: claim }).catch(() => undefined);
       throw unavailable(err);
     }
-    return doc;
   }
 
-  private async claimExternalId(orgId: string, mode: Mode, externalId: string, customerId: string, onTaken: (ownerId: string) => ApiError): Promise<void> {
+  /** Claims an externalId for `customerId`; the claim key's revision. */
+  private async claimExternalId(orgId: string, mode: Mode, externalId: string, customerId: string, onTaken: (ownerId: string) => ApiError): Promise<number> {
     const key = externalIdKey(orgId, mode, externalId);
     const value = JSON.stringify({ customerId });
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
       try {
-        await this.kv.create(key, value);
-        return;
+        return await this.kv.create(key, value);
       } catch (err) {
         if (!isConflict(err)) throw unavailable(err);
       }
@@ -213,8 +215,7 @@ export class BillingConfigStore {
       // Claimed, but its customer is not written (yet, or never: a crash in between).
       if (Date.now() - owner.created.getTime() < this.staleClaimMs) throw onTaken(owner.customerId);
       try {
-        await this.kv.update(key, value, owner.revision);
-        return;
+        return await this.kv.update(key, value, owner.revision);
       } catch (err) {
         if (!isConflict(err)) throw unavailable(err);
       }
