@@ -97,7 +97,7 @@ const billingNotFound = error('Something named does not exist in this organizati
 const billingCreateErrors = {
   400: error('A bad field (details start with its name); nothing changed.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_BILLING_CONFIG']),
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
-  409: error('A duplicate (details name the field), the document would exceed one NATS message, or concurrent changes kept winning; nothing changed.', ['CONFLICT', 'BILLING_CONFIG_TOO_LARGE']),
+  409: error('A duplicate (details name the field), the customer\'s document would exceed one NATS message, or concurrent changes kept winning; nothing changed.', ['CONFLICT', 'BILLING_CONFIG_TOO_LARGE']),
   413: error('Body larger than 64 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
   503: error('The configuration store (JetStream) is unreachable, or the service is starting; nothing changed.', ['BILLING_UNAVAILABLE', 'SERVICE_STARTING']),
 };

@@ -492,6 +492,26 @@ t.test('concurrent changes from two ingress processes on one bucket are all appl
   t.equal(p.topUps.length, tops);
   t.equal(p.totalCredits, String(0.5 + tops * 0.25));
   t.equal((await a.get(`${C}/${cus}/units`)).body.units.length, n - tops);
+
+  // Cross-entity rules raced from both processes at once: exactly one of each duplicate wins.
+  for (let round = 0; round < 3; round++) {
+    const xid = `two-proc-${round}-${Math.random()}`;
+    const made = await Promise.all([a, b, a, b].map((c) => c.post(C, { externalId: xid })));
+    t.same(made.map((r) => r.status).sort(), [201, 409, 409, 409], `externalId ${round}: one of four wins`);
+    const owner = made.find((r) => r.status === 201)!.body.id as string;
+    const plan = (await b.post('/api/v2/plans', { name: 'race' })).body.id as string;
+    const attrs = await Promise.all([a, b].map((c) => c.post(`${C}/${owner}/order-line-attributes`, { planId: plan, eventName: 'e', unitPrice: '1', currency: 'USD', creditsCurrencyId: CUR, creditsPerUnit: '1' })));
+    t.same(attrs.map((r) => r.status).sort(), [201, 409], `attribute per eventName ${round}: one wins`);
+    const attr = attrs.find((r) => r.status === 201)!.body.id as string;
+    const pools = await Promise.all([b, a].map((c) => c.post(`${C}/${owner}/credit-pools`, { orderLineAttributeId: attr, credits: '1' })));
+    t.same(pools.map((r) => r.status).sort(), [201, 409], `pool per attribute ${round}: one wins`);
+    t.equal((await a.get(`${C}/${owner}/credit-pools`)).body.creditPools.length, 1);
+  }
+  // A unit move and a cycle-closing move raced: the tree never gets a cycle.
+  await a.put(`${C}/${cus}/units/x`, {});
+  await a.put(`${C}/${cus}/units/y`, {});
+  const moves = await Promise.all([a.put(`${C}/${cus}/units/x`, { parentExternalId: 'y' }), b.put(`${C}/${cus}/units/y`, { parentExternalId: 'x' })]);
+  t.same(moves.map((r) => r.status).sort(), [200, 400], 'one move wins, the other would close a cycle');
 });
 
 t.test('lists are paginated: limit, opaque cursor, creation order; bad limit or cursor is refused', async (t) => {
