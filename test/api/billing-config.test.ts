@@ -531,6 +531,16 @@ t.test('lists are paginated: limit, opaque cursor, creation order; bad limit or 
   t.same((await c.get('/api/v2/plans')).body.plans.length, 7, 'no cursor: the first page (default limit 100)');
   t.same((await all<{ id: string }>(c, C, 'customers', 2)).map((x) => x.id), ids, 'customers page by page, in creation order');
 
+  // The longest externalId (255 three-byte characters: a 1,020-character claim key) and ones with dots and slashes.
+  for (const xid of ['界'.repeat(255), 'a.b/c*>', '']) {
+    const r = await c.post(C, { externalId: xid });
+    if (xid === '') {
+      t.equal(r.status, 400, 'an empty externalId is refused');
+      continue;
+    }
+    t.equal(r.status, 201, `externalId of ${xid.length} characters`);
+    t.equal((await c.post(C, { externalId: xid })).status, 409, 'and is unique');
+  }
   const cus = ids[0]!;
   for (let i = 0; i < 5; i++) await c.put(`${C}/${cus}/units/u${i}`, {});
   const u1 = await c.get(`${C}/${cus}/units?limit=2`);

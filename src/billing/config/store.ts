@@ -295,8 +295,8 @@ export class BillingConfigStore {
 
   /**
    * Up to `limit` entities of a listing after position `after`, in creation order. Positions
-   * are read `limit` at a time in parallel; dangling ones (a crash between position and
-   * entity) are skipped.
+   * (and each one's entity right after it) are read `limit` at a time in parallel; dangling
+   * ones (a crash between position and entity) are skipped.
    */
   async list<T>(orgId: string, mode: Mode, l: Listing, after: number, limit: number): Promise<Page<T>> {
     const counter = await this.raw(counterKey(orgId, mode, l));
@@ -306,9 +306,10 @@ export class BillingConfigStore {
     while (items.length < limit && pos < last) {
       const want = Math.min(limit - items.length, last - pos);
       const positions = Array.from({ length: want }, (_, i) => pos + 1 + i);
-      const ids = await Promise.all(positions.map((n) => this.raw(orderKey(orgId, mode, l, n))));
+      // Each position's entity is read as soon as its position arrives (no wait for the whole round).
       const docs = await Promise.all(
-        ids.map(async (e) => {
+        positions.map(async (n) => {
+          const e = await this.raw(orderKey(orgId, mode, l, n));
           if (!present(e)) return null;
           const { id, ...rest } = parse<{ id: string; name?: string }>(e);
           if (l === 'plans') return (rest.name !== undefined ? { id, ...rest } : await this.getPlan(orgId, mode, id)) as T | null;
