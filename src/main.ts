@@ -92,7 +92,12 @@ export async function start(cfg: Config): Promise<Running> {
       return l;
     });
     const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
-    const configStore = once(async () => new BillingConfigStore(await n.billingBucket(), n.maxPayload));
+    // One-document configurations of the former layout are migrated before anything uses the store.
+    const configStore = once(async () => {
+      const s = new BillingConfigStore(await n.billingBucket(), n.maxPayload);
+      await s.migrate();
+      return s;
+    });
     const billingState = once(() => stateBucket(n, billing));
     // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
     const watchLag = (kind: string, stream: string, consumer: string): void => {

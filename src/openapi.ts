@@ -97,14 +97,24 @@ const billingNotFound = error('Something named does not exist in this organizati
 const billingCreateErrors = {
   400: error('A bad field (details start with its name); nothing changed.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_BILLING_CONFIG']),
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
-  409: error('A duplicate (details name the field), the document would exceed one NATS message, or concurrent changes kept winning; nothing changed.', ['CONFLICT', 'BILLING_CONFIG_TOO_LARGE']),
+  409: error('A duplicate (details name the field), the customer\'s document would exceed one NATS message, or concurrent changes kept winning; nothing changed.', ['CONFLICT', 'BILLING_CONFIG_TOO_LARGE']),
   413: error('Body larger than 64 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
   503: error('The configuration store (JetStream) is unreachable, or the service is starting; nothing changed.', ['BILLING_UNAVAILABLE', 'SERVICE_STARTING']),
 };
 const billingErrors = { ...billingCreateErrors, 404: billingNotFound };
 const billingRead = { 401: billingErrors[401], 404: billingErrors[404], 503: billingErrors[503] };
 const billingBody = (schema: unknown) => ({ required: true, content: { 'application/json': { schema } } });
-const list = (key: string, item: string) => json({ type: 'object', required: [key], properties: { [key]: { type: 'array', items: ref(item) } } }, 'In creation order.');
+const list = (key: string, item: string) =>
+  json(
+    { type: 'object', required: [key, 'nextCursor'], properties: { [key]: { type: 'array', items: ref(item) }, nextCursor: { type: ['string', 'null'], description: 'Pass as ?cursor= for the next page; null on the last page.' } } },
+    'One page, in creation order.',
+  );
+/** `?limit` and `?cursor` of every billing configuration list. */
+const pageParams = [
+  { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 1000, default: 100 } },
+  { name: 'cursor', in: 'query', schema: { type: 'string' }, description: 'The opaque nextCursor of the previous page; absent: the first page.' },
+];
+const pageError = { 400: error('A bad limit or cursor (details name it).', ['INVALID_BILLING_CONFIG']) };
 
 const billingSchemas = {
   Customer: {
@@ -195,13 +205,13 @@ const billingPaths = {
       requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { externalId: externalIdSchema, name: externalIdSchema } } } } },
       responses: { 201: json(ref('Customer'), 'Created.'), ...billingCreateErrors },
     },
-    get: { summary: 'The customers', security: [{ apiKey: [] }], responses: { 200: list('customers', 'Customer'), 401: billingErrors[401], 503: billingErrors[503] } },
+    get: { summary: 'The customers', security: [{ apiKey: [] }], parameters: pageParams, responses: { ...pageError, 200: list('customers', 'Customer'), 401: billingErrors[401], 503: billingErrors[503] } },
   },
   '/api/v2/customers/{customerId}': {
     get: { summary: 'A customer', security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: json(ref('Customer'), 'The customer.'), ...billingRead } },
   },
   '/api/v2/customers/{customerId}/units': {
-    get: { summary: "The customer's units (the tree as parentExternalId links)", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('units', 'Unit'), ...billingRead } },
+    get: { summary: "The customer's units (the tree as parentExternalId links)", security: [{ apiKey: [] }], parameters: [billingParams.customerId, ...pageParams], responses: { ...pageError, 200: list('units', 'Unit'), ...billingRead } },
   },
   '/api/v2/customers/{customerId}/units/{unitExternalId}': {
     put: {
@@ -221,7 +231,7 @@ const billingPaths = {
       requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['name'], properties: { name: externalIdSchema } }),
       responses: { 201: json(ref('Plan'), 'Created.'), ...billingCreateErrors },
     },
-    get: { summary: 'The plans', security: [{ apiKey: [] }], responses: { 200: list('plans', 'Plan'), 401: billingErrors[401], 503: billingErrors[503] } },
+    get: { summary: 'The plans', security: [{ apiKey: [] }], parameters: pageParams, responses: { ...pageError, 200: list('plans', 'Plan'), 401: billingErrors[401], 503: billingErrors[503] } },
   },
   '/api/v2/customers/{customerId}/order-line-attributes': {
     post: {
@@ -246,7 +256,7 @@ const billingPaths = {
       }),
       responses: { 201: json(ref('OrderLineAttribute'), 'Created.'), ...billingErrors },
     },
-    get: { summary: "The customer's order line attributes", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('orderLineAttributes', 'OrderLineAttribute'), ...billingRead } },
+    get: { summary: "The customer's order line attributes", security: [{ apiKey: [] }], parameters: [billingParams.customerId, ...pageParams], responses: { ...pageError, 200: list('orderLineAttributes', 'OrderLineAttribute'), ...billingRead } },
   },
   '/api/v2/customers/{customerId}/credit-pools': {
     post: {
@@ -257,7 +267,7 @@ const billingPaths = {
       requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['orderLineAttributeId', 'credits'], properties: { orderLineAttributeId: { type: 'string' }, credits: decimal(CREDIT_PLACES, 'Credits granted.') } }),
       responses: { 201: json(ref('CreditPool'), 'Created.'), ...billingErrors },
     },
-    get: { summary: "The customer's credit pools", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('creditPools', 'CreditPool'), ...billingRead } },
+    get: { summary: "The customer's credit pools", security: [{ apiKey: [] }], parameters: [billingParams.customerId, ...pageParams], responses: { ...pageError, 200: list('creditPools', 'CreditPool'), ...billingRead } },
   },
   '/api/v2/customers/{customerId}/credit-pools/{poolId}/top-ups': {
     post: {
@@ -300,7 +310,7 @@ const billingPaths = {
     },
   },
   '/api/v2/customers/{customerId}/credit-caps': {
-    get: { summary: "The customer's credit caps", security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: list('creditCaps', 'CreditCap'), ...billingRead } },
+    get: { summary: "The customer's credit caps", security: [{ apiKey: [] }], parameters: [billingParams.customerId, ...pageParams], responses: { ...pageError, 200: list('creditCaps', 'CreditCap'), ...billingRead } },
   },
 };
 

@@ -1,12 +1,15 @@
 /**
  * The billing configuration of one organization and mode (live or test): customers and
  * their unit trees, plans, order line attributes (what prices which event), credit pools
- * and credit caps. It is one JSON document per organization and mode, stored in a JetStream
- * KV bucket on disk and changed only by compare-and-set on its revision, so every change is
- * validated against the whole configuration and two concurrent changes cannot both apply
- * against the same base. Decimal amounts are canonical decimal strings (src/billing/decimal.ts).
+ * and credit caps. Stored per entity in a JetStream KV bucket on disk (config/store.ts): one
+ * document per customer (its units, attributes, pools and caps: everything one validation
+ * needs), changed only by compare-and-set on its revision, so two concurrent changes cannot
+ * both apply against the same base; plans, externalId claims and listing positions have keys
+ * of their own. `BillingConfig` is the shape the evaluator works on: for one batch, the
+ * documents of the customers the batch names and the plans they use (store.forBatch).
+ * Decimal amounts are canonical decimal strings (src/billing/decimal.ts).
  *
- * The evaluator (src/billing/evaluator) reads this document; the running state (what pools
+ * The evaluator (src/billing/evaluator) reads these documents; the running state (what pools
  * have consumed, cumulative usage, cap spend per period) lives in a separate document that
  * only the evaluator writes.
  */

@@ -34,10 +34,23 @@ type Client = ReturnType<typeof client>;
 const C = '/api/v2/customers';
 const enc = encodeURIComponent;
 
+/** Every page of a list, following nextCursor. */
+async function all<T = any>(c: Client, path: string, key: string, limit = 1000): Promise<T[]> {
+  const out: T[] = [];
+  let cursor: string | null = null;
+  do {
+    const r = await c.get(`${path}?limit=${limit}${cursor ? `&cursor=${cursor}` : ''}`);
+    if (r.status !== 200) throw new Error(`${path}: ${r.status} ${JSON.stringify(r.body)}`);
+    out.push(...(r.body[key] as T[]));
+    cursor = r.body.nextCursor;
+  } while (cursor);
+  return out;
+}
+
 /** Everything the API shows of a configuration (for "nothing changed" checks). */
 async function snapshot(c: Client): Promise<unknown> {
-  const customers = (await c.get(C)).body.customers as { id: string }[];
-  const plans = (await c.get('/api/v2/plans')).body.plans;
+  const customers = await all<{ id: string }>(c, C, 'customers');
+  const plans = await all(c, '/api/v2/plans', 'plans');
   const per: Record<string, unknown> = {};
   for (const { id } of customers) {
     per[id] = {
@@ -93,7 +106,7 @@ t.test('customers', async (t) => {
   t.match(b.body, { externalId: null, name: null });
   const list = await c.get(C);
   t.equal(list.status, 200);
-  t.same(list.body.customers.slice(-2).map((x: { id: string }) => x.id), [a.body.id, b.body.id], 'in creation order');
+  t.same((await all<{ id: string }>(c, C, 'customers')).slice(-2).map((x) => x.id), [a.body.id, b.body.id], 'in creation order');
   const one = await c.get(`${C}/${a.body.id}`);
   t.equal(one.status, 200);
   t.same(one.body, a.body);
@@ -176,7 +189,7 @@ t.test('units: a deep chain, and a cycle through all of it', async (t) => {
   t.match(r.body.details, /cycle/);
   await refused(t, c, () => c.put(`${U}/n100`, { parentExternalId: 'n250' }), 400, 'INVALID_BILLING_CONFIG', 'parentExternalId');
   t.equal((await c.put(`${U}/n250`, { parentExternalId: 'n100' })).status, 200, 'moving a node up its own chain is fine');
-  t.equal((await c.get(U)).body.units.length, depth);
+  t.equal((await all(c, U, 'units')).length, depth, 'every unit, page by page');
 });
 
 t.test('units: percent-encoded ids', async (t) => {
@@ -208,7 +221,7 @@ t.test('plans', async (t) => {
   t.match(p.body, { id: /^plan_[0-9A-Za-z]{20}$/, name: 'Enterprise', createdAt: String });
   const list = await c.get('/api/v2/plans');
   t.equal(list.status, 200);
-  t.same(list.body.plans.at(-1), p.body);
+  t.same((await all(c, '/api/v2/plans', 'plans')).at(-1), p.body);
   await refused(t, c, () => c.post('/api/v2/plans', {}), 400, 'INVALID_BILLING_CONFIG', 'name');
   await refused(t, c, () => c.post('/api/v2/plans', { name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
   await refused(t, c, () => c.post('/api/v2/plans', { name: 'x', price: 1 }), 400, 'INVALID_BODY', 'price');
@@ -239,7 +252,7 @@ t.test('order line attributes', async (t) => {
   t.equal(explicit.body.unitPrice, '0');
   const list = await c.get(A);
   t.same(list.body.orderLineAttributes.map((a: { id: string }) => a.id), [count.body.id, path.body.id, explicit.body.id]);
-  t.same((await c.get(`${C}/${other}/order-line-attributes`)).body, { orderLineAttributes: [] }, 'per customer');
+  t.same((await c.get(`${C}/${other}/order-line-attributes`)).body, { orderLineAttributes: [], nextCursor: null }, 'per customer');
   t.equal((await c.post(`${C}/${other}/order-line-attributes`, { planId: plan, eventName: 'api_call', unitPrice: '1', currency: 'USD' })).status, 201, 'the same event name for another customer');
 
   const ok = { planId: plan, eventName: 'new_event', unitPrice: '1', currency: 'USD' };
@@ -398,10 +411,10 @@ t.test('live and test are separate configurations; other organizations see nothi
   const { cus, credit } = await setup(live);
   await live.put(`${C}/${cus}/units/u`, {});
   const pool = (await live.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '5' })).body.id as string;
-  const liveCount = (await live.get(C)).body.customers.length;
+  const liveCount = (await all(live, C, 'customers')).length;
 
   const before = await snapshot(live);
-  t.notOk((await test.get(C)).body.customers.some((x: { id: string }) => x.id === cus), 'test mode does not list the live customer');
+  t.notOk((await all<{ id: string }>(test, C, 'customers')).some((x) => x.id === cus), 'test mode does not list the live customer');
   t.equal((await test.get(`${C}/${cus}`)).status, 404);
   t.equal((await test.put(`${C}/${cus}/units/v`, {})).status, 404);
   const tc = await test.post(C, { externalId: (await live.get(`${C}/${cus}`)).body.externalId });
@@ -410,8 +423,8 @@ t.test('live and test are separate configurations; other organizations see nothi
   const stranger = await createOrg(svc.url);
   for (const key of [stranger.live, stranger.test]) {
     const s = client(key);
-    t.same((await s.get(C)).body, { customers: [] });
-    t.same((await s.get('/api/v2/plans')).body, { plans: [] });
+    t.same((await s.get(C)).body, { customers: [], nextCursor: null });
+    t.same((await s.get('/api/v2/plans')).body, { plans: [], nextCursor: null });
     for (const [m, p, b] of [
       ['GET', `${C}/${cus}`, undefined],
       ['GET', `${C}/${cus}/units`, undefined],
@@ -431,7 +444,7 @@ t.test('live and test are separate configurations; other organizations see nothi
     }
   }
   t.same(await snapshot(live), before, 'the live configuration is untouched');
-  t.equal((await live.get(C)).body.customers.length, liveCount);
+  t.equal((await all(live, C, 'customers')).length, liveCount);
 });
 
 t.test('concurrent changes in one process are all applied', async (t) => {
@@ -453,7 +466,7 @@ t.test('concurrent changes in one process are all applied', async (t) => {
   const p = (await c.get(`${C}/${cus}/credit-pools`)).body.creditPools[0];
   t.equal(p.topUps.length, n);
   t.equal(p.totalCredits, `${(n * (n + 1)) / 2}.00002`, 'sum of 1.000001 … 20.000001, exact');
-  const customers = (await c.get(C)).body.customers as { externalId: string | null }[];
+  const customers = await all<{ externalId: string | null }>(c, C, 'customers');
   t.equal(customers.filter((x) => x.externalId?.startsWith('parallel-')).length, n);
   t.equal(customers.filter((x) => x.externalId === 'race').length, 1);
 });
@@ -479,17 +492,95 @@ t.test('concurrent changes from two ingress processes on one bucket are all appl
   t.equal(p.topUps.length, tops);
   t.equal(p.totalCredits, String(0.5 + tops * 0.25));
   t.equal((await a.get(`${C}/${cus}/units`)).body.units.length, n - tops);
+
+  // Cross-entity rules raced from both processes at once: exactly one of each duplicate wins.
+  for (let round = 0; round < 3; round++) {
+    const xid = `two-proc-${round}-${Math.random()}`;
+    const made = await Promise.all([a, b, a, b].map((c) => c.post(C, { externalId: xid })));
+    t.same(made.map((r) => r.status).sort(), [201, 409, 409, 409], `externalId ${round}: one of four wins`);
+    const owner = made.find((r) => r.status === 201)!.body.id as string;
+    const plan = (await b.post('/api/v2/plans', { name: 'race' })).body.id as string;
+    const attrs = await Promise.all([a, b].map((c) => c.post(`${C}/${owner}/order-line-attributes`, { planId: plan, eventName: 'e', unitPrice: '1', currency: 'USD', creditsCurrencyId: CUR, creditsPerUnit: '1' })));
+    t.same(attrs.map((r) => r.status).sort(), [201, 409], `attribute per eventName ${round}: one wins`);
+    const attr = attrs.find((r) => r.status === 201)!.body.id as string;
+    const pools = await Promise.all([b, a].map((c) => c.post(`${C}/${owner}/credit-pools`, { orderLineAttributeId: attr, credits: '1' })));
+    t.same(pools.map((r) => r.status).sort(), [201, 409], `pool per attribute ${round}: one wins`);
+    t.equal((await a.get(`${C}/${owner}/credit-pools`)).body.creditPools.length, 1);
+  }
+  // A unit move and a cycle-closing move raced: the tree never gets a cycle.
+  await a.put(`${C}/${cus}/units/x`, {});
+  await a.put(`${C}/${cus}/units/y`, {});
+  const moves = await Promise.all([a.put(`${C}/${cus}/units/x`, { parentExternalId: 'y' }), b.put(`${C}/${cus}/units/y`, { parentExternalId: 'x' })]);
+  t.same(moves.map((r) => r.status).sort(), [200, 400], 'one move wins, the other would close a cycle');
 });
 
-t.test('BillingConfigStore: compare-and-set across instances, refusals change nothing', async (t) => {
+t.test('lists are paginated: limit, opaque cursor, creation order; bad limit or cursor is refused', async (t) => {
+  const o = await createOrg(svc.url);
+  const c = client(o.live);
+  const plans: string[] = [];
+  for (let i = 0; i < 7; i++) plans.push((await c.post('/api/v2/plans', { name: `p${i}` })).body.id);
+  const ids: string[] = [];
+  for (let i = 0; i < 5; i++) ids.push((await c.post(C, { externalId: `page-${i}` })).body.id);
+  const p1 = await c.get('/api/v2/plans?limit=3');
+  t.same(p1.body.plans.map((p: { id: string }) => p.id), plans.slice(0, 3));
+  t.type(p1.body.nextCursor, 'string');
+  const p2 = await c.get(`/api/v2/plans?limit=3&cursor=${p1.body.nextCursor}`);
+  t.same(p2.body.plans.map((p: { id: string }) => p.id), plans.slice(3, 6));
+  const p3 = await c.get(`/api/v2/plans?limit=3&cursor=${p2.body.nextCursor}`);
+  t.same([p3.body.plans.map((p: { id: string }) => p.id), p3.body.nextCursor], [plans.slice(6), null], 'the last page has nextCursor null');
+  t.same((await c.get('/api/v2/plans')).body.plans.length, 7, 'no cursor: the first page (default limit 100)');
+  t.same((await all<{ id: string }>(c, C, 'customers', 2)).map((x) => x.id), ids, 'customers page by page, in creation order');
+
+  // The longest externalId (255 three-byte characters: a 1,020-character claim key) and ones with dots and slashes.
+  for (const xid of ['界'.repeat(255), 'a.b/c*>', '']) {
+    const r = await c.post(C, { externalId: xid });
+    if (xid === '') {
+      t.equal(r.status, 400, 'an empty externalId is refused');
+      continue;
+    }
+    t.equal(r.status, 201, `externalId of ${xid.length} characters`);
+    t.equal((await c.post(C, { externalId: xid })).status, 409, 'and is unique');
+  }
+  const cus = ids[0]!;
+  for (let i = 0; i < 5; i++) await c.put(`${C}/${cus}/units/u${i}`, {});
+  const u1 = await c.get(`${C}/${cus}/units?limit=2`);
+  t.same(u1.body.units.map((u: { externalId: string }) => u.externalId), ['u0', 'u1']);
+  t.same((await all<{ externalId: string }>(c, `${C}/${cus}/units`, 'units', 2)).map((u) => u.externalId), ['u0', 'u1', 'u2', 'u3', 'u4']);
+  for (const [q, field] of [
+    ['limit=0', 'limit'],
+    ['limit=1001', 'limit'],
+    ['limit=abc', 'limit'],
+    ['cursor=not-a-cursor', 'cursor'],
+    [`cursor=${u1.body.nextCursor}`, 'cursor'], // a units cursor on the customers list
+  ] as const) {
+    const r = await c.get(`${C}?${q}`);
+    t.equal(r.status, 400, q);
+    t.equal(r.body.code, 'INVALID_BILLING_CONFIG');
+    t.match(r.body.details, new RegExp(`^${field}:`), `${q}: ${r.body.details}`);
+  }
+  const r = await c.get(`${C}/${cus}/units?cursor=${p1.body.nextCursor}`);
+  t.same([r.status, r.body.details?.split(':')[0]], [400, 'cursor'], 'a customers cursor on a per-customer list');
+});
+
+t.test('BillingConfigStore: compare-and-set across instances, create-only externalId claims, refusals change nothing', async (t) => {
   const nc = await connect({ servers: NATS_URL });
   t.teardown(() => nc.close());
   const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing`);
   // The bucket is the service's; use an organization id of our own.
   const orgId = 'org_StoreTestStoreTest0';
   const stores = Array.from({ length: 4 }, () => new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024));
-  const empty = await stores[0]!.get(orgId, 'live');
-  t.same(empty, { config: { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} }, revision: 0 });
+  const cus = 'cus_StoreTestStoreTest01';
+  t.equal(await stores[0]!.getCustomer(orgId, 'live', cus), null);
+  const taken = (owner: string) => new ApiError('CONFLICT', `externalId: taken by ${owner}`);
+  const at = '2024-01-01T00:00:00Z';
+  await stores[0]!.createCustomer(orgId, 'live', { id: cus, externalId: 'store-x', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+
+  // Four processes claim one externalId at once: exactly one wins.
+  const claims = await Promise.allSettled(
+    stores.map((s, i) => s.createCustomer(orgId, 'live', { id: `cus_StoreTestStoreTest1${i}`, externalId: 'store-race', name: null, units: {}, createdAt: at, updatedAt: at }, taken)),
+  );
+  t.equal(claims.filter((c) => c.status === 'fulfilled').length, 1, 'one creation wins the externalId');
+  t.ok(claims.filter((c) => c.status === 'rejected').every((c) => (c as PromiseRejectedResult).reason.code === 'CONFLICT'));
 
   let conflicts = 0;
   const update = kv.update.bind(kv);
@@ -501,40 +592,110 @@ t.test('BillingConfigStore: compare-and-set across instances, refusals change no
       throw err;
     }
   };
+  const missing = () => new ApiError('NOT_FOUND', 'customerId: none');
   const per = 15;
   await Promise.all(
     stores.flatMap((s, j) =>
       Array.from({ length: per }, (_, i) =>
-        s.change(orgId, 'live', (cfg) => {
-          cfg.plans[`plan_${j}_${i}`] = { id: `plan_${j}_${i}`, name: `${j}/${i}`, createdAt: '2024-01-01T00:00:00Z' };
+        s.changeCustomer(orgId, 'live', cus, missing, (d) => {
+          d.customer.units[`u_${j}_${i}`] = { externalId: `u_${j}_${i}`, externalType: null, name: null, parentExternalId: null, createdAt: at, updatedAt: at };
         }),
       ),
     ),
   );
-  const after = await stores[1]!.get(orgId, 'live');
-  t.equal(Object.keys(after.config.plans).length, stores.length * per, 'every change applied');
-  t.ok(after.revision > 0);
+  const after = await stores[1]!.getCustomer(orgId, 'live', cus);
+  t.equal(Object.keys(after!.doc.customer.units).length, stores.length * per, 'every change applied');
   t.ok(conflicts > 0, `compare-and-set conflicts happened and were retried (${conflicts})`);
   kv.update = update;
 
   await t.rejects(
-    stores[2]!.change(orgId, 'live', (cfg) => {
-      cfg.plans = {};
+    stores[2]!.changeCustomer(orgId, 'live', cus, missing, (d) => {
+      d.customer.units = {};
       throw new ApiError('CONFLICT', 'x: refused');
     }),
     { code: 'CONFLICT' },
   );
-  t.same(await stores[3]!.get(orgId, 'live'), after, 'a refused change writes nothing');
-  const noop = await stores[0]!.change(orgId, 'live', () => 'same');
-  t.same([noop.result, noop.written, noop.revision], ['same', false, after.revision], 'an unchanged document is not written');
-  t.same((await stores[0]!.get(orgId, 'test')).revision, 0, 'the test mode has its own document');
+  t.same(await stores[3]!.getCustomer(orgId, 'live', cus), after, 'a refused change writes nothing');
+  t.equal(await stores[0]!.changeCustomer(orgId, 'live', cus, missing, () => 'same'), 'same');
+  t.same(await stores[0]!.getCustomer(orgId, 'live', cus), after, 'an unchanged document is not written');
+  await t.rejects(stores[0]!.changeCustomer(orgId, 'test', cus, missing, () => 1), { code: 'NOT_FOUND' }, 'the test mode has its own documents');
 
   const big = new BillingConfigStore(kv, 8 * 1024);
   await t.rejects(
-    big.change(orgId, 'live', (cfg) => {
-      cfg.plans.huge = { id: 'huge', name: 'x'.repeat(10_000), createdAt: '2024-01-01T00:00:00Z' };
+    big.changeCustomer(orgId, 'live', cus, missing, (d) => {
+      d.customer.name = 'x'.repeat(10_000);
     }),
     { code: 'BILLING_CONFIG_TOO_LARGE' },
   );
-  t.same(await big.get(orgId, 'live'), after, 'a document too large for one message is refused, nothing changes');
+  t.same(await big.getCustomer(orgId, 'live', cus), after, 'a document too large for one message is refused, nothing changes');
+
+  // A claim whose customer was never written (a crash between the two): taken over once stale, not before.
+  await kv.create(`xid.${orgId}.live.${Buffer.from('orphan').toString('base64url')}`, JSON.stringify({ customerId: 'cus_StoreTestNeverMade00' }));
+  const orphan = (s: BillingConfigStore, id: string) => s.createCustomer(orgId, 'live', { id, externalId: 'orphan', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  await t.rejects(orphan(stores[0]!, 'cus_StoreTestStoreTest20'), { code: 'CONFLICT' }, 'a fresh claim without its customer is still taken');
+  await orphan(new BillingConfigStore(kv, 1024 * 1024, 0), 'cus_StoreTestStoreTest21');
+  t.equal((await stores[0]!.externalIdOwner(orgId, 'live', 'orphan'))?.customerId, 'cus_StoreTestStoreTest21', 'a stale orphaned claim is taken over');
+
+  // A creation that fails after its claim (here: a document too large) releases the claim and leaves a position lists skip.
+  await t.rejects(
+    big.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest30', externalId: 'released', name: 'x'.repeat(10_000), units: {}, createdAt: at, updatedAt: at }, taken),
+    { code: 'BILLING_CONFIG_TOO_LARGE' },
+  );
+  t.equal(await stores[0]!.externalIdOwner(orgId, 'live', 'released'), null, 'the claim is released');
+  await stores[0]!.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest31', externalId: 'released', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  const listed = await stores[0]!.list<{ customer: { id: string } }>(orgId, 'live', 'customers', 0, 1000);
+  t.notOk(listed.items.some((d) => d.customer.id === 'cus_StoreTestStoreTest30'), 'the failed customer is not listed');
+  t.equal(listed.items.at(-1)?.customer.id, 'cus_StoreTestStoreTest31', 'creation order kept past the dangling position');
+  t.equal(listed.next, null);
+
+  const batch = await stores[0]!.forBatch(orgId, 'live', ['store-x', cus, 'nobody', 'cus_StoreTestStoreTest99']);
+  t.same(Object.keys(batch.config.customers), [cus], 'a batch reads only the customers it names (by externalId or id)');
+  t.same(Object.keys(batch.revisions), [`cus.${orgId}.live.${cus}`]);
+});
+
+t.test('a one-document configuration of the former layout is migrated on start, idempotently', async (t) => {
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing`);
+  const o = await createOrg(svc.url);
+  const id = (n: number) => `cus_Legacy${String(n).padStart(14, '0')}`;
+  const at = '2024-01-01T00:00:00.000Z';
+  const plan = { id: 'plan_LegacyLegacyLegacy01', name: 'Old', createdAt: at };
+  const customers: Record<string, unknown> = {};
+  for (let i = 1; i <= 3; i++) {
+    customers[id(i)] = {
+      id: id(i), externalId: `legacy-${i}`, name: `L${i}`, createdAt: at, updatedAt: at,
+      units: { root: { externalId: 'root', externalType: null, name: null, parentExternalId: null, createdAt: at, updatedAt: at } },
+    };
+  }
+  const attr = { id: 'ola_LegacyLegacyLegacy01', customerId: id(2), planId: plan.id, eventName: 'tokens', quantity: { kind: 'count' }, unitPrice: '2', currency: 'USD', includedQuantity: null, creditsCurrencyId: CUR, creditsPerUnit: '1', createdAt: at };
+  const pool = { id: 'cp_LegacyLegacyLegacy01', customerId: id(2), orderLineAttributeId: attr.id, creditsCurrencyId: CUR, granted: '10', topUps: [{ id: 'tu_x', credits: '5', at }], createdAt: at };
+  const cap = { customerId: id(2), unitExternalId: 'root', creditsCurrencyId: CUR, amount: '3', frequency: 'DAILY', effectiveFrom: at, updatedAt: at };
+  const old = { customers, plans: { [plan.id]: plan }, attributes: { [attr.id]: attr }, pools: { [pool.id]: pool }, caps: { [JSON.stringify([id(2), 'root', CUR])]: cap } };
+  await kv.put(`cfg.${o.id}.live`, JSON.stringify(old));
+  // A crash part way through an earlier migration: one entity key already written.
+  const store = new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024);
+  await kv.create(`cus.${o.id}.live.${id(1)}`, JSON.stringify({ seq: 1, customer: customers[id(1)], attributes: {}, pools: {}, caps: {} }));
+
+  const second = new ServiceProcess(iso, { ROLE: 'ingress' });
+  await second.start(); // migrates on start
+  t.teardown(() => second.stop());
+  const c = client(o.live, second.url);
+  t.same((await all<{ id: string }>(c, C, 'customers', 2)).map((x) => x.id), [id(1), id(2), id(3)], 'customers, in the document order');
+  t.same((await c.get('/api/v2/plans')).body.plans, [plan]);
+  t.same((await c.get(`${C}/${id(2)}/order-line-attributes`)).body.orderLineAttributes, [attr]);
+  t.match((await c.get(`${C}/${id(2)}/credit-pools`)).body.creditPools, [{ id: pool.id, totalCredits: '15' }]);
+  t.same((await c.get(`${C}/${id(2)}/credit-caps`)).body.creditCaps, [cap]);
+  t.same((await c.get(`${C}/${id(3)}/units`)).body.units.map((u: { externalId: string }) => u.externalId), ['root']);
+  const dup = await c.post(C, { externalId: 'legacy-2' });
+  t.same([dup.status, dup.body.code], [409, 'CONFLICT'], 'migrated externalIds stay unique');
+  const fresh = await c.post(C, { externalId: 'after-migration' });
+  t.equal(fresh.status, 201);
+  t.same((await all<{ id: string }>(c, C, 'customers')).map((x) => x.id), [id(1), id(2), id(3), fresh.body.id], 'new customers list after the migrated ones');
+  const marker = await kv.get(`cfg.${o.id}.live`);
+  t.match(marker?.json(), { migrated: true }, 'the old document is marked migrated');
+  t.equal(await store.migrate(), 0, 'a second run migrates nothing');
+  t.same((await all<{ id: string }>(c, C, 'customers')).length, 4, 'and changes nothing');
+  const batch = await store.forBatch(o.id, 'live', ['legacy-2']);
+  t.same(Object.keys(batch.config.attributes), [attr.id], 'evaluation reads migrated customers');
 });

@@ -150,3 +150,30 @@ t.test('a state written by the former layout (periods inside the state) keeps it
   const totals = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: { used: string } }).after.used).sort();
   t.same(totals, ['1', '5', '6']);
 });
+
+t.test('a batch is evaluated against (and pins) only the customers it names', async (t) => {
+  const s = await setup({ granted: '1000', capAmount: '500' });
+  const call = (method: string, path: string, body?: unknown) => ok(http(svc.url, method, path, { token: s.org.live, body }));
+  const plan = await call('POST', '/api/v2/plans', { name: 'Other' });
+  const others: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const c = await call('POST', '/api/v2/customers', { externalId: `bystander-${i}` });
+    await call('POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'api_call', unitPrice: '1', currency: 'USD' });
+    others.push(c.id);
+  }
+  // By externalId and by service id: one customer.
+  const signals = [
+    { eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: '2026-03-01T00:00:00Z' },
+    { eventName: 'api_call', customerId: s.customerId, unitId: 'dev', timestamp: '2026-03-01T00:00:01Z' },
+  ];
+  await ok(sendBatch(svc.url, s.org.live, { signals }), [202]);
+  await billed(iso);
+  const pin = (await stateKeys(iso, 'pin')).pin as { orgId: string; config: { customers: Record<string, unknown>; attributes: Record<string, { customerId: string }>; plans: Record<string, unknown> }; revisions: Record<string, number> };
+  t.equal(pin.orgId, s.org.id, 'the last batch is this one');
+  t.same(Object.keys(pin.config.customers), [s.customerId], 'only the named customer is pinned');
+  t.same(Object.values(pin.config.attributes).map((a) => a.customerId), [s.customerId]);
+  t.equal(Object.keys(pin.config.plans).length, 1, 'and only the plan its attributes use');
+  t.same(Object.keys(pin.revisions).sort(), [`cus.${s.org.id}.live.${s.customerId}`, ...Object.keys(pin.config.plans).map((p) => `plan.${s.org.id}.live.${p}`)].sort(), 'with the revision of each document');
+  const rows = await query(s.org.live, `SELECT count() FROM fact_cost WHERE customer_id = '${s.customerId}' AND created_at >= '2026-03-01'`);
+  t.equal(Number(rows[0]![0]), 2, 'both signals priced');
+});

@@ -3,7 +3,7 @@
  * organization and mode: live and test keys see two separate configurations).
  *
  *   POST   /api/v2/customers                                      {externalId?, name?}            → 201 customer
- *   GET    /api/v2/customers                                                                      → 200 {customers}
+ *   GET    /api/v2/customers                      ?limit&cursor                                   → 200 {customers, nextCursor}
  *   GET    /api/v2/customers/:customerId                                                          → 200 customer
  *   GET    /api/v2/customers/:customerId/units                                                    → 200 {units}
  *   PUT    /api/v2/customers/:customerId/units/:unitExternalId    {externalType?, name?, parentExternalId?} → 201 | 200 unit
@@ -20,8 +20,13 @@
  *   DELETE (same path)                                                                            → 204
  *   GET    /api/v2/customers/:customerId/credit-caps                                              → 200 {creditCaps}
  *
- * Every change is validated against the whole document and applied with compare-and-set
- * (store.ts); on any error nothing changes. Unknown customer, plan, attribute, pool, unit or
+ * Lists answer a page: `?limit=` (default DEFAULT_LIMIT 100, at most MAX_LIMIT 1000) and
+ * `?cursor=` (the opaque `nextCursor` of the previous page; none: the first page), in
+ * creation order, as `{<list>: […], nextCursor}` (null on the last page).
+ *
+ * Every change is validated against the customer's document (or reads the plan it names,
+ * which never changes) and applied with compare-and-set on that one key (store.ts); on any
+ * error nothing changes. Unknown customer, plan, attribute, pool, unit or
  * parent → 404 NOT_FOUND; a duplicate (customer externalId, attribute per eventName, pool
  * per attribute) → 409 CONFLICT; a bad value or a cycle in the unit tree → 400
  * INVALID_BILLING_CONFIG. Every `details` starts with the name of the field.
@@ -34,8 +39,8 @@ import type { Reply, Request } from '../../ingress/http.js';
 import { randomToken } from '../../orgs/keys.js';
 import type { Principal } from '../../orgs/registry.js';
 import { parseDecimal, sub, sum, toCanonicalString } from '../decimal.js';
-import { capKey, type BillingConfig, type CreditCap, type CreditPool, type Customer, type OrderLineAttribute, type Plan, type Unit } from '../model.js';
-import type { BillingConfigStore } from './store.js';
+import { capKey, type CreditCap, type CreditPool, type Customer, type OrderLineAttribute, type Plan, type Unit } from '../model.js';
+import type { BillingConfigStore, CustomerDoc } from './store.js';
 import {
   CREDIT_PLACES,
   PRICE_PLACES,
@@ -89,11 +94,7 @@ export const poolView = (p: CreditPool) => ({
   totalCredits: toCanonicalString(sum([p.granted, ...p.topUps.map((t) => t.credits)].map((c) => parseDecimal(c)))),
 });
 
-function customerIn(cfg: BillingConfig, id: string): Customer {
-  const c = ID_PATTERNS.customer.test(id) ? own(cfg.customers, id) : undefined;
-  if (!c) throw notFound('customerId', `no customer ${JSON.stringify(id)} (use the service id cus_…)`);
-  return c;
-}
+const noCustomer = (id: string) => (): ApiError => notFound('customerId', `no customer ${JSON.stringify(id)} (use the service id cus_…)`);
 
 function unitIn(c: Customer, externalId: string, field = 'unitExternalId'): Unit {
   const u = own(c.units, externalId);
@@ -121,6 +122,64 @@ function checkNoCycle(c: Customer, unit: string, parent: string): void {
 /** Credits consumed per pool id so far, as the billing evaluator recorded them (decimal strings). */
 export type ConsumedSource = (orgId: string, mode: Principal['mode']) => Promise<Record<string, string>>;
 
+/** Page size of every list: `limit` defaults to DEFAULT_LIMIT and is at most MAX_LIMIT. */
+export const DEFAULT_LIMIT = 100;
+export const MAX_LIMIT = 1000;
+
+interface PageRequest {
+  limit: number;
+  /** Decoded cursor: the position (organization lists) or the last key and index (per-customer lists). */
+  cursor: { p?: number; k?: string; i?: number } | null;
+}
+
+/** `limit` and `cursor` of a list request's query string, checked. */
+export function pageRequest(query: string): PageRequest {
+  const q = new URLSearchParams(query);
+  let limit = DEFAULT_LIMIT;
+  const l = q.get('limit');
+  if (l !== null) {
+    if (!/^[0-9]{1,4}$/.test(l) || Number(l) < 1 || Number(l) > MAX_LIMIT) throw bad('limit', `must be an integer from 1 to ${MAX_LIMIT}, got ${JSON.stringify(l)}`);
+    limit = Number(l);
+  }
+  const c = q.get('cursor');
+  if (c === null || c === '') return { limit, cursor: null };
+  let cursor: unknown;
+  try {
+    cursor = JSON.parse(Buffer.from(c, 'base64url').toString('utf8'));
+  } catch {
+    cursor = null;
+  }
+  const ok =
+    typeof cursor === 'object' &&
+    cursor !== null &&
+    !Array.isArray(cursor) &&
+    ((Number.isSafeInteger((cursor as { p?: unknown }).p) && (cursor as { p: number }).p >= 0) ||
+      (typeof (cursor as { k?: unknown }).k === 'string' && Number.isSafeInteger((cursor as { i?: unknown }).i) && (cursor as { i: number }).i >= 0));
+  if (!ok) throw bad('cursor', 'is not a cursor this API returned (pass nextCursor of the previous page unchanged)');
+  return { limit, cursor: cursor as PageRequest['cursor'] };
+}
+
+const encodeCursor = (c: { p: number } | { k: string; i: number }): string => Buffer.from(JSON.stringify(c), 'utf8').toString('base64url');
+
+/** A page of an in-document list (creation order), continuing after the cursor's key (or at its index when that key is gone). */
+function pageOf<T>(entries: [string, T][], page: PageRequest): { items: T[]; nextCursor: string | null } {
+  let start = 0;
+  if (page.cursor) {
+    if (page.cursor.k === undefined) throw bad('cursor', 'belongs to another list');
+    const at = entries.findIndex(([k]) => k === page.cursor!.k);
+    start = at >= 0 ? at + 1 : Math.min(page.cursor.i ?? 0, entries.length);
+  }
+  const slice = entries.slice(start, start + page.limit);
+  const end = start + slice.length;
+  return { items: slice.map(([, v]) => v), nextCursor: end < entries.length && slice.length > 0 ? encodeCursor({ k: entries[end - 1]![0], i: end }) : null };
+}
+
+function position(page: PageRequest): number {
+  if (!page.cursor) return 0;
+  if (page.cursor.p === undefined) throw bad('cursor', 'belongs to another list');
+  return page.cursor.p;
+}
+
 export class BillingConfigApi {
   constructor(
     private readonly store: BillingConfigStore,
@@ -140,64 +199,79 @@ export class BillingConfigApi {
     };
     return [
       r('post', C, (req, _p, who) => this.createCustomer(req, who)),
-      r('get', C, async (_req, _p, who) => ({ status: 200, body: { customers: Object.values((await this.read(who)).customers).map(customerView) } })),
-      r('get', customer, async (_req, p, who) => ({ status: 200, body: customerView(customerIn(await this.read(who), p('customerId'))) })),
-      r('get', `${customer}/units`, async (_req, p, who) => {
-        const c = customerIn(await this.read(who), p('customerId'));
-        return { status: 200, body: { units: Object.values(c.units).map((u) => unitView(c.id, u)) } };
+      r('get', C, async (req, _p, who) => {
+        const page = pageRequest(req.query);
+        const got = await this.store.list<CustomerDoc>(who.org.id, who.mode, 'customers', position(page), page.limit);
+        return { status: 200, body: { customers: got.items.map((d) => customerView(d.customer)), nextCursor: got.next === null ? null : encodeCursor({ p: got.next }) } };
+      }),
+      r('get', customer, async (_req, p, who) => ({ status: 200, body: customerView((await this.doc(who, p('customerId'))).customer) })),
+      r('get', `${customer}/units`, async (req, p, who) => {
+        const page = pageRequest(req.query);
+        const c = (await this.doc(who, p('customerId'))).customer;
+        const { items, nextCursor } = pageOf(Object.entries(c.units), page);
+        return { status: 200, body: { units: items.map((u) => unitView(c.id, u)), nextCursor } };
       }),
       r('put', unit, (req, p, who) => this.putUnit(req, p, who)),
       r('get', unit, async (_req, p, who) => {
-        const c = customerIn(await this.read(who), p('customerId'));
+        const c = (await this.doc(who, p('customerId'))).customer;
         return { status: 200, body: unitView(c.id, unitIn(c, p('unitExternalId'))) };
       }),
       r('post', '/api/v2/plans', (req, _p, who) => this.createPlan(req, who)),
-      r('get', '/api/v2/plans', async (_req, _p, who) => ({ status: 200, body: { plans: Object.values((await this.read(who)).plans) } })),
+      r('get', '/api/v2/plans', async (req, _p, who) => {
+        const page = pageRequest(req.query);
+        const got = await this.store.list<Plan>(who.org.id, who.mode, 'plans', position(page), page.limit);
+        return { status: 200, body: { plans: got.items, nextCursor: got.next === null ? null : encodeCursor({ p: got.next }) } };
+      }),
       r('post', `${customer}/order-line-attributes`, (req, p, who) => this.createAttribute(req, p, who)),
-      r('get', `${customer}/order-line-attributes`, async (_req, p, who) => {
-        const cfg = await this.read(who);
-        const c = customerIn(cfg, p('customerId'));
-        return { status: 200, body: { orderLineAttributes: Object.values(cfg.attributes).filter((a) => a.customerId === c.id) } };
+      r('get', `${customer}/order-line-attributes`, async (req, p, who) => {
+        const page = pageRequest(req.query);
+        const d = await this.doc(who, p('customerId'));
+        const { items, nextCursor } = pageOf(Object.entries(d.attributes), page);
+        return { status: 200, body: { orderLineAttributes: items, nextCursor } };
       }),
       r('post', `${customer}/credit-pools`, (req, p, who) => this.createPool(req, p, who)),
-      r('get', `${customer}/credit-pools`, async (_req, p, who) => {
-        const cfg = await this.read(who);
-        const c = customerIn(cfg, p('customerId'));
-        const used = await this.consumed(who.org.id, who.mode);
-        const pools = Object.values(cfg.pools)
-          .filter((x) => x.customerId === c.id)
-          .map((x) => {
-            const view = poolView(x);
-            const consumed = Object.hasOwn(used, x.id) ? used[x.id]! : '0';
-            const balance = sub(parseDecimal(view.totalCredits), parseDecimal(consumed, { maxDecimalPlaces: 1000, maxIntegerDigits: 1000 }));
-            return { ...view, consumedCredits: consumed, balance: toCanonicalString(balance) };
-          });
-        return { status: 200, body: { creditPools: pools } };
+      r('get', `${customer}/credit-pools`, async (req, p, who) => {
+        const page = pageRequest(req.query);
+        const [d, used] = await Promise.all([this.doc(who, p('customerId')), this.consumed(who.org.id, who.mode)]);
+        const { items, nextCursor } = pageOf(Object.entries(d.pools), page);
+        const pools = items.map((x) => {
+          const view = poolView(x);
+          const consumed = Object.hasOwn(used, x.id) ? used[x.id]! : '0';
+          const balance = sub(parseDecimal(view.totalCredits), parseDecimal(consumed, { maxDecimalPlaces: 1000, maxIntegerDigits: 1000 }));
+          return { ...view, consumedCredits: consumed, balance: toCanonicalString(balance) };
+        });
+        return { status: 200, body: { creditPools: pools, nextCursor } };
       }),
       r('post', topUps, (req, p, who) => this.topUp(req, p, who)),
       r('put', cap, (req, p, who) => this.putCap(req, p, who)),
       r('get', cap, async (_req, p, who) => {
-        const cfg = await this.read(who);
-        const { key } = capAddress(cfg, p);
-        const found = own(cfg.caps, key);
+        const creditsCurrencyId = uuid(p('creditsCurrencyId'), 'creditsCurrencyId');
+        const d = await this.doc(who, p('customerId'));
+        const key = capAddress(d, p('unitExternalId'), creditsCurrencyId);
+        const found = own(d.caps, key);
         if (!found) throw notFound('creditsCurrencyId', `no credit cap of credits currency ${p('creditsCurrencyId')} on unit ${JSON.stringify(p('unitExternalId'))}`);
         return { status: 200, body: found };
       }),
       r('delete', cap, (req, p, who) => this.deleteCap(p, who)),
-      r('get', `${customer}/credit-caps`, async (_req, p, who) => {
-        const cfg = await this.read(who);
-        const c = customerIn(cfg, p('customerId'));
-        return { status: 200, body: { creditCaps: Object.values(cfg.caps).filter((x) => x.customerId === c.id) } };
+      r('get', `${customer}/credit-caps`, async (req, p, who) => {
+        const page = pageRequest(req.query);
+        const d = await this.doc(who, p('customerId'));
+        const { items, nextCursor } = pageOf(Object.entries(d.caps), page);
+        return { status: 200, body: { creditCaps: items, nextCursor } };
       }),
     ];
   }
 
-  private async read(who: Principal): Promise<BillingConfig> {
-    return (await this.store.get(who.org.id, who.mode)).config;
+  /** A customer's document (404 when there is none). One KV get. */
+  private async doc(who: Principal, customerId: string): Promise<CustomerDoc> {
+    const found = await this.store.getCustomer(who.org.id, who.mode, customerId);
+    if (!found) throw noCustomer(customerId)();
+    return found.doc;
   }
 
-  private change<T>(who: Principal, fn: (cfg: BillingConfig) => T): Promise<T> {
-    return this.store.change(who.org.id, who.mode, fn).then((c) => c.result);
+  /** Changes one customer's document with compare-and-set (store.ts). */
+  private change<T>(who: Principal, customerId: string, fn: (doc: CustomerDoc) => T): Promise<T> {
+    return this.store.changeCustomer(who.org.id, who.mode, customerId, noCustomer(customerId), fn);
   }
 
   private async createCustomer(req: Request, who: Principal): Promise<Reply> {
@@ -209,16 +283,9 @@ export class BillingConfigApi {
     const name = optionalText(body.name, 'name');
     const id = newId('cus');
     const now = new Date().toISOString();
-    const created = await this.change(who, (cfg) => {
-      if (externalId !== null) {
-        const taken = Object.values(cfg.customers).find((c) => c.externalId === externalId);
-        if (taken) throw conflict('externalId', `customer ${taken.id} already has the externalId ${JSON.stringify(externalId)}`);
-      }
-      const c: Customer = { id, externalId, name, units: {}, createdAt: now, updatedAt: now };
-      cfg.customers[id] = c;
-      return c;
-    });
-    return { status: 201, body: customerView(created) };
+    const c: Customer = { id, externalId, name, units: {}, createdAt: now, updatedAt: now };
+    await this.store.createCustomer(who.org.id, who.mode, c, (owner) => conflict('externalId', `customer ${owner} already has the externalId ${JSON.stringify(externalId)}`));
+    return { status: 201, body: customerView(c) };
   }
 
   private async putUnit(req: Request, p: (name: string) => string, who: Principal): Promise<Reply> {
@@ -229,8 +296,8 @@ export class BillingConfigApi {
     const name = optionalText(body.name, 'name');
     const parentExternalId = optionalText(body.parentExternalId, 'parentExternalId');
     const now = new Date().toISOString();
-    const { unit, created } = await this.change(who, (cfg) => {
-      const c = customerIn(cfg, customerId);
+    const { unit, created } = await this.change(who, customerId, (d) => {
+      const c = d.customer;
       if (parentExternalId !== null) {
         if (parentExternalId !== externalId) unitIn(c, parentExternalId, 'parentExternalId');
         checkNoCycle(c, externalId, parentExternalId);
@@ -251,9 +318,7 @@ export class BillingConfigApi {
     const body = readObject(req, ['name']);
     const name = text(required(body, 'name'), 'name');
     const plan: Plan = { id: newId('plan'), name, createdAt: new Date().toISOString() };
-    await this.change(who, (cfg) => {
-      cfg.plans[plan.id] = plan;
-    });
+    await this.store.createPlan(who.org.id, who.mode, plan);
     return { status: 201, body: plan };
   }
 
@@ -272,15 +337,18 @@ export class BillingConfigApi {
     if (creditsCurrencyId === null && creditsPerUnit !== null) throw bad('creditsCurrencyId', 'is required when creditsPerUnit is set');
     const id = newId('ola');
     const now = new Date().toISOString();
-    const attribute = await this.change(who, (cfg) => {
-      const c = customerIn(cfg, customerId);
-      if (!ID_PATTERNS.plan.test(planId) || !own(cfg.plans, planId)) throw notFound('planId', `no plan ${JSON.stringify(planId)}`);
-      const taken = Object.values(cfg.attributes).find((a) => a.customerId === c.id && a.eventName === eventName);
+    // The customer is checked first (404 customerId before 404 planId, as before). Plans are
+    // never changed or deleted, so reading the plan outside the customer's compare-and-set is exact.
+    await this.doc(who, customerId);
+    if (!(await this.store.getPlan(who.org.id, who.mode, planId))) throw notFound('planId', `no plan ${JSON.stringify(planId)}`);
+    const attribute = await this.change(who, customerId, (d) => {
+      const c = d.customer;
+      const taken = Object.values(d.attributes).find((a) => a.eventName === eventName);
       if (taken) throw conflict('eventName', `customer ${c.id} already prices ${JSON.stringify(eventName)} with order line attribute ${taken.id}`);
       const a: OrderLineAttribute = {
         id, customerId: c.id, planId, eventName, quantity, unitPrice, currency: cur, includedQuantity, creditsCurrencyId, creditsPerUnit, createdAt: now,
       };
-      cfg.attributes[id] = a;
+      d.attributes[id] = a;
       return a;
     });
     return { status: 201, body: attribute };
@@ -293,15 +361,15 @@ export class BillingConfigApi {
     const credits = decimalString(required(body, 'credits'), 'credits', CREDIT_PLACES);
     const id = newId('cp');
     const now = new Date().toISOString();
-    const pool = await this.change(who, (cfg) => {
-      const c = customerIn(cfg, customerId);
-      const a = ID_PATTERNS.attribute.test(attributeId) ? own(cfg.attributes, attributeId) : undefined;
+    const pool = await this.change(who, customerId, (d) => {
+      const c = d.customer;
+      const a = ID_PATTERNS.attribute.test(attributeId) ? own(d.attributes, attributeId) : undefined;
       if (!a || a.customerId !== c.id) throw notFound('orderLineAttributeId', `no order line attribute ${JSON.stringify(attributeId)} of customer ${c.id}`);
       if (a.creditsCurrencyId === null) throw bad('orderLineAttributeId', `order line attribute ${a.id} is not credit-priced (no creditsCurrencyId); a credit pool needs one`);
-      const taken = Object.values(cfg.pools).find((x) => x.customerId === c.id && x.orderLineAttributeId === a.id);
+      const taken = Object.values(d.pools).find((x) => x.orderLineAttributeId === a.id);
       if (taken) throw conflict('orderLineAttributeId', `customer ${c.id} already has credit pool ${taken.id} for ${a.id}; top it up instead`);
       const pl: CreditPool = { id, customerId: c.id, orderLineAttributeId: a.id, creditsCurrencyId: a.creditsCurrencyId, granted: credits, topUps: [], createdAt: now };
-      cfg.pools[id] = pl;
+      d.pools[id] = pl;
       return pl;
     });
     return { status: 201, body: poolView(pool) };
@@ -314,9 +382,9 @@ export class BillingConfigApi {
     const credits = decimalString(required(body, 'credits'), 'credits', CREDIT_PLACES, true);
     const id = newId('tu');
     const now = new Date().toISOString();
-    const pool = await this.change(who, (cfg) => {
-      const c = customerIn(cfg, customerId);
-      const pl = ID_PATTERNS.pool.test(poolId) ? own(cfg.pools, poolId) : undefined;
+    const pool = await this.change(who, customerId, (d) => {
+      const c = d.customer;
+      const pl = ID_PATTERNS.pool.test(poolId) ? own(d.pools, poolId) : undefined;
       if (!pl || pl.customerId !== c.id) throw notFound('poolId', `no credit pool ${JSON.stringify(poolId)} of customer ${c.id}`);
       pl.topUps.push({ id, credits, at: now });
       return pl;
@@ -332,34 +400,32 @@ export class BillingConfigApi {
     const freq = frequency(required(body, 'frequency'), 'frequency');
     const effectiveFrom = utcInstant(required(body, 'effectiveFrom'), 'effectiveFrom');
     const now = new Date().toISOString();
-    const { cap, created } = await this.change(who, (cfg) => {
-      const c = customerIn(cfg, p('customerId'));
+    const { cap, created } = await this.change(who, p('customerId'), (d) => {
+      const c = d.customer;
       unitIn(c, unitExternalId);
       const key = capKey(c.id, unitExternalId, creditsCurrencyId);
-      const old = own(cfg.caps, key);
+      const old = own(d.caps, key);
       if (old && old.amount === amount && old.frequency === freq && old.effectiveFrom === effectiveFrom) return { cap: old, created: false };
       const next: CreditCap = { customerId: c.id, unitExternalId, creditsCurrencyId, amount, frequency: freq, effectiveFrom, updatedAt: now };
-      setOwn(cfg.caps, key, next);
+      setOwn(d.caps, key, next);
       return { cap: next, created: old === undefined };
     });
     return { status: created ? 201 : 200, body: cap };
   }
 
   private async deleteCap(p: (name: string) => string, who: Principal): Promise<Reply> {
-    await this.change(who, (cfg) => {
-      const { key } = capAddress(cfg, p);
-      if (!own(cfg.caps, key)) throw notFound('creditsCurrencyId', `no credit cap of credits currency ${p('creditsCurrencyId')} on unit ${JSON.stringify(p('unitExternalId'))}`);
-      delete cfg.caps[key];
+    const creditsCurrencyId = uuid(p('creditsCurrencyId'), 'creditsCurrencyId');
+    await this.change(who, p('customerId'), (d) => {
+      const key = capAddress(d, p('unitExternalId'), creditsCurrencyId);
+      if (!own(d.caps, key)) throw notFound('creditsCurrencyId', `no credit cap of credits currency ${p('creditsCurrencyId')} on unit ${JSON.stringify(p('unitExternalId'))}`);
+      delete d.caps[key];
     });
     return { status: 204 };
   }
 }
 
-/** Customer, unit and credits currency of a cap path, checked; and the cap's key. */
-function capAddress(cfg: BillingConfig, p: (name: string) => string): { key: string } {
-  const creditsCurrencyId = uuid(p('creditsCurrencyId'), 'creditsCurrencyId');
-  const c = customerIn(cfg, p('customerId'));
-  const unitExternalId = p('unitExternalId');
-  unitIn(c, unitExternalId);
-  return { key: capKey(c.id, unitExternalId, creditsCurrencyId) };
+/** The unit of a cap path, checked; and the cap's key. */
+function capAddress(d: CustomerDoc, unitExternalId: string, creditsCurrencyId: string): string {
+  unitIn(d.customer, unitExternalId);
+  return capKey(d.customer.id, unitExternalId, creditsCurrencyId);
 }

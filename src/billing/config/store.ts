@@ -1,52 +1,94 @@
 /**
- * The billing configuration documents (src/billing/model.ts) in a JetStream KV bucket
- * (`<NATS_PREFIX>_billing`, file storage, history 1), one per organization and mode under the
- * key `cfg.<orgId>.<mode>`.
+ * The billing configuration (src/billing/model.ts) in the JetStream KV bucket
+ * `<NATS_PREFIX>_billing` (file storage, history 1), one key per entity, so no
+ * organization has a size ceiling and every operation touches O(1) keys. For organization O
+ * and mode M (live | test):
  *
- * - `get` is one KV get: the document and its revision (an empty document and revision 0
- *   when there is none yet).
- * - `change` reads the document, hands a private copy to `fn` (which mutates it, or throws
- *   to refuse the change) and writes the result with compare-and-set on the revision read
- *   (`create` when there was no document). When another writer got there first the whole
- *   read → fn → write is run again on the new document, at most MAX_ATTEMPTS times. `fn` may
- *   therefore run more than once and must not have side effects beyond its copy. When `fn`
- *   throws, or the write fails, nothing changes.
- * - Changes to one document made in this process are queued one after another, so
- *   concurrent requests to one process never conflict; compare-and-set is what keeps
- *   several processes (several ingress instances) exact.
- * - A document is one KV value, so one NATS message: it must fit the server's max_payload
- *   (1 MiB by default). A change that would make it larger is refused
- *   (`BILLING_CONFIG_TOO_LARGE`) and nothing changes.
+ *   cus.O.M.<customerId>        the customer document: the customer and its units, order
+ *                               line attributes, credit pools (with top-ups) and credit caps,
+ *                               plus `seq`, its place in the listing order. Everything one
+ *                               validation needs together (attribute per customer+eventName,
+ *                               pool per attribute of the same customer, unit tree cycles,
+ *                               caps on the customer's units) is in this one key, changed with
+ *                               compare-and-set on its revision.
+ *   xid.O.M.<b64url(externalId)> {customerId}: the claim of an externalId, written with KV
+ *                               `create` (create-only) before the customer exists, so two
+ *                               concurrent creations with one externalId cannot both win.
+ *   plan.O.M.<planId>           a plan (immutable once created, never deleted).
+ *   seq.O.M.customers|plans     {n}: the last listing position handed out (compare-and-set).
+ *   ord.O.M.customers|plans.<n> {id} (a plan: the plan itself, plans never change): position n
+ *                               of the listing order (creation order);
+ *                               written before the entity, so a crash between the two leaves a
+ *                               dangling position that lists skip.
+ *   cfg.O.M                     the former one-document layout; migrated on start
+ *                               (`migrate`), then replaced by {"migrated":true,…}.
+ *
+ * Changes to one key made in this process are queued one after another, so concurrent
+ * requests to one process never conflict; compare-and-set is what keeps several processes
+ * exact (read → fn → write is rerun on a conflict, at most MAX_ATTEMPTS times; `fn` may run
+ * more than once and must only change its private copy). One key is one NATS message: a
+ * customer document that would exceed max_payload (e.g. tens of thousands of top-ups on one
+ * customer) is refused with BILLING_CONFIG_TOO_LARGE and nothing changes.
  */
-import type { KV } from '@nats-io/kv';
+import type { KV, KvEntry } from '@nats-io/kv';
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { ApiError } from '../../errors.js';
 import { billingLog as log } from '../../log.js';
 import type { Mode } from '../../ratelimit/bucket.js';
-import { emptyConfig, type BillingConfig } from '../model.js';
+import type { BillingConfig, CreditCap, CreditPool, Customer, OrderLineAttribute, Plan } from '../model.js';
 
 /** Read → fn → compare-and-set attempts before a change gives up with 409 CONFLICT. */
 export const MAX_ATTEMPTS = 25;
 /** Room kept in a NATS message for the subject and headers of a KV put. */
 const MESSAGE_OVERHEAD_BYTES = 4 * 1024;
+/** A claimed externalId whose customer was never written (a crash between the two) is taken over after this. */
+export const STALE_CLAIM_MS = 30_000;
 
-export interface Versioned {
-  config: BillingConfig;
-  /** The KV revision the document was read at; 0 when there is no document yet. */
+/** One customer and everything that belongs to it. */
+export interface CustomerDoc {
+  /** Position in the listing order of customers (creation order). */
+  seq: number;
+  customer: Customer;
+  attributes: Record<string, OrderLineAttribute>;
+  pools: Record<string, CreditPool>;
+  /** Keyed by `capKey(customerId, unitExternalId, creditsCurrencyId)`. */
+  caps: Record<string, CreditCap>;
+}
+
+export interface VersionedCustomer {
+  doc: CustomerDoc;
+  /** The KV revision the document was read at. */
   revision: number;
 }
 
-export interface Changed<T> extends Versioned {
-  /** What `fn` returned. */
-  result: T;
-  /** False when `fn` left the document as it was (nothing was written). */
-  written: boolean;
+export type Listing = 'customers' | 'plans';
+
+export interface Page<T> {
+  items: T[];
+  /** The listing position of the last item read, to continue after; null when there is nothing more. */
+  next: number | null;
+}
+
+/** The part of the configuration one batch needs: its customers (and the plans they use), with the revisions read. */
+export interface BatchConfig {
+  config: BillingConfig;
+  /** KV key → revision of every document in `config`. */
+  revisions: Record<string, number>;
 }
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-export const configKey = (orgId: string, mode: Mode): string => `cfg.${orgId}.${mode}`;
+export const legacyKey = (orgId: string, mode: Mode): string => `cfg.${orgId}.${mode}`;
+export const customerKey = (orgId: string, mode: Mode, customerId: string): string => `cus.${orgId}.${mode}.${customerId}`;
+export const externalIdKey = (orgId: string, mode: Mode, externalId: string): string => `xid.${orgId}.${mode}.${Buffer.from(externalId, 'utf8').toString('base64url') || '_'}`;
+export const planKey = (orgId: string, mode: Mode, planId: string): string => `plan.${orgId}.${mode}.${planId}`;
+const counterKey = (orgId: string, mode: Mode, l: Listing): string => `seq.${orgId}.${mode}.${l}`;
+const orderKey = (orgId: string, mode: Mode, l: Listing, n: number): string => `ord.${orgId}.${mode}.${l}.${n}`;
+
+/** Service ids of customers (externalIds never have this form: the API refuses it). */
+const CUSTOMER_ID = /^cus_[0-9A-Za-z]{20}$/;
+const PLAN_ID = /^plan_[0-9A-Za-z]{20}$/;
 
 function isConflict(err: unknown): boolean {
   return (
@@ -56,11 +98,17 @@ function isConflict(err: unknown): boolean {
 }
 
 function unavailable(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
   log.error('billing configuration store unavailable', { err });
   return new ApiError('BILLING_UNAVAILABLE', 'the billing configuration store (JetStream) is unreachable; nothing changed, retry later');
 }
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+const present = (e: KvEntry | null): e is KvEntry => e !== null && e.operation === 'PUT' && e.length > 0;
+const parse = <T>(e: KvEntry): T => JSON.parse(dec.decode(e.value)) as T;
+const tooManyConflicts = (): ApiError =>
+  new ApiError('CONFLICT', `configuration: changed concurrently ${MAX_ATTEMPTS} times in a row by other processes; nothing changed, retry`);
+const backoff = (attempt: number): Promise<void> => sleep(Math.random() * Math.min(100, 2 ** attempt));
 
 export class BillingConfigStore {
   /** Largest document in bytes (UTF-8 JSON). */
@@ -70,38 +118,39 @@ export class BillingConfigStore {
   /**
    * @param kv the `<prefix>_billing` bucket (`Nats.billingBucket()`)
    * @param maxPayload the NATS server's max_payload (`Nats.maxPayload`)
+   * @param staleClaimMs age after which an externalId claim without its customer is taken over
    */
   constructor(
     private readonly kv: KV,
     maxPayload: number,
+    private readonly staleClaimMs = STALE_CLAIM_MS,
   ) {
     this.maxDocumentBytes = maxPayload - MESSAGE_OVERHEAD_BYTES;
   }
 
-  /** The document of an organization and mode (empty, revision 0, when there is none). One KV get. */
-  async get(orgId: string, mode: Mode): Promise<Versioned> {
-    let e;
+  private async raw(key: string): Promise<KvEntry | null> {
     try {
-      e = await this.kv.get(configKey(orgId, mode));
+      return await this.kv.get(key);
     } catch (err) {
       throw unavailable(err);
     }
-    if (!e) return { config: emptyConfig(), revision: 0 };
-    if (e.operation !== 'PUT' || e.value.length === 0) return { config: emptyConfig(), revision: e.revision };
-    return { config: JSON.parse(dec.decode(e.value)) as BillingConfig, revision: e.revision };
   }
 
-  /**
-   * Applies `fn` to a copy of the current document and stores the result with
-   * compare-and-set (see the header). `fn` throws (an ApiError) to refuse: nothing changes.
-   */
-  change<T>(orgId: string, mode: Mode, fn: (cfg: BillingConfig) => T): Promise<Changed<T>> {
-    const key = configKey(orgId, mode);
+  private encode(value: unknown, what: string): Uint8Array {
+    const bytes = enc.encode(JSON.stringify(value));
+    if (bytes.length > this.maxDocumentBytes) {
+      throw new ApiError(
+        'BILLING_CONFIG_TOO_LARGE',
+        `configuration: the change would make ${what} ${bytes.length} bytes; at most ${this.maxDocumentBytes} bytes fit in one NATS message (max_payload); nothing changed`,
+      );
+    }
+    return bytes;
+  }
+
+  /** Runs `task` after the earlier tasks of `key` in this process. */
+  private queued<T>(key: string, task: () => Promise<T>): Promise<T> {
     const previous = this.queues.get(key) ?? Promise.resolve();
-    const run = previous.then(
-      () => this.attempt(orgId, mode, fn),
-      () => this.attempt(orgId, mode, fn),
-    );
+    const run = previous.then(task, task);
     const settled = run.then(
       () => undefined,
       () => undefined,
@@ -113,34 +162,306 @@ export class BillingConfigStore {
     return run;
   }
 
-  private async attempt<T>(orgId: string, mode: Mode, fn: (cfg: BillingConfig) => T): Promise<Changed<T>> {
-    const key = configKey(orgId, mode);
-    for (let attempt = 1; ; attempt++) {
-      const { config: current, revision } = await this.get(orgId, mode);
-      const before = JSON.stringify(current);
-      const config = structuredClone(current);
-      const result = fn(config);
-      const after = JSON.stringify(config);
-      if (after === before) return { result, config, revision, written: false };
-      const bytes = enc.encode(after);
-      if (bytes.length > this.maxDocumentBytes) {
-        throw new ApiError(
-          'BILLING_CONFIG_TOO_LARGE',
-          `configuration: the change would make the ${mode} configuration ${bytes.length} bytes; at most ${this.maxDocumentBytes} bytes fit in one NATS message (max_payload); nothing changed`,
-        );
-      }
+  // --- customers ---
+
+  /** A customer document by service id, or null. One KV get. */
+  async getCustomer(orgId: string, mode: Mode, customerId: string): Promise<VersionedCustomer | null> {
+    if (!CUSTOMER_ID.test(customerId)) return null;
+    const e = await this.raw(customerKey(orgId, mode, customerId));
+    return present(e) ? { doc: parse<CustomerDoc>(e), revision: e.revision } : null;
+  }
+
+  /** The customer id an externalId is claimed by (the customer may not exist: a dangling claim). One KV get. */
+  async externalIdOwner(orgId: string, mode: Mode, externalId: string): Promise<{ customerId: string; revision: number; created: Date } | null> {
+    const e = await this.raw(externalIdKey(orgId, mode, externalId));
+    if (!present(e)) return null;
+    return { customerId: parse<{ customerId: string }>(e).customerId, revision: e.revision, created: e.created };
+  }
+
+  /**
+   * Creates a customer: claims its externalId (create-only key; a claim whose customer does
+   * not exist and is older than STALE_CLAIM_MS is taken over), takes the next listing
+   * position, writes the position and then the document. `onTaken` builds the error when
+   * the externalId belongs to another customer.
+   */
+  async createCustomer(orgId: string, mode: Mode, customer: Customer, onTaken: (ownerId: string) => ApiError): Promise<CustomerDoc> {
+    const claim = customer.externalId !== null ? await this.claimExternalId(orgId, mode, customer.externalId, customer.id, onTaken) : null;
+    try {
+      const seq = await this.nextPosition(orgId, mode, 'customers');
+      const doc: CustomerDoc = { seq, customer, attributes: {}, pools: {}, caps: {} };
+      await this.kv.create(orderKey(orgId, mode, 'customers', seq), JSON.stringify({ id: customer.id }));
+      await this.kv.create(customerKey(orgId, mode, customer.id), this.encode(doc, `customer ${customer.id}`));
+      return doc;
+    } catch (err) {
+      // Nothing was created: release the claim (only if still ours; a crash leaves it to go stale).
+      if (claim !== null) await this.kv.delete(externalIdKey(orgId, mode, customer.externalId!), { previousSeq: claim }).catch(() => undefined);
+      throw unavailable(err);
+    }
+  }
+
+  /** Claims an externalId for `customerId`; the claim key's revision. */
+  private async claimExternalId(orgId: string, mode: Mode, externalId: string, customerId: string, onTaken: (ownerId: string) => ApiError): Promise<number> {
+    const key = externalIdKey(orgId, mode, externalId);
+    const value = JSON.stringify({ customerId });
+    for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
       try {
-        const next = revision === 0 ? await this.kv.create(key, bytes) : await this.kv.update(key, bytes, revision);
-        return { result, config, revision: next, written: true };
+        return await this.kv.create(key, value);
       } catch (err) {
-        // `create` on an existing key fails with the same "wrong last sequence" as `update`.
         if (!isConflict(err)) throw unavailable(err);
-        if (attempt >= MAX_ATTEMPTS) {
-          throw new ApiError('CONFLICT', `configuration: changed concurrently ${MAX_ATTEMPTS} times in a row by other processes; nothing changed, retry`);
-        }
-        // Another process wrote first: back off (jittered, growing to 100 ms) and redo on its document.
-        await sleep(Math.random() * Math.min(100, 2 ** attempt));
       }
+      const owner = await this.externalIdOwner(orgId, mode, externalId);
+      if (!owner) continue; // deleted meanwhile (never by this service): try again
+      if (await this.getCustomer(orgId, mode, owner.customerId)) throw onTaken(owner.customerId);
+      // Claimed, but its customer is not written (yet, or never: a crash in between).
+      if (Date.now() - owner.created.getTime() < this.staleClaimMs) throw onTaken(owner.customerId);
+      try {
+        return await this.kv.update(key, value, owner.revision);
+      } catch (err) {
+        if (!isConflict(err)) throw unavailable(err);
+      }
+      await backoff(attempt);
+    }
+    throw tooManyConflicts();
+  }
+
+  /** The next position of a listing (compare-and-set on its counter). */
+  private nextPosition(orgId: string, mode: Mode, l: Listing): Promise<number> {
+    const key = counterKey(orgId, mode, l);
+    return this.queued(key, async () => {
+      for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
+        const e = await this.raw(key);
+        const n = (present(e) ? parse<{ n: number }>(e).n : 0) + 1;
+        try {
+          if (present(e)) await this.kv.update(key, JSON.stringify({ n }), e.revision);
+          else await this.kv.create(key, JSON.stringify({ n }));
+          return n;
+        } catch (err) {
+          if (!isConflict(err)) throw unavailable(err);
+        }
+        await backoff(attempt);
+      }
+      throw tooManyConflicts();
+    });
+  }
+
+  /**
+   * Applies `fn` to a copy of a customer's document and stores the result with
+   * compare-and-set. `missing` builds the error when there is no such customer. `fn` throws
+   * (an ApiError) to refuse: nothing changes. Nothing is written when `fn` changes nothing.
+   */
+  changeCustomer<T>(orgId: string, mode: Mode, customerId: string, missing: () => ApiError, fn: (doc: CustomerDoc) => T): Promise<T> {
+    const key = customerKey(orgId, mode, customerId);
+    return this.queued(key, async () => {
+      for (let attempt = 1; ; attempt++) {
+        const current = await this.getCustomer(orgId, mode, customerId);
+        if (!current) throw missing();
+        const before = JSON.stringify(current.doc);
+        const doc = structuredClone(current.doc);
+        const result = fn(doc);
+        if (JSON.stringify(doc) === before) return result;
+        const bytes = this.encode(doc, `customer ${customerId}`);
+        try {
+          await this.kv.update(key, bytes, current.revision);
+          return result;
+        } catch (err) {
+          if (!isConflict(err)) throw unavailable(err);
+          if (attempt >= MAX_ATTEMPTS) throw tooManyConflicts();
+          await backoff(attempt);
+        }
+      }
+    });
+  }
+
+  // --- plans ---
+
+  async getPlan(orgId: string, mode: Mode, planId: string): Promise<Plan | null> {
+    if (!PLAN_ID.test(planId)) return null;
+    const e = await this.raw(planKey(orgId, mode, planId));
+    return present(e) ? parse<Plan>(e) : null;
+  }
+
+  async createPlan(orgId: string, mode: Mode, plan: Plan): Promise<void> {
+    const seq = await this.nextPosition(orgId, mode, 'plans');
+    try {
+      // Plans never change: the position holds the plan itself, so a page of plans is one round of gets.
+      await this.kv.create(orderKey(orgId, mode, 'plans', seq), this.encode(plan, `plan ${plan.id}`));
+      await this.kv.create(planKey(orgId, mode, plan.id), this.encode(plan, `plan ${plan.id}`));
+    } catch (err) {
+      throw unavailable(err);
+    }
+  }
+
+  // --- listings ---
+
+  /**
+   * Up to `limit` entities of a listing after position `after`, in creation order. Positions
+   * (and each one's entity right after it) are read `limit` at a time in parallel; dangling
+   * ones (a crash between position and entity) are skipped.
+   */
+  async list<T>(orgId: string, mode: Mode, l: Listing, after: number, limit: number): Promise<Page<T>> {
+    const counter = await this.raw(counterKey(orgId, mode, l));
+    const last = present(counter) ? parse<{ n: number }>(counter).n : 0;
+    const items: T[] = [];
+    let pos = after;
+    while (items.length < limit && pos < last) {
+      const want = Math.min(limit - items.length, last - pos);
+      const positions = Array.from({ length: want }, (_, i) => pos + 1 + i);
+      // Each position's entity is read as soon as its position arrives (no wait for the whole round).
+      const docs = await Promise.all(
+        positions.map(async (n) => {
+          const e = await this.raw(orderKey(orgId, mode, l, n));
+          if (!present(e)) return null;
+          const { id, ...rest } = parse<{ id: string; name?: string }>(e);
+          if (l === 'plans') return (rest.name !== undefined ? { id, ...rest } : await this.getPlan(orgId, mode, id)) as T | null;
+          return ((await this.getCustomer(orgId, mode, id))?.doc ?? null) as T | null;
+        }),
+      );
+      for (const d of docs) if (d !== null) items.push(d);
+      pos += want;
+    }
+    return { items, next: pos < last ? pos : null };
+  }
+
+  // --- evaluation ---
+
+  /**
+   * The configuration restricted to the customers `refs` name (service ids or externalIds,
+   * as signals do) and the plans their attributes use: one get per customer (two for an
+   * externalId) and one per plan, whatever the organization's size.
+   */
+  async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
+    const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
+    const revisions: Record<string, number> = {};
+    const found = await Promise.all(
+      [...new Set(refs)].map(async (ref) => {
+        if (CUSTOMER_ID.test(ref)) return this.getCustomer(orgId, mode, ref);
+        const owner = await this.externalIdOwner(orgId, mode, ref);
+        if (!owner) return null;
+        const c = await this.getCustomer(orgId, mode, owner.customerId);
+        return c && c.doc.customer.externalId === ref ? c : null;
+      }),
+    );
+    const planIds = new Set<string>();
+    for (const f of found) {
+      if (!f) continue;
+      const { doc } = f;
+      const id = doc.customer.id;
+      if (Object.hasOwn(config.customers, id)) continue;
+      revisions[customerKey(orgId, mode, id)] = f.revision;
+      config.customers[id] = doc.customer;
+      for (const a of Object.values(doc.attributes)) {
+        config.attributes[a.id] = a;
+        planIds.add(a.planId);
+      }
+      for (const p of Object.values(doc.pools)) config.pools[p.id] = p;
+      for (const [k, cap] of Object.entries(doc.caps)) config.caps[k] = cap;
+    }
+    const plans = await Promise.all([...planIds].map((id) => this.raw(planKey(orgId, mode, id))));
+    for (const e of plans) {
+      if (!present(e)) continue;
+      const p = parse<Plan>(e);
+      config.plans[p.id] = p;
+      revisions[e.key] = e.revision;
+    }
+    return { config, revisions };
+  }
+
+  // --- the former layout ---
+
+  /**
+   * Migrates every one-document configuration (`cfg.O.M`) to the per-entity layout. Run on
+   * start, before the API or the evaluator use the store. Idempotent and crash-safe: entity
+   * keys are written create-only (an existing key is kept: an earlier, interrupted run wrote
+   * it from the same document), positions are the document's order, the counters are raised
+   * to cover them, and only then is the old document replaced by {"migrated":true} (with
+   * compare-and-set, so a document changed meanwhile is migrated again on the next start).
+   * Returns how many documents it migrated.
+   */
+  async migrate(): Promise<number> {
+    let keys: string[] = [];
+    try {
+      const it = await this.kv.keys('cfg.>');
+      for await (const k of it) keys.push(k);
+    } catch (err) {
+      throw unavailable(err);
+    }
+    keys = keys.filter((k) => k.split('.').length === 3);
+    let migrated = 0;
+    for (const key of keys) {
+      const e = await this.raw(key);
+      if (!present(e)) continue;
+      const old = parse<Partial<BillingConfig> & { migrated?: boolean }>(e);
+      if (old.migrated === true || !old.customers) continue;
+      const [, orgId, mode] = key.split('.') as [string, string, Mode];
+      await this.migrateOne(orgId, mode, old as BillingConfig);
+      try {
+        await this.kv.update(key, JSON.stringify({ migrated: true, at: new Date().toISOString(), layout: 'per-entity keys (src/billing/config/store.ts)' }), e.revision);
+      } catch (err) {
+        if (!isConflict(err)) throw unavailable(err);
+        log.warn('billing configuration changed while migrating; migrated again on the next start', { key });
+        continue;
+      }
+      migrated++;
+      log.info('billing configuration migrated to per-entity keys', { orgId, mode, customers: Object.keys(old.customers).length });
+    }
+    return migrated;
+  }
+
+  private async createIfAbsent(key: string, value: string | Uint8Array): Promise<void> {
+    try {
+      await this.kv.create(key, value);
+    } catch (err) {
+      if (!isConflict(err)) throw unavailable(err);
+    }
+  }
+
+  private async raiseCounter(orgId: string, mode: Mode, l: Listing, atLeast: number): Promise<void> {
+    const key = counterKey(orgId, mode, l);
+    for (;;) {
+      const e = await this.raw(key);
+      const n = present(e) ? parse<{ n: number }>(e).n : 0;
+      if (n >= atLeast) return;
+      try {
+        if (present(e)) await this.kv.update(key, JSON.stringify({ n: atLeast }), e.revision);
+        else await this.kv.create(key, JSON.stringify({ n: atLeast }));
+        return;
+      } catch (err) {
+        if (!isConflict(err)) throw unavailable(err);
+      }
+    }
+  }
+
+  private async migrateOne(orgId: string, mode: Mode, cfg: BillingConfig): Promise<void> {
+    const customers = Object.values(cfg.customers);
+    const plans = Object.values(cfg.plans);
+    const docs = new Map<string, CustomerDoc>();
+    customers.forEach((customer, i) => docs.set(customer.id, { seq: i + 1, customer, attributes: {}, pools: {}, caps: {} }));
+    for (const a of Object.values(cfg.attributes)) if (docs.has(a.customerId)) docs.get(a.customerId)!.attributes[a.id] = a;
+    for (const p of Object.values(cfg.pools)) if (docs.has(p.customerId)) docs.get(p.customerId)!.pools[p.id] = p;
+    for (const [k, c] of Object.entries(cfg.caps)) {
+      const d = docs.get(c.customerId);
+      if (d) Object.defineProperty(d.caps, k, { value: c, enumerable: true, writable: true, configurable: true });
+    }
+    await this.raiseCounter(orgId, mode, 'customers', customers.length);
+    await this.raiseCounter(orgId, mode, 'plans', plans.length);
+    const chunk = 64;
+    for (let i = 0; i < plans.length; i += chunk) {
+      await Promise.all(
+        plans.slice(i, i + chunk).map(async (p, j) => {
+          await this.createIfAbsent(orderKey(orgId, mode, 'plans', i + j + 1), JSON.stringify(p));
+          await this.createIfAbsent(planKey(orgId, mode, p.id), JSON.stringify(p));
+        }),
+      );
+    }
+    const all = [...docs.values()];
+    for (let i = 0; i < all.length; i += chunk) {
+      await Promise.all(
+        all.slice(i, i + chunk).map(async (d) => {
+          if (d.customer.externalId !== null) await this.createIfAbsent(externalIdKey(orgId, mode, d.customer.externalId), JSON.stringify({ customerId: d.customer.id }));
+          await this.createIfAbsent(orderKey(orgId, mode, 'customers', d.seq), JSON.stringify({ id: d.customer.id }));
+          await this.createIfAbsent(customerKey(orgId, mode, d.customer.id), JSON.stringify(d));
+        }),
+      );
     }
   }
 }

@@ -9,20 +9,24 @@
  *                     {seq, before, after}: the stream sequence of the batch that last
  *                     changed it and the period's total ({used, reached}) before and after
  *                     that batch. Only the periods a batch touches are read, any age.
- *   pin               the batch in flight: {seq, orgId, mode, configRevision, config}, the
- *                     configuration document it is evaluated against (the configuration
- *                     bucket keeps one revision, so the pin holds the document itself).
+ *   pin               the batch in flight: {seq, orgId, mode, revisions, config}: the
+ *                     configuration of the customers the batch names (and the plans they
+ *                     use) it is evaluated against, with the KV revision of each document
+ *                     read (the configuration bucket keeps one revision, so the pin holds the
+ *                     documents themselves). Its size follows the batch, not the organization.
  *
  * Commit order for the message of stream sequence S, and why a crash anywhere repeats
  * nothing, loses nothing and bills the same:
  *  1. Read the state. `lastSeq` ≥ S: S was committed before a crash that lost the ack: ack.
  *  2. Pin the configuration (the pin is read together with the state in 1). The pin names S:
- *     a replay, use its document. It names a later sequence: S was acked by another holder (a
- *     later message is only delivered after S's ack): ack. Otherwise read the configuration
- *     and write the pin (compare-and-set). From here on S is evaluated against this document
+ *     a replay, use its documents. It names a later sequence: S was acked by another holder (a
+ *     later message is only delivered after S's ack): ack. Otherwise read the documents of the
+ *     customers S's signals name (service ids or externalIds, resolved through their claim
+ *     keys; store.forBatch: one or two gets per distinct customer, one per plan they use) and
+ *     write the pin (compare-and-set). From here on S is evaluated against these documents
  *     only, whatever changes in the configuration before its replay: rows and events depend
- *     only on the batch and that revision. With no order line attribute in it nothing is
- *     priced: ack.
+ *     only on the batch and those revisions (evaluation never looks at a customer a batch
+ *     does not name). With no order line attribute in them nothing is priced: ack.
  *  3. List the cap periods S touches (capPeriods, in the worker) and read their keys. A
  *     period's total before S is `before` when the key's seq is S (S wrote it, then crashed
  *     before its commit) and `after` otherwise (the key's batch committed: batches commit in
@@ -69,7 +73,8 @@ import { FaultHook, type FaultContext } from './fault.js';
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
 
 export interface ConfigSource {
-  get(orgId: string, mode: 'live' | 'test'): Promise<{ config: BillingConfig; revision: number }>;
+  /** The configuration restricted to the customers `refs` name (ids or externalIds) and the plans they use. */
+  forBatch(orgId: string, mode: 'live' | 'test', refs: Iterable<string>): Promise<{ config: BillingConfig; revisions: Record<string, number> }>;
 }
 
 /** The configuration a batch is evaluated against, from its first evaluation on (key `pin`). */
@@ -77,7 +82,9 @@ export interface Pin {
   seq: number;
   orgId: string;
   mode: 'live' | 'test';
-  configRevision: number;
+  /** KV key → revision of each configuration document in `config` (a pin of the former layout has `configRevision`). */
+  revisions?: Record<string, number>;
+  configRevision?: number;
   config: BillingConfig;
 }
 
@@ -172,7 +179,8 @@ export class BillingEvaluator {
     }
 
     // 2. The configuration S is evaluated against.
-    const pinned = await this.pin(m.seq, orgId, mode, pinEntry);
+    const signals = parseBillable(m.data);
+    const pinned = await this.pin(m.seq, orgId, mode, pinEntry, signals);
     if (pinned === 'acked-elsewhere') {
       log.warn('billable message already finished by another holder', { seq: m.seq });
       m.ack();
@@ -186,7 +194,6 @@ export class BillingEvaluator {
       observeEvaluated(m);
       return;
     }
-    const signals = parseBillable(m.data);
     const evaluatedAt = Math.floor(m.info.timestampNanos / 1e6);
 
     // 3. The totals of the cap periods S touches.
@@ -260,14 +267,14 @@ export class BillingEvaluator {
    * S is acked, i.e. after S no longer needs its pin (so it is overwritten, never deleted:
    * no tombstone per batch).
    */
-  private async pin(seq: number, orgId: string, mode: 'live' | 'test', e: KvEntry | null): Promise<Pin | 'acked-elsewhere'> {
+  private async pin(seq: number, orgId: string, mode: 'live' | 'test', e: KvEntry | null, signals: BillableSignal[]): Promise<Pin | 'acked-elsewhere'> {
     const current = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as Pin) : null;
     if (current && current.seq === seq) return current;
     if (current && current.seq > seq) return 'acked-elsewhere';
     // Pinned even when nothing is priced (a small document): a replay after a lost ack must
     // not bill a batch that its first evaluation did not.
-    const { config, revision } = await this.configs.get(orgId, mode);
-    const pin: Pin = { seq, orgId, mode, configRevision: revision, config };
+    const { config, revisions } = await this.configs.forBatch(orgId, mode, signals.map((s) => s.customerId));
+    const pin: Pin = { seq, orgId, mode, revisions, config };
     const bytes = JSON.stringify(pin);
     if (e) await this.state.update(PIN_KEY, bytes, e.revision);
     else await this.state.create(PIN_KEY, bytes);
