@@ -11,9 +11,17 @@
  *  3. Idempotency claims (dedupe.ts): each keyed signal claims `<org>.<mode>.<key>`
  *     naming itself. A claim owned by another signal drops this signal; a claim owned
  *     by this very signal (an earlier delivery died after claiming) keeps it.
- *  4. Only when the message is a redelivery: rows already in the store from an earlier
- *     delivery (crash after insert, before ack) are dropped by signal id. Row-level, so it
- *     is right even if that earlier insert landed only in part.
+ *  4. Only when an earlier delivery of the batch may have stored rows: rows already in the
+ *     store from it (crash after insert, before ack) are dropped by signal id. Row-level, so
+ *     it is right even if that earlier insert landed only in part. "May have" is JetStream's
+ *     redelivery flag OR the batch's mark in the claims bucket (dedupe.ts `takeBatch`), made
+ *     before the batch can reach an insert: the flag alone is not enough, since a message
+ *     the killed process had received came back to its successor with deliveryCount 1.
+ *     The check runs after any insert of that earlier delivery has ended: a held message is
+ *     never taken up twice in one process (`held`); an insert whose answer was lost (its
+ *     host may still be running it) ends that host before its error comes back
+ *     (src/store/hosted); and another process's engine host dies with it and holds the data
+ *     directory's lock until then (src/store/engine-host).
  *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
@@ -145,9 +153,9 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
-      const keep = await this.claims.claim(r.claimKeys, r.ids);
+      const [keep, first] = await Promise.all([this.claims.claim(r.claimKeys, r.ids), this.claims.takeBatch(meta.orgId, meta.mode, meta.batchId)]);
       const billable = r.billable.filter((_, i) => keep[i]);
-      if (m.redelivered) {
+      if (m.redelivered || !first) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }
