@@ -66,6 +66,12 @@ export interface Config {
     password: string;
   };
   dataDir: string;
+  /**
+   * Test-only fault of the engine host (src/store/engine-host/host.ts `ENGINE_HOST_FAULTS`):
+   * `lose-insert` (the first signals insert of the first host loses its answer and is run
+   * anyway 6 s later), null (the default) for none.
+   */
+  engineHostFault: 'lose-insert' | null;
   dedupeWindowDays: number;
   defaultLimits: { burst: number; refillPerSecond: number; analyticsConcurrency: number };
   maxBodyBytes: number;
@@ -279,6 +285,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       password: r.str('CLICKHOUSE_ANALYTICS_PASSWORD', ''),
     },
     dataDir: path.resolve(r.str('DATA_DIR', path.join(process.cwd(), '.data'))),
+    engineHostFault: r.optional('ENGINE_HOST_FAULT') === null ? null : r.oneOf('ENGINE_HOST_FAULT', 'lose-insert', ['lose-insert'] as const),
     dedupeWindowDays: r.int('DEDUPE_WINDOW_DAYS', 7, 7, 3650),
     defaultLimits: {
       burst: r.int('DEFAULT_BURST', 10_000, 500, 1_000_000_000),

@@ -11,11 +11,19 @@
  *  3. Idempotency claims (dedupe.ts): each keyed signal claims `<org>.<mode>.<key>`
  *     naming itself. A claim owned by another signal drops this signal; a claim owned
  *     by this very signal (an earlier delivery died after claiming) keeps it.
- *  4. Only when the message is a redelivery, or some key of it was already held by the same
- *     signal (an earlier delivery claimed it: in a JetStream cluster, a consumer leader
- *     failover can hand a message out again as a first delivery): rows already in the store
- *     from an earlier delivery (crash after insert, before ack) are dropped by signal id.
- *     Row-level, so it is right even if that earlier insert landed only in part.
+ *  4. Only when an earlier delivery of the batch may have stored rows: rows already in the
+ *     store from it (crash after insert, before ack) are dropped by signal id. Row-level, so
+ *     it is right even if that earlier insert landed only in part. "May have" is JetStream's
+ *     redelivery flag OR the batch's mark in the claims bucket (dedupe.ts `takeBatch`), made
+ *     before the batch can reach an insert, OR a key already held by the same signal: the
+ *     flag alone is not enough, since a message the killed process had received came back
+ *     to its successor with deliveryCount 1 (and a consumer leader failover in a cluster can
+ *     hand a message out again as a first delivery).
+ *     The check runs after any insert of that earlier delivery has ended: a held message is
+ *     never taken up twice in one process (`held`); an insert whose answer was lost (its
+ *     host may still be running it) ends that host before its error comes back
+ *     (src/store/hosted); and another process's engine host dies with it and holds the data
+ *     directory's lock until then (src/store/engine-host).
  *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
@@ -147,12 +155,10 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
-      const { keep, reclaimed } = await this.claims.claimAll(r.claimKeys, r.ids);
+      const [{ keep, reclaimed }, first] = await Promise.all([this.claims.claimAll(r.claimKeys, r.ids), this.claims.takeBatch(meta.orgId, meta.mode, meta.batchId)]);
       const billable = r.billable.filter((_, i) => keep[i]);
-      // A redelivery, or a delivery whose signals already held their keys (an earlier delivery
-      // claimed them: after a consumer leader failover JetStream may hand a message out again
-      // as a first delivery): rows may be stored already.
-      if (m.redelivered || reclaimed) {
+      // Rows may be stored already when some delivery of this batch got this far before (see 4.).
+      if (m.redelivered || !first || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }

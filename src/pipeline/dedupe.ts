@@ -4,6 +4,10 @@
  *
  * Key:   <orgId>.<mode>.<base64url sha256(idempotencyKey)>   (the organization is part of every key)
  * Value: the id of the signal that claimed it.
+ *
+ * The same bucket holds one mark per batch the pipeline has taken up (`takeBatch`):
+ * Key:   <orgId>.<mode>.batch_<batchId>   (never a 43-character hash, so never a claim's key)
+ * Value: the batch id.
  * TTL:   the dedupe window (DEDUPE_WINDOW_DAYS, at least 7 days from the first claim).
  *
  * Claiming before the row is written is safe because a claim names its signal: when the
@@ -87,6 +91,19 @@ export class IdempotencyClaims {
     }
     await Promise.all(pending);
     return { keep, reclaimed };
+  }
+
+  /**
+   * Marks a batch as taken up, before any of its rows can be inserted: true the first time,
+   * false when some delivery of it got this far before (its rows may be stored, in part or
+   * whole). The pipeline cannot rely on JetStream's redelivery flag for this: after a kill -9
+   * of the process holding it, a message it had received (and possibly inserted) came back
+   * to the next process with deliveryCount 1 (nats-server 2.9.10, test/api/crash.test.ts), so
+   * "not redelivered" does not prove that no earlier delivery stored its rows. A mark deleted
+   * by an operator counts as taken (the existing-row check then runs; it is never wrong).
+   */
+  takeBatch(orgId: string, mode: string, batchId: string): Promise<boolean> {
+    return this.tryCreate(`${orgId}.${mode}.batch_${batchId}`, batchId, 0);
   }
 
   /** `claimed`: this signal took the key now; `reclaimed`: it held it already; `other`: another signal holds it. */

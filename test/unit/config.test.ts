@@ -59,6 +59,7 @@ t.test('defaults', async (t) => {
       caFile: null, extraCaPem: [], dnsServers: [], dispatcherAckWaitMs: 30_000,
     },
     dataDir: path.resolve(process.cwd(), '.data'),
+    engineHostFault: null,
     dedupeWindowDays: 7,
     defaultLimits: { burst: 10_000, refillPerSecond: 1_000, analyticsConcurrency: 4 },
     maxBodyBytes: 1_000_000,
@@ -120,6 +121,8 @@ t.test('values are read', async (t) => {
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '0.001' }, []).defaultLimits.refillPerSecond, 0.001, 'the minimum refill rate is accepted');
   t.same(loadConfig({ ...base, BILLING_ACK_WAIT_MS: '2000', BILLING_FAULT_POINT: 'before-state-write', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '3000' }, []).billing, { ackWaitMs: 2_000, faultPoint: 'before-state-write', faultAction: 'pause', faultPauseMs: 3_000 }, 'billing settings are read');
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '1000000000' }, []).defaultLimits.refillPerSecond, 1e9, 'the maximum refill rate is accepted');
+  t.equal(loadConfig(base, []).engineHostFault, null, 'no engine host fault by default');
+  t.equal(loadConfig({ ...base, ENGINE_HOST_FAULT: 'lose-insert' }, []).engineHostFault, 'lose-insert', 'the test-only engine host fault is read');
 });
 
 t.test('Redis topology: Sentinel or Cluster', async (t) => {
@@ -216,6 +219,7 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ BILLING_FAULT_POINT: 'somewhere' }, 'BILLING_FAULT_POINT="somewhere": must be one of after-pin, after-events, before-state-write, after-state-write'],
     [{ BILLING_FAULT_ACTION: 'crash' }, 'BILLING_FAULT_ACTION="crash": must be one of kill, pause'],
     [{ BILLING_FAULT_PAUSE_MS: '5' }, 'BILLING_FAULT_PAUSE_MS=5: must be between 10 and 600000'],
+    [{ ENGINE_HOST_FAULT: 'slow' }, 'ENGINE_HOST_FAULT="slow": must be one of lose-insert'],
     [{ LOG_LEVEL: 'trace' }, 'LOG_LEVEL="trace": must be one of debug, info, warn, error'],
     [{ ANALYTICS_TIMEOUT_MS: '30001' }, 'ANALYTICS_TIMEOUT_MS=30001: must be between 100 and 30000'],
     [{ ANALYTICS_ENGINE_SESSIONS: '1' }, 'ANALYTICS_ENGINE_SESSIONS=1: must be between 2 and 64'],

@@ -123,3 +123,14 @@ t.test('a KV error is not mistaken for "already claimed"', async (t) => {
   await t.rejects(claims.claim(['bad key with spaces'], ['sig_x_0']));
   await t.rejects(claims.claim(['org.live.'], ['sig_x_1']));
 });
+
+t.test('takeBatch: true the first time a batch is taken up, false ever after', async (t) => {
+  const batchId = `bat_${randomBytes(8).toString('hex')}`;
+  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), true, 'first take');
+  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), false, 'taken before (a repeat delivery, flagged or not)');
+  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'test', batchId), true, 'the other mode is its own data set');
+  t.equal(await claims.takeBatch('org_OTHEROTHEROTHEROTHER', 'live', batchId), true, 'another organization is its own data set');
+  t.equal((await kv.get(`org_TESTTESTTESTTESTTEST.live.batch_${batchId}`))?.string(), batchId, 'the mark names the batch');
+  await kv.delete(`org_TESTTESTTESTTESTTEST.live.batch_${batchId}`);
+  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), false, 'a mark an operator deleted still counts as taken (the row check runs)');
+});

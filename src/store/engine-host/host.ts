@@ -34,11 +34,27 @@ export interface HostStart {
   writerPassword: string;
   analyticsPassword: string;
   port: number;
+  /** Test-only fault (ENGINE_HOST_FAULT, see LOSE_INSERT_DELAY_MS); given to the first generation only. */
+  fault: 'lose-insert' | null;
 }
+
+/**
+ * ENGINE_HOST_FAULT=lose-insert (tests only): the first insert into a `signals` table drops
+ * the connection without an answer — what a reset socket or a client's timeout looks like
+ * to the service — and is run anyway this long afterwards, as an engine still working on a
+ * statement its client gave up on would. The host logs `engine host fault: insert answer
+ * lost` (warn) when it drops the connection and `engine host fault: lost insert ran` after
+ * running it. The service must not check what is stored before that insert has ended
+ * (src/store/hosted/index.ts ends the host instead).
+ */
+export const LOSE_INSERT_DELAY_MS = 6_000;
 
 export type HostMessage = { type: 'listening'; port: number } | { type: 'failed'; message: string };
 
 const MAX_BODY = 512 * 1024 * 1024;
+
+/** The test-only fault acts once per host. */
+let faultFired = false;
 
 function say(level: string, msg: string, fields: Record<string, unknown> = {}): void {
   process.stderr.write(`${JSON.stringify({ t: new Date().toISOString(), level, msg, pid: process.pid, component: 'engine-host', ...fields })}\n`);
@@ -104,6 +120,15 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
     if (role !== 'writer') throw new HostError(403, 164, 'READONLY', 'Cannot execute query in readonly mode');
     const target = insertTarget(r.sql);
     const data = r.insertData;
+    if (cfg.fault === 'lose-insert' && !faultFired && target.table.endsWith('.signals')) {
+      faultFired = true;
+      say('warn', 'engine host fault: insert answer lost', { table: target.table, delayMs: LOSE_INSERT_DELAY_MS });
+      req.socket.destroy();
+      await new Promise((resolve) => setTimeout(resolve, LOSE_INSERT_DELAY_MS));
+      const s = await lanes.writer.run((session) => session.insert({ table: target.table, values: data, format: target.format, settings: Object.fromEntries(r.settings) }));
+      say('warn', 'engine host fault: lost insert ran', { table: target.table, rows: s.rowsWritten });
+      return;
+    }
     const s = await lanes.writer.run((session) =>
       session.insert({ table: target.table, values: data, format: target.format, settings: Object.fromEntries(r.settings) }),
     );

@@ -18,6 +18,8 @@ export interface HostOptions {
   analyticsDatabase: string;
   analyticsSessions: number;
   writerSessions: number;
+  /** Test-only fault of the first generation (ENGINE_HOST_FAULT); null for none. */
+  fault?: 'lose-insert' | null;
 }
 
 export interface Generation {
@@ -150,6 +152,7 @@ export class EngineHostSupervisor {
       writerPassword,
       analyticsPassword,
       port: 0,
+      fault: n === 1 ? (this.opts.fault ?? null) : null,
     };
     child.send(start);
   }
