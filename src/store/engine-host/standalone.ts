@@ -61,6 +61,7 @@ const start: HostStart = {
   writerPassword: randomBytes(24).toString('base64url'),
   analyticsPassword: randomBytes(24).toString('base64url'),
   port: int('port', 0, 0, 65535),
+  fault: null,
 };
 
 process.title = 'billing-engine-host-test-front';
