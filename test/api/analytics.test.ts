@@ -1,9 +1,10 @@
 /**
  * The analytics query operation through the real HTTP API, over signals of two
- * organizations (and both modes) stored by the real pipeline in the embedded engine.
+ * organizations (and both modes) stored by the real pipeline in the embedded engine; run in
+ * server mode too by test/server-store/analytics.test.ts.
  */
 import t from 'tap';
-import { createOrg, drained, http, sendBatch, ServiceProcess, startService, useService, type TestOrg } from '../helpers/service.js';
+import { createOrg, drained, embeddedOnly, serverOnly, http, sendBatch, ServiceProcess, startService, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'analytics');
 
@@ -261,7 +262,9 @@ t.test('with the rate framework off (default), analytics take no tokens', async 
   for (let i = 0; i < 3; i++) t.equal((await query(org.live, 'SELECT 1')).status, 200);
 });
 
-t.test('ROLE=ingress without a ClickHouse server answers 503 ANALYTICS_UNAVAILABLE', async (t) => {
+// In server mode the harness gives every process of the isolation CLICKHOUSE_URL (the front's),
+// so there is no ingress without a server to start; the next subtest checks an ingress with one.
+t.test('ROLE=ingress without a ClickHouse server answers 503 ANALYTICS_UNAVAILABLE', embeddedOnly('every process gets the front\'s CLICKHOUSE_URL, so no ingress lacks a server'), async (t) => {
   const ing = new ServiceProcess(iso, { ROLE: 'ingress' });
   t.teardown(() => ing.stop());
   await ing.start();
@@ -269,4 +272,16 @@ t.test('ROLE=ingress without a ClickHouse server answers 503 ANALYTICS_UNAVAILAB
   t.equal(r.status, 503);
   t.equal(r.body.code, 'ANALYTICS_UNAVAILABLE');
   t.match(r.body.details, /ROLE=all|CLICKHOUSE_URL/);
+});
+
+t.test('ROLE=ingress with a ClickHouse server answers analytics queries from the shared store', serverOnly('an ingress reaches the engine only through CLICKHOUSE_URL'), async (t) => {
+  const ing = new ServiceProcess(iso, { ROLE: 'ingress' });
+  t.teardown(() => ing.stop());
+  await ing.start();
+  const q = 'SELECT count() AS n, uniqExact(customer_id) AS customers FROM fact_signal';
+  const a = await query(A.live, q, ing.url);
+  t.equal(a.status, 200, JSON.stringify(a.body));
+  t.same(a.body.rows, [['30', '4']], 'the rows the pipeline of the other process stored');
+  t.same((await query(B.live, q, ing.url)).body.rows, [['12', '1']], 'scoped to the caller');
+  t.same((await query(A.test, q, ing.url)).body.rows, [['4', '1']], 'and to its mode');
 });

@@ -2,6 +2,15 @@
  * Test harness: runs the real service (compiled, `node dist/src/main.js`) as a child
  * process with its own NATS prefix, Redis prefix and data directory, so tests never see
  * each other's data; `cleanup()` removes the streams, buckets, keys and files it made.
+ *
+ * Store modes. By default each service runs the embedded store (it forks its own engine
+ * host). With `TEST_STORE=server` (the wrappers in test/server-store/ set it), each isolation
+ * gets its own engine host TEST FRONT (src/store/engine-host/standalone.ts: the embedded
+ * engine behind the ClickHouse HTTP interface subset the official client uses; not a
+ * ClickHouse server), started before the isolation's first service and reused by every
+ * service and restart of that isolation, and every service runs in server mode against it
+ * (CLICKHOUSE_URL, CLICKHOUSE_USER/PASSWORD, CLICKHOUSE_ANALYTICS_USER/PASSWORD,
+ * ANALYTICS_DATABASE from the front). `cleanup()` stops the front and removes its directory.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -16,6 +25,7 @@ import type { Test } from 'tap';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const MAIN = path.join(ROOT, 'dist/src/main.js');
+const STANDALONE = path.join(ROOT, 'dist/src/store/engine-host/standalone.js');
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 export const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 export const OPERATOR_TOKEN = 'test-operator-token-0123456789';
@@ -36,6 +46,101 @@ export function isolation(name: string): Isolation {
   };
 }
 
+/** True when the services of this test file run in server mode against an engine host test front. */
+export function serverStore(): boolean {
+  return process.env.TEST_STORE === 'server';
+}
+
+/**
+ * Tap options for a subtest that depends on the embedded store (the service's own engine
+ * host child): skipped, with `reason`, when the file runs in server mode.
+ */
+export function embeddedOnly(reason: string): { skip?: string } {
+  return serverStore() ? { skip: `embedded store only: ${reason}` } : {};
+}
+
+/** Tap options for a subtest of server mode only: skipped, with `reason`, on the embedded store. */
+export function serverOnly(reason: string): { skip?: string } {
+  return serverStore() ? {} : { skip: `server store only: ${reason}` };
+}
+
+interface Front {
+  proc: ChildProcess;
+  dir: string;
+  env: Record<string, string>;
+  stderr: string;
+}
+
+/** The test front of each isolation (by data directory), started once. */
+const fronts = new Map<string, Promise<Front>>();
+
+/** Starts the engine host test front on a fresh directory; resolves with the settings it prints. */
+async function startFront(): Promise<Front> {
+  const dir = mkdtempSync(path.join(tmpdir(), 'billing-front-'));
+  const proc = spawn(process.execPath, [STANDALONE, '--dir', path.join(dir, 'chdb')], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
+  const reap = (): void => void proc.kill('SIGKILL');
+  process.once('exit', reap);
+  proc.once('exit', () => process.removeListener('exit', reap));
+  const front: Front = { proc, dir, env: {}, stderr: '' };
+  proc.stderr!.on('data', (b: Buffer) => (front.stderr = (front.stderr + b.toString()).slice(-10_000)));
+  let out = '';
+  return new Promise((resolve, reject) => {
+    const fail = (e: Error): void => {
+      proc.kill('SIGKILL');
+      rmSync(dir, { recursive: true, force: true });
+      reject(e);
+    };
+    const timer = setTimeout(() => fail(new Error(`engine host test front did not start:\n${front.stderr}`)), 60_000);
+    // Read stdout to its end (the host inherits it), keeping only what the first line needs.
+    proc.stdout!.on('data', (b: Buffer) => {
+      if (front.env.CLICKHOUSE_URL) return;
+      out += b.toString();
+      const line = out.split('\n').find((l) => l.startsWith('{"testFront"'));
+      if (!line || !out.slice(out.indexOf(line)).includes('\n')) return;
+      clearTimeout(timer);
+      const info = JSON.parse(line) as { testFront: boolean; env: Record<string, string> };
+      if (info.testFront !== true || !info.env.CLICKHOUSE_URL) return fail(new Error(`not the test front's line: ${line}`));
+      front.env = info.env;
+      resolve(front);
+    });
+    proc.once('exit', (code, sig) => {
+      clearTimeout(timer);
+      if (!front.env.CLICKHOUSE_URL) fail(new Error(`engine host test front exited with ${sig ?? code}:\n${front.stderr}`));
+    });
+  });
+}
+
+/** The isolation's test front: started on first use, the same one afterwards (while it runs). */
+async function frontFor(iso: Isolation): Promise<Front> {
+  let p = fronts.get(iso.dataDir);
+  if (!p) {
+    p = startFront();
+    fronts.set(iso.dataDir, p);
+    p.catch(() => fronts.delete(iso.dataDir));
+  }
+  const front = await p;
+  if (front.proc.exitCode !== null || front.proc.signalCode !== null) {
+    throw new Error(`the engine host test front of ${iso.natsPrefix} has exited (${front.proc.signalCode ?? front.proc.exitCode}):\n${front.stderr}`);
+  }
+  return front;
+}
+
+/** Stops the isolation's test front, if it has one, and removes its directory. */
+async function stopFront(iso: Isolation): Promise<void> {
+  const p = fronts.get(iso.dataDir);
+  if (!p) return;
+  fronts.delete(iso.dataDir);
+  const front = await p.catch(() => null);
+  if (!front) return;
+  const { proc } = front;
+  if (proc.exitCode === null && proc.signalCode === null) {
+    const exited = new Promise((r) => proc.once('exit', r));
+    proc.kill('SIGTERM');
+    await exited;
+  }
+  rmSync(front.dir, { recursive: true, force: true });
+}
+
 export class ServiceProcess {
   url = '';
   port = 0;
@@ -50,6 +155,8 @@ export class ServiceProcess {
   /** Resolves when the service is ready (default), or as soon as it listens (`'listening'`). */
   async start(until: 'ready' | 'listening' = 'ready'): Promise<this> {
     this.output = '';
+    const server = serverStore();
+    const frontEnv = server ? (await frontFor(this.iso)).env : {};
     const proc = spawn(process.execPath, [MAIN], {
       cwd: ROOT,
       env: {
@@ -68,6 +175,7 @@ export class ServiceProcess {
         WEBHOOK_ENCRYPTION_KEY: TEST_WEBHOOK_KEY,
         WEBHOOK_ALLOW_HTTP: 'true',
         WEBHOOK_ALLOWED_NETWORKS: '127.0.0.0/8',
+        ...frontEnv,
         ...this.env,
       },
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -98,6 +206,12 @@ export class ServiceProcess {
     });
     this.port = port;
     this.url = `http://127.0.0.1:${port}`;
+    if (server && until === 'ready' && ['all', 'pipeline'].includes(this.env.ROLE ?? 'all')) {
+      // A wrapper that silently ran the embedded store would prove nothing: check the mode
+      // (a process with the pipeline opens the store; `ready` names its kind).
+      const ready = logLines(this, 'ready')[0];
+      if (ready?.store !== 'clickhouse') throw new Error(`TEST_STORE=server but the service reports store ${JSON.stringify(ready?.store)}`);
+    }
     return this;
   }
 
@@ -121,6 +235,7 @@ export class ServiceProcess {
 
 /** Removes everything an isolation created: streams and KV buckets, Redis keys, the data directory. */
 export async function cleanup(iso: Isolation): Promise<void> {
+  await stopFront(iso);
   const nc = await connect({ servers: NATS_URL });
   try {
     const jsm = await jetstreamManager(nc);
