@@ -1,7 +1,8 @@
 /**
  * What a failure drill is (bench/drills.ts runs a list of them): a name, and a run that
  * injects faults into real engines under load and counts what it saw. Each drill lives in
- * its own module under bench/drills/ and is added to the list in bench/drills.ts.
+ * its own module under bench/drills/ and is added to the list in bench/drills.ts; what the
+ * drills share (posting, splitting answers by round, counting, keeping logs) is in common.ts.
  */
 export interface DrillOptions {
   /** Faults to inject (one per round). */

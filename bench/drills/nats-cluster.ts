@@ -13,13 +13,11 @@
  * catch-up (+ an allowance); never a 500 or another status; 202s come back by themselves after
  * each kill; every acknowledged signal is stored once (the admin stats after the drain).
  */
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { NatsCluster, isAlive } from '../lib/nats-cluster.js';
-import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, onInterrupt, startService } from '../lib/service.js';
+import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, isolation, onInterrupt, startService } from '../lib/service.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from '../lib/signals.js';
 import { sleep } from '../lib/report.js';
+import { NO_LOGS, answerKinds, countStored, keepLogs, postSignals, roundAnswers, type FaultRound, type PostAnswer } from './common.js';
 import type { Drill, DrillOptions, DrillResult } from './drill.js';
 
 /** 503s up to this long after the restarted node caught up still belong to the round's fault. */
@@ -32,21 +30,15 @@ const PRODUCERS = 2;
 /** The backlog after the load must shrink at least once in this long. */
 const DRAIN_STALL_MS = 60_000;
 
-export interface Answer {
-  start: number;
-  end: number;
-  status: number;
-  code: string | null;
+export interface Answer extends PostAnswer {
   batch: string;
 }
 
-export interface NatsRoundReport {
-  round: number;
+export interface NatsRoundReport extends FaultRound {
   /** Which node was killed: a follower of the signals stream or its leader. */
   role: 'follower' | 'leader';
   node: string;
   pid: number;
-  killedAt: number;
   /** The signals stream's leader before the kill, and the one seen after it. */
   leaderBefore: string;
   leaderAfter: string | null;
@@ -54,9 +46,6 @@ export interface NatsRoundReport {
   electionMs: number | null;
   /** From the kill until the answer to the first batch accepted after the round's last 503 (or after the kill). */
   recoveryMs: number | null;
-  /** From the kill to the end of the round's last 503 (0 when there was none). */
-  unavailableWindowMs: number;
-  unavailable: number;
   /** From the restart until the signals stream listed both followers as current. */
   catchUpMs: number | null;
   caughtUpAt: number;
@@ -108,19 +97,9 @@ export async function runNatsCluster(opts: DrillOptions): Promise<NatsClusterDet
         const body = template.render((i) => `${batch}-${i}`);
         const giveUp = () => stopLoad && Date.now() > stoppedAt + RECOVERY_LIMIT_MS * 2;
         for (;;) {
-          const start = Date.now();
-          let status = 0;
-          let code: string | null = null;
-          try {
-            const res = await fetch(`${url}/api/v2/signals/bulk`, { method: 'POST', headers: { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body });
-            status = res.status;
-            const text = await res.text();
-            if (status !== 202) code = (JSON.parse(text) as { code?: string }).code ?? null;
-          } catch (err) {
-            code = `fetch failed: ${(err as Error).message}`;
-          }
-          answers.push({ start, end: Date.now(), status, code, batch });
-          if (status === 202) {
+          const a = await postSignals(url, org.liveKey, body);
+          answers.push({ ...a, batch });
+          if (a.status === 202) {
             acceptedBatches++;
             break;
           }
@@ -201,12 +180,9 @@ export async function runNatsCluster(opts: DrillOptions): Promise<NatsClusterDet
 
     // Each answer belongs to the round whose kill came last before it was answered.
     for (const [i, r] of roundReports.entries()) {
-      const next = roundReports[i + 1]?.killedAt ?? Infinity;
-      const mine = answers.filter((a) => a.end >= r.killedAt && a.end < next);
-      const bad = mine.filter((a) => a.status !== 202 && a.start <= r.caughtUpAt + SETTLE_ALLOWANCE_MS);
+      const { mine, bad, lastBadEnd, unavailableWindowMs } = roundAnswers(answers, roundReports, i, r.caughtUpAt + SETTLE_ALLOWANCE_MS);
       r.unavailable = bad.length;
-      const lastBadEnd = bad.reduce((m, a) => Math.max(m, a.end), 0);
-      r.unavailableWindowMs = bad.length === 0 ? 0 : lastBadEnd - r.killedAt;
+      r.unavailableWindowMs = unavailableWindowMs;
       const firstOk = mine.find((a) => a.status === 202 && a.start > Math.max(lastBadEnd, r.killedAt));
       r.recoveryMs = firstOk ? firstOk.end - r.killedAt : null;
       if (!firstOk) problems.push(`round ${r.round}: no 202 after the last 503: the ingress did not recover`);
@@ -215,7 +191,7 @@ export async function runNatsCluster(opts: DrillOptions): Promise<NatsClusterDet
     const outside = answers.filter((a) => a.status !== 202 && !duringFault(a));
     if (outside.length > 0) problems.push(`${outside.length} non-202 answer(s) outside any fault (first at ${new Date(outside[0]!.start).toISOString()}: ${outside[0]!.status} ${outside[0]!.code})`);
     const wrong = answers.filter((a) => a.status !== 202 && a.status !== 503);
-    if (wrong.length > 0) problems.push(`${wrong.length} answer(s) neither 202 nor 503: ${[...new Set(wrong.map((a) => `${a.status} ${a.code}`))].join('; ')}`);
+    if (wrong.length > 0) problems.push(`${wrong.length} answer(s) neither 202 nor 503: ${answerKinds(wrong)}`);
     if (unfinished.length > 0) problems.push(`${unfinished.length} batch(es) still answered 503 ${RECOVERY_LIMIT_MS * 2} ms after the load stopped: ${unfinished.join(', ')}`);
 
     const acked = acceptedBatches * SIGNALS_PER_BATCH;
@@ -241,30 +217,18 @@ export async function runNatsCluster(opts: DrillOptions): Promise<NatsClusterDet
       await sleep(250);
     }
     const drainedMs = Date.now() - drainStart;
-    let stored = -1;
-    const end = Date.now() + 60_000;
-    for (;;) {
-      const st = await http<{ signals: { live: number } }>(`${url}/admin/v1/organizations/${org.id}/stats`, 'GET', OPERATOR_TOKEN);
-      if (st.status !== 200) throw new Error(`stats: ${st.status} ${JSON.stringify(st.body)}`);
-      stored = st.body.signals.live;
-      if (stored >= acked || Date.now() > end) break;
-      await sleep(250);
-    }
+    const { lost, duplicated } = await countStored(url, org.id, OPERATOR_TOKEN, acked, problems);
     const drainMs = Date.now() - drainStart;
-    const lost = Math.max(0, acked - stored);
-    const duplicated = Math.max(0, stored - acked);
-    if (lost > 0) problems.push(`${lost} acknowledged signal(s) not stored`);
-    if (duplicated > 0) problems.push(`${duplicated} signal(s) stored more than once`);
 
-    let logs = 'written only when a problem was found';
+    let logs = NO_LOGS;
     if (problems.length > 0) {
-      const file = path.join(tmpdir(), `nats-cluster-service-${Date.now()}.log`);
-      writeFileSync(file, svc.child.output());
-      writeFileSync(`${file}.nats`, cluster.nodes.map((n) => `==== ${n.name} ${n.port}\n${n.output}`).join('\n'));
       const kills = roundReports.map((r) => `round ${r.round}: kill ${r.role} ${r.node} ${new Date(r.killedAt).toISOString()}, leader ${r.leaderBefore} -> ${r.leaderAfter}, caught up ${new Date(r.caughtUpAt).toISOString()}`);
       const timeline = answers.map((a) => `${new Date(a.start).toISOString()} ${a.end - a.start}ms ${a.batch} ${a.status} ${a.code ?? ''}`);
-      writeFileSync(`${file}.answers`, [...kills, ...timeline].join('\n'));
-      logs = `${file} (service output), ${file}.answers (every answer), ${file}.nats (nats-server output, last 20 KB per node)`;
+      logs = keepLogs('nats-cluster', svc.child.output(), [...kills, ...timeline], {
+        ext: 'nats',
+        text: cluster.nodes.map((n) => `==== ${n.name} ${n.port}\n${n.output}`).join('\n'),
+        what: 'nats-server output, last 20 KB per node',
+      });
     }
     const windows = roundReports.map((r) => r.unavailableWindowMs);
     const codes: Record<string, number> = {};

@@ -11,14 +11,12 @@
  * kill and the promotion (+ a reconnection allowance); never a 500 or another code; 202s
  * come back by themselves after each switch; every acknowledged signal is stored once.
  */
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, startService } from '../lib/service.js';
+import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, isolation, startService } from '../lib/service.js';
 import { startSentinelSet } from '../lib/redis-topology.js';
 import { sleep } from '../lib/report.js';
+import { NO_LOGS, answerKinds, countStored, keepLogs, postSignals, roundAnswers, type FaultRound, type PostAnswer } from './common.js';
 import type { Drill, DrillOptions, DrillResult } from './drill.js';
 
 /** After the promotion, the service may need this long to find the new primary. */
@@ -28,28 +26,18 @@ const UNPLANNED_LEAD_MS = 10_000;
 const PRODUCERS = 4;
 const SIGNALS_PER_REQUEST = 100;
 
-export interface Answer {
-  start: number;
-  end: number;
-  status: number;
-  code: string | null;
+export interface Answer extends PostAnswer {
   signals: number;
 }
 
-export interface RoundReport {
-  round: number;
+export interface RoundReport extends FaultRound {
   /** `kill`: SIGKILL of the primary; `sentinel`: SENTINEL FAILOVER. */
   how: 'kill' | 'sentinel';
-  killedAt: number;
   /** When the sentinels had named the replica and it answered role:master. */
   switchedAt: number;
   promotionMs: number;
   fromPort: number;
   toPort: number;
-  /** Answers other than 202 in this round. */
-  unavailable: number;
-  /** From the kill to the end of the last non-202 answer (0 when there was none). */
-  unavailableWindowMs: number;
   /** 202s to requests sent after the last non-202 of the round. */
   acceptedAfter: number;
 }
@@ -108,19 +96,9 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     let round = 0;
     const producer = async (p: number): Promise<void> => {
       for (let seq = 0; !stopLoad; seq++) {
-        const start = Date.now();
-        let status = 0;
-        let code: string | null = null;
-        try {
-          const res = await fetch(`${url}/api/v2/signals/bulk`, { method: 'POST', headers: { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body: body(round, seq, p) });
-          status = res.status;
-          const text = await res.text();
-          if (status !== 202) code = (JSON.parse(text) as { code?: string }).code ?? null;
-        } catch (err) {
-          code = `fetch failed: ${(err as Error).message}`;
-        }
-        answers.push({ start, end: Date.now(), status, code, signals: SIGNALS_PER_REQUEST });
-        if (status !== 202) await sleep(20);
+        const a = await postSignals(url, org.liveKey, body(round, seq, p));
+        answers.push({ ...a, signals: SIGNALS_PER_REQUEST });
+        if (a.status !== 202) await sleep(20);
       }
     };
     const producers = Array.from({ length: PRODUCERS }, (_, p) => producer(p));
@@ -147,13 +125,10 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     // Each answer belongs to the round whose kill came last before it was answered (a
     // request sent just before a kill may be answered 503 after it).
     for (const [i, r] of roundReports.entries()) {
-      const next = roundReports[i + 1]?.killedAt ?? Infinity;
-      const mine = answers.filter((a) => a.end >= r.killedAt && a.end < next);
       // (non-202s long after this switch belong to a switch the sentinels made on their own: below)
-      const bad = mine.filter((a) => a.status !== 202 && a.start <= r.switchedAt + RECONNECT_ALLOWANCE_MS);
+      const { mine, bad, lastBadEnd, unavailableWindowMs } = roundAnswers(answers, roundReports, i, r.switchedAt + RECONNECT_ALLOWANCE_MS);
       r.unavailable = bad.length;
-      const lastBadEnd = bad.reduce((m, a) => Math.max(m, a.end), 0);
-      r.unavailableWindowMs = bad.length === 0 ? 0 : lastBadEnd - r.killedAt;
+      r.unavailableWindowMs = unavailableWindowMs;
       r.acceptedAfter = mine.filter((a) => a.status === 202 && a.start > lastBadEnd).length;
       if (r.acceptedAfter === 0) problems.push(`round ${r.round}: no 202 after the switch: the ingress did not recover`);
     }
@@ -168,35 +143,20 @@ export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailove
     const outside = answers.filter((a) => a.status !== 202 && !duringSwitch(a));
     if (outside.length > 0) problems.push(`${outside.length} non-202 answer(s) outside any switch (first at ${new Date(outside[0]!.start).toISOString()})`);
     const wrong = answers.filter((a) => a.status !== 202 && !(a.status === 503 && a.code === 'RATE_LIMITER_UNAVAILABLE'));
-    if (wrong.length > 0) {
-      const kinds = [...new Set(wrong.map((a) => `${a.status} ${a.code}`))];
-      problems.push(`${wrong.length} answer(s) neither 202 nor 503 RATE_LIMITER_UNAVAILABLE: ${kinds.join('; ')}`);
-    }
+    if (wrong.length > 0) problems.push(`${wrong.length} answer(s) neither 202 nor 503 RATE_LIMITER_UNAVAILABLE: ${answerKinds(wrong)}`);
 
     const acked = answers.filter((a) => a.status === 202).reduce((s, a) => s + a.signals, 0);
     await pipelineDrained(iso.natsPrefix, 120_000);
-    let stored = -1;
-    const end = Date.now() + 60_000;
-    for (;;) {
-      const st = await http<{ signals: { live: number } }>(`${url}/admin/v1/organizations/${org.id}/stats`, 'GET', OPERATOR_TOKEN);
-      if (st.status !== 200) throw new Error(`stats: ${st.status} ${JSON.stringify(st.body)}`);
-      stored = st.body.signals.live;
-      if (stored >= acked || Date.now() > end) break;
-      await sleep(250);
-    }
-    const lost = Math.max(0, acked - stored);
-    const duplicated = Math.max(0, stored - acked);
-    if (lost > 0) problems.push(`${lost} acknowledged signal(s) not stored`);
-    if (duplicated > 0) problems.push(`${duplicated} signal(s) stored more than once`);
-    let logs = 'written only when a problem was found';
+    const { lost, duplicated } = await countStored(url, org.id, OPERATOR_TOKEN, acked, problems);
+    let logs = NO_LOGS;
     if (problems.length > 0) {
-      const file = path.join(tmpdir(), `redis-failover-service-${Date.now()}.log`);
-      writeFileSync(file, svc.child.output());
-      writeFileSync(`${file}.redis`, [...set.servers, ...set.sentinels].map((n) => `==== ${n.port}\n${n.output}`).join('\n'));
       const timeline = answers.map((a) => `${new Date(a.start).toISOString()} ${a.end - a.start}ms ${a.status} ${a.code ?? ''}`);
       const kills = roundReports.map((r) => `round ${r.round}: kill ${new Date(r.killedAt).toISOString()}, promoted ${new Date(r.switchedAt).toISOString()} (${r.fromPort} -> ${r.toPort})`);
-      writeFileSync(`${file}.answers`, [...kills, ...timeline].join('\n'));
-      logs = `${file} (service output), ${file}.answers (every answer), ${file}.redis (Redis and sentinel output)`;
+      logs = keepLogs('redis-failover', svc.child.output(), [...kills, ...timeline], {
+        ext: 'redis',
+        text: [...set.servers, ...set.sentinels].map((n) => `==== ${n.port}\n${n.output}`).join('\n'),
+        what: 'Redis and sentinel output',
+      });
     }
     const windows = roundReports.map((r) => r.unavailableWindowMs);
     return {

@@ -8,11 +8,11 @@
  */
 import { spawn, execFile, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
+import { freePort } from './ports.js';
 
 const run = promisify(execFile);
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
@@ -26,18 +26,6 @@ const live = new Set<ChildProcess>();
 process.once('exit', () => {
   for (const p of live) if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
 });
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
-}
 
 /** One redis-server (or sentinel) process. */
 export class RedisProcess {

@@ -2,17 +2,17 @@
  * The real service (`node dist/src/main.js`) as a child process for benchmarks, with its own
  * NATS prefix, Redis prefix and data directory; `cleanup()` removes the streams, KV buckets,
  * Redis keys and files it made. Also: child processes in general (started, stopped, and
- * killed if the benchmark itself is interrupted), free ports, and a small HTTP helper.
+ * killed if the benchmark itself is interrupted) and a small HTTP helper (free ports: ports.ts).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
-import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
+import { freePort } from './ports.js';
 import { ROOT, sleep } from './report.js';
 
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
@@ -116,18 +116,6 @@ export function startChild(file: string, args: string[], env: Record<string, str
       return exited;
     },
   };
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const addr = s.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 // ---------------------------------------------------------------- HTTP
