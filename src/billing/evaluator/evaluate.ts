@@ -109,7 +109,8 @@ export interface CapPeriodRef {
   start: string;
 }
 
-export interface CostRow {
+/** What a cost row and an unpriced row both say of their signal and its attribute. */
+export interface PricedSignalRow {
   org_id: string;
   livemode: boolean;
   signal_id: string;
@@ -119,6 +120,9 @@ export interface CostRow {
   unit_id: string | null;
   plan_id: string;
   order_line_attribute_id: string;
+}
+
+export interface CostRow extends PricedSignalRow {
   quantity: string;
   unit_price: string;
   cost_amount: string;
@@ -140,16 +144,7 @@ export interface ConsumptionRow {
 }
 
 /** A signal an attribute applies to that was not priced, and why (quantity.ts). */
-export interface UnpricedRow {
-  org_id: string;
-  livemode: boolean;
-  signal_id: string;
-  created_at: number;
-  event_name: string;
-  customer_id: string;
-  unit_id: string | null;
-  plan_id: string;
-  order_line_attribute_id: string;
+export interface UnpricedRow extends PricedSignalRow {
   reason: UnpricedReason;
   detail: string;
 }
@@ -279,21 +274,18 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     const r = resolve(config, l, s);
     if (!r) continue;
     const { customer, attr, unit } = r;
-    const notPriced = (reason: UnpricedReason, detail: string): void => {
-      out.unpriced.push({
-        org_id: orgId,
-        livemode: live,
-        signal_id: s.id,
-        created_at: s.ts,
-        event_name: s.eventName,
-        customer_id: customer.id,
-        unit_id: unit ? unit.externalId : s.unitId,
-        plan_id: attr.planId,
-        order_line_attribute_id: attr.id,
-        reason,
-        detail,
-      });
+    const row: PricedSignalRow = {
+      org_id: orgId,
+      livemode: live,
+      signal_id: s.id,
+      created_at: s.ts,
+      event_name: s.eventName,
+      customer_id: customer.id,
+      unit_id: unit ? unit.externalId : s.unitId,
+      plan_id: attr.planId,
+      order_line_attribute_id: attr.id,
     };
+    const notPriced = (reason: UnpricedReason, detail: string): void => void out.unpriced.push({ ...row, reason, detail });
     if (!r.quantity.ok) {
       notPriced(r.quantity.reason, r.quantity.detail);
       continue;
@@ -319,15 +311,7 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
       continue;
     }
     out.costs.push({
-      org_id: orgId,
-      livemode: live,
-      signal_id: s.id,
-      created_at: s.ts,
-      event_name: s.eventName,
-      customer_id: customer.id,
-      unit_id: unit ? unit.externalId : s.unitId,
-      plan_id: attr.planId,
-      order_line_attribute_id: attr.id,
+      ...row,
       quantity: toCanonicalString(quantity),
       unit_price: toCanonicalString(unitPrice),
       cost_amount: toCanonicalString(cost),
