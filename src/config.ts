@@ -10,6 +10,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { parseEncryptionKey } from './webhooks/secret-box.js';
 import { compileAllowedNetworks } from './webhooks/ssrf.js';
+import { LIMIT_BOUNDS } from './shared/org-limits.js';
 import { DEFAULT_RETRY_SCHEDULE_MS } from './webhooks/retry.js';
 import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
@@ -288,8 +289,8 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     engineHostFault: r.optional('ENGINE_HOST_FAULT') === null ? null : r.oneOf('ENGINE_HOST_FAULT', 'lose-insert', ['lose-insert'] as const),
     dedupeWindowDays: r.int('DEDUPE_WINDOW_DAYS', 7, 7, 3650),
     defaultLimits: {
-      burst: r.int('DEFAULT_BURST', 10_000, 500, 1_000_000_000),
-      refillPerSecond: r.num('DEFAULT_REFILL_PER_SECOND', 1_000, 0.001, 1_000_000_000),
+      burst: r.int('DEFAULT_BURST', 10_000, LIMIT_BOUNDS.burst.min, LIMIT_BOUNDS.burst.max),
+      refillPerSecond: r.num('DEFAULT_REFILL_PER_SECOND', 1_000, LIMIT_BOUNDS.refillPerSecond.min, LIMIT_BOUNDS.refillPerSecond.max),
       analyticsConcurrency: r.int('DEFAULT_ANALYTICS_CONCURRENCY', 4, 1, 1000),
     },
     maxBodyBytes: r.int('MAX_BODY_BYTES', 1_000_000, 64 * 1024, 64 * 1024 * 1024),

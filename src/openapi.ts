@@ -6,7 +6,7 @@
 import { ERRORS } from './errors.js';
 import { WEBHOOK_EVENTS } from './webhooks/event-names.js';
 import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingress/validate.js';
-import { LIMIT_BOUNDS } from './admin/routes.js';
+import { LIMIT_BOUNDS } from './shared/org-limits.js';
 import { FREQUENCIES } from './billing/periods.js';
 import { CREDIT_PLACES, MAX_PATH_SEGMENTS, PRICE_PLACES } from './billing/config/validate.js';
 import { SUPPORTED_CODINGS } from './ingress/content-encoding.js';

@@ -6,7 +6,7 @@
 import { createHash } from 'node:crypto';
 import type { BatchMeta } from '../src/pipeline/message.js';
 import { signalIdPrefix } from '../src/pipeline/message.js';
-import { parseRfc3339 } from '../src/ingress/validate.js';
+import { parseRfc3339 } from '../src/shared/time.js';
 import { exactNumberTexts, type ExactTexts } from '../src/pipeline/exact-numbers.js';
 
 export interface RowsTask {

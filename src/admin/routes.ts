@@ -8,16 +8,11 @@
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { ApiError } from '../errors.js';
+import { LIMIT_BOUNDS } from '../shared/org-limits.js';
 import type { Limits, OrgRecord, OrgRegistry } from '../orgs/registry.js';
 import { ORG_ID_PATTERN } from '../orgs/keys.js';
 import type { Reply, Request } from '../ingress/http.js';
 import { parseJson } from '../ingress/validate.js';
-
-export const LIMIT_BOUNDS = {
-  burst: { min: 500, max: 1_000_000_000, integer: true },
-  refillPerSecond: { min: 0.001, max: 1_000_000_000, integer: false },
-  analyticsConcurrency: { min: 1, max: 1_000, integer: true },
-} as const;
 
 const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
 

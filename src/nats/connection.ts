@@ -17,8 +17,8 @@ import {
 import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import { natsLog as log } from '../log.js';
+import { NS_PER_MS } from '../shared/time.js';
 
-const NS_PER_MS = 1_000_000;
 
 /**
  * Pull requests of every consumer this service runs expire after this long (idle heartbeat:

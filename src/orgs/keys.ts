@@ -1,6 +1,6 @@
 /** Identifiers and API keys. Keys carry ~190 bits of randomness, so a plain SHA-256 is a safe lookup hash. */
 import { createHash, randomBytes } from 'node:crypto';
-import type { Mode } from '../ratelimit/bucket.js';
+import type { Mode } from '../shared/mode.js';
 
 const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
 

@@ -6,7 +6,7 @@
  * path is a map lookup; a miss (a key created a moment ago elsewhere) falls back to a get.
  */
 import type { KV } from '@nats-io/kv';
-import type { Mode } from '../ratelimit/bucket.js';
+import type { Mode } from '../shared/mode.js';
 import { API_KEY_PATTERN, hashApiKey, newApiKey, newOrgId } from './keys.js';
 import { orgsLog as log } from '../log.js';
 

@@ -6,7 +6,7 @@
  * Subject: `<prefix>.signals.<orgId>`; `Nats-Msg-Id` is the batch id.
  */
 import { randomToken } from '../orgs/keys.js';
-import type { Mode } from '../ratelimit/bucket.js';
+import type { Mode } from '../shared/mode.js';
 
 export const H_ORG = 'Billing-Org';
 export const H_MODE = 'Billing-Mode';

@@ -6,8 +6,7 @@
 import type { RedisClient } from './connect.js';
 import { LuaScript } from './scripts.js';
 import { bucketKey } from './keys.js';
-
-export type Mode = 'live' | 'test';
+import type { Mode } from '../shared/mode.js';
 
 export interface BucketLimits {
   burst: number;

@@ -9,7 +9,7 @@
  * end the tag early: the tag is then a part of the id, still the same for all of that
  * organization's keys, so they still share a slot.
  */
-import type { Mode } from './bucket.js';
+import type { Mode } from '../shared/mode.js';
 
 /** The token bucket of one organization and mode (a hash: tokens, ts). */
 export function bucketKey(prefix: string, orgId: string, mode: Mode): string {

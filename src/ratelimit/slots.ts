@@ -10,7 +10,7 @@ import { randomBytes } from 'node:crypto';
 import type { RedisClient } from './connect.js';
 import { LuaScript } from './scripts.js';
 import { slotsKey } from './keys.js';
-import type { Mode } from './bucket.js';
+import type { Mode } from '../shared/mode.js';
 import { ratelimitLog as log } from '../log.js';
 
 export const DEFAULT_LEASE_MS = 15_000;

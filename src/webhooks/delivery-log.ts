@@ -7,7 +7,7 @@
 import { DeliverPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import type { Nats } from '../nats/connection.js';
 import { isNotFound } from '../nats/connection.js';
-import type { Mode } from '../ratelimit/bucket.js';
+import type { Mode } from '../shared/mode.js';
 
 export type Outcome = 'delivered' | 'failed' | 'not-delivered';
 

@@ -28,17 +28,17 @@ import { AckPolicy } from '@nats-io/jetstream';
 import { PULL_EXPIRES_MS, type Nats } from '../nats/connection.js';
 import { isNotFound } from '../nats/connection.js';
 import { webhooksLog as log } from '../log.js';
-import type { Mode } from '../ratelimit/bucket.js';
+import type { Mode } from '../shared/mode.js';
 import { isWebhookEvent } from './event-names.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.js';
 import { open } from './secret-box.js';
 import type { Deliverer } from './deliver.js';
 import { secretContext } from './api.js';
+import { NS_PER_MS } from '../shared/time.js';
 export { DEFAULT_RETRY_SCHEDULE_MS } from './retry.js';
 
 const CONCURRENCY = 64;
-const NS_PER_MS = 1_000_000;
 
 interface BusEvent {
   id: string;

@@ -13,11 +13,12 @@
  */
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { ApiError } from '../errors.js';
-import { parseRfc3339 } from '../ingress/validate.js';
+import { parseRfc3339 } from '../shared/time.js';
 import { publishDurable } from '../nats/publish.js';
 import type { Nats } from '../nats/connection.js';
 import { H_MODE, H_ORG } from '../pipeline/message.js';
 import { isWebhookEvent } from './event-names.js';
+import type { Mode } from '../shared/mode.js';
 
 const bad = (field: string, what: string): ApiError => new ApiError('INVALID_EVENT', `${field}: ${what}`);
 type Obj = Record<string, unknown>;
@@ -83,7 +84,7 @@ const PRIMARY: Record<string, 'payment' | 'invoice' | 'checkout'> = {
 export interface ExternalEvent {
   id: string;
   event: string;
-  mode: 'live' | 'test';
+  mode: Mode;
   data: Obj;
 }
 

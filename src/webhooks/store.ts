@@ -5,7 +5,7 @@
  * changed with compare-and-set (a change lost to a concurrent writer is re-applied).
  */
 import type { KV } from '@nats-io/kv';
-import type { Mode } from '../ratelimit/bucket.js';
+import type { Mode } from '../shared/mode.js';
 import type { SealedSecret } from './secret-box.js';
 import type { WebhookEvent } from './event-names.js';
 

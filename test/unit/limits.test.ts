@@ -4,7 +4,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { ApiError } from '../../src/errors.js';
-import { LIMIT_BOUNDS, parseLimits } from '../../src/admin/routes.js';
+import { parseLimits } from '../../src/admin/routes.js';
+import { LIMIT_BOUNDS } from '../../src/shared/org-limits.js';
 
 function limitsError(body: unknown): ApiError {
   try {

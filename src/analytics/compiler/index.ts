@@ -12,6 +12,7 @@ import { parse } from './grammar.js';
 import { Printer } from './printer.js';
 import { resolve, type ViewSchema } from './resolve.js';
 import { CompileError } from './errors.js';
+import type { Mode } from '../../shared/mode.js';
 
 export { CompileError } from './errors.js';
 export type { ViewSchema } from './resolve.js';
@@ -26,7 +27,7 @@ export interface Compiled {
 
 export interface Scope {
   orgId: string;
-  mode: 'live' | 'test';
+  mode: Mode;
 }
 
 /** Parses and checks one query; throws a CompileError naming the problem and its position. */

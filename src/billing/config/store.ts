@@ -34,7 +34,7 @@ import type { KV, KvEntry } from '@nats-io/kv';
 import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
 import { ApiError } from '../../errors.js';
 import { billingLog as log } from '../../log.js';
-import type { Mode } from '../../ratelimit/bucket.js';
+import type { Mode } from '../../shared/mode.js';
 import type { BillingConfig, CreditCap, CreditPool, Customer, OrderLineAttribute, Plan } from '../model.js';
 
 /** Read → fn → compare-and-set attempts before a change gives up with 409 CONFLICT. */

@@ -69,19 +69,20 @@ import type { BillableLine } from '../../../workers/rows.js';
 import { emptyState, startingTotal, type BillableSignal, type BillingState, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import type { BillingNames } from './streams.js';
 import { FaultHook, type FaultContext } from './fault.js';
+import type { Mode } from '../../shared/mode.js';
 
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
 
 export interface ConfigSource {
   /** The configuration restricted to the customers `refs` name (ids or externalIds) and the plans they use. */
-  forBatch(orgId: string, mode: 'live' | 'test', refs: Iterable<string>): Promise<{ config: BillingConfig; revisions: Record<string, number> }>;
+  forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<{ config: BillingConfig; revisions: Record<string, number> }>;
 }
 
 /** The configuration a batch is evaluated against, from its first evaluation on (key `pin`). */
 export interface Pin {
   seq: number;
   orgId: string;
-  mode: 'live' | 'test';
+  mode: Mode;
   /** KV key → revision of each configuration document in `config` (a pin of the former layout has `configRevision`). */
   revisions?: Record<string, number>;
   configRevision?: number;
@@ -267,7 +268,7 @@ export class BillingEvaluator {
    * S is acked, i.e. after S no longer needs its pin (so it is overwritten, never deleted:
    * no tombstone per batch).
    */
-  private async pin(seq: number, orgId: string, mode: 'live' | 'test', e: KvEntry | null, signals: BillableSignal[]): Promise<Pin | 'acked-elsewhere'> {
+  private async pin(seq: number, orgId: string, mode: Mode, e: KvEntry | null, signals: BillableSignal[]): Promise<Pin | 'acked-elsewhere'> {
     const current = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as Pin) : null;
     if (current && current.seq === seq) return current;
     if (current && current.seq > seq) return 'acked-elsewhere';

@@ -41,6 +41,7 @@ import { creditCapReachedEvent, creditsDepletedEvent, overageCreditEvent, overag
 import { capKey, type BillingConfig, type CreditCap, type Customer, type OrderLineAttribute, type Unit } from '../model.js';
 import { createHash } from 'node:crypto';
 import type { Period } from '../periods.js';
+import type { Mode } from '../../shared/mode.js';
 
 export interface BillableSignal {
   id: string;
@@ -157,7 +158,7 @@ export interface EmittedEvent {
 
 export interface EvaluationInput {
   orgId: string;
-  mode: 'live' | 'test';
+  mode: Mode;
   config: BillingConfig;
   state: BillingState;
   signals: BillableSignal[];
@@ -188,7 +189,7 @@ export interface EvaluationOutput {
  * same parts as the event id of `billing-credit-cap-reached` (events.ts), so one key holds
  * the total and the "fired" flag of exactly one possible event.
  */
-export function periodKey(orgId: string, mode: 'live' | 'test', cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
+export function periodKey(orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
   return `cp.${orgId}.${mode}.${createHash('sha256').update(cap).digest('base64url')}.${period.startMs}.${period.endMs}`;
 }
 

@@ -18,11 +18,12 @@
  */
 import type { BillingFaultPoint } from '../../config.js';
 import { billingLog as log } from '../../log.js';
+import type { Mode } from '../../shared/mode.js';
 
 export interface FaultContext {
   seq: number;
   orgId: string;
-  mode: 'live' | 'test';
+  mode: Mode;
   events: number;
 }
 

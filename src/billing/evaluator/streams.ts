@@ -18,8 +18,8 @@ import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Nats } from '../../nats/connection.js';
 import { isNotFound } from '../../nats/connection.js';
+import { NS_PER_MS } from '../../shared/time.js';
 
-const NS_PER_MS = 1_000_000;
 const DAY_MS = 86_400_000;
 
 export interface BillingNames {

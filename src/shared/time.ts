@@ -1,0 +1,68 @@
+/**
+ * Time helpers shared by every stage: RFC 3339 parsing (signals, external events, workers) and
+ * the nanosecond/millisecond factor JetStream durations are written in.
+ */
+
+/** JetStream writes durations in nanoseconds. */
+export const NS_PER_MS = 1_000_000;
+
+// Accepted form: YYYY-MM-DDTHH:MM:SS[.fraction of 1-9 digits](Z|±HH:MM); 't'/'z' and a space
+// separator are allowed by RFC 3339.
+
+const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
+const GREGORIAN_CYCLE_MS = 146_097 * 86_400_000;
+const isLeap = (y: number): boolean => (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
+
+/**
+ * Milliseconds since the epoch of an RFC 3339 date-time, or null when not one (calendar-checked).
+ * Computed from the regex groups (no Date.parse): this runs for every signal of every batch.
+ * Fractions beyond milliseconds are truncated.
+ */
+export function parseRfc3339(s: string): number | null {
+  // Fixed positions read from char codes (the regex version was ~9% of ingress CPU).
+  const n = s.length;
+  if (n < 20 || s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45 || s.charCodeAt(13) !== 58 || s.charCodeAt(16) !== 58) return null;
+  const sep = s.charCodeAt(10);
+  if (sep !== 84 && sep !== 116 && sep !== 32) return null; // T t space
+  const year = digits(s, 0, 4), month = digits(s, 5, 2), day = digits(s, 8, 2);
+  const hour = digits(s, 11, 2), minute = digits(s, 14, 2), second = digits(s, 17, 2);
+  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 || second < 0 || second > 59) return null;
+  if (day > (month === 2 && isLeap(year) ? 29 : DAYS_IN_MONTH[month - 1]!)) return null;
+  let i = 19;
+  let ms = 0;
+  if (s.charCodeAt(i) === 46) {
+    // A fraction of 1 to 9 digits; milliseconds are its first three (exact truncation).
+    let d = 0;
+    for (i++; i < n; i++, d++) {
+      const c = s.charCodeAt(i) - 48;
+      if (c < 0 || c > 9) break;
+      if (d < 3) ms = ms * 10 + c;
+    }
+    if (d === 0 || d > 9) return null;
+    for (; d < 3; d++) ms *= 10;
+  }
+  let offsetMin = 0;
+  const z = s.charCodeAt(i);
+  if (z === 90 || z === 122) {
+    if (i + 1 !== n) return null;
+  } else if (z === 43 || z === 45) {
+    if (i + 6 !== n || s.charCodeAt(i + 3) !== 58) return null;
+    const oh = digits(s, i + 1, 2), om = digits(s, i + 4, 2);
+    if (oh < 0 || oh > 23 || om < 0 || om > 59) return null;
+    offsetMin = (z === 45 ? -1 : 1) * (oh * 60 + om);
+  } else return null;
+  // Date.UTC reads years 0-99 as 19xx: shift by one 400-year Gregorian cycle (same calendar).
+  const utc = year < 100 ? Date.UTC(year + 400, month - 1, day, hour, minute, second, ms) - GREGORIAN_CYCLE_MS : Date.UTC(year, month - 1, day, hour, minute, second, ms);
+  return utc - offsetMin * 60_000;
+}
+
+/** The decimal number in s[at, at+len), or -1 when any of those characters is not a digit. */
+function digits(s: string, at: number, len: number): number {
+  let v = 0;
+  for (let i = at; i < at + len; i++) {
+    const c = s.charCodeAt(i) - 48;
+    if (c < 0 || c > 9) return -1;
+    v = v * 10 + c;
+  }
+  return v;
+}
