@@ -8,10 +8,8 @@
  */
 import os from 'node:os';
 import path from 'node:path';
-import { parseEncryptionKey } from './webhooks/secret-box.js';
-import { compileAllowedNetworks } from './webhooks/ssrf.js';
+import { DEFAULT_RETRY_SCHEDULE_MS, compileAllowedNetworks, parseEncryptionKey } from './shared/webhook-settings.js';
 import { LIMIT_BOUNDS } from './shared/org-limits.js';
-import { DEFAULT_RETRY_SCHEDULE_MS } from './webhooks/retry.js';
 import { readFileSync } from 'node:fs';
 import { X509Certificate } from 'node:crypto';
 import { Resolver } from 'node:dns';

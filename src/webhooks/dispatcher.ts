@@ -36,7 +36,6 @@ import { open } from './secret-box.js';
 import type { Deliverer } from './deliver.js';
 import { secretContext } from './api.js';
 import { NS_PER_MS } from '../shared/time.js';
-export { DEFAULT_RETRY_SCHEDULE_MS } from './retry.js';
 
 const CONCURRENCY = 64;
 

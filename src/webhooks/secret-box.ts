@@ -2,7 +2,8 @@
  * Signing secrets at rest: AES-256-GCM with the key from WEBHOOK_ENCRYPTION_KEY (32 bytes,
  * given as 64 hex characters or base64). Each secret has its own random 12-byte nonce; the
  * organization and mode are bound as associated data, so a ciphertext copied to another
- * organization's record does not decrypt.
+ * organization's record does not decrypt. The key is parsed by parseEncryptionKey
+ * (src/shared/webhook-settings.ts).
  */
 import { createCipheriv, createDecipheriv, randomBytes } from 'node:crypto';
 
@@ -10,13 +11,6 @@ export interface SealedSecret {
   /** base64 of nonce (12) ‖ ciphertext ‖ tag (16). */
   sealed: string;
   createdAt: string;
-}
-
-export function parseEncryptionKey(raw: string): Buffer | null {
-  const hex = /^[0-9a-fA-F]{64}$/.test(raw) ? Buffer.from(raw, 'hex') : null;
-  if (hex) return hex;
-  const b64 = Buffer.from(raw, 'base64');
-  return b64.length === 32 && /^[A-Za-z0-9+/_-]+=*$/.test(raw) ? b64 : null;
 }
 
 export function seal(key: Buffer, secret: string, context: string, now = new Date()): SealedSecret {

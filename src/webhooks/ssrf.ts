@@ -81,6 +81,7 @@
 import { BlockList, isIPv4, isIPv6 } from 'node:net';
 import { promises as dns } from 'node:dns';
 import { networkInterfaces } from 'node:os';
+import { compileAllowedNetworks } from '../shared/webhook-settings.js';
 
 export type AddressClass =
   | 'public'
@@ -333,25 +334,6 @@ export function classifyAddress(ip: string): AddressClassification {
   for (const r of V6_RANGES) if (r.list.check(address, 'ipv6')) return result(r.cls, r.cidr);
   if (!GLOBAL_UNICAST.list.check(address, 'ipv6')) return result('reserved', 'outside 2000::/3');
   return result('public');
-}
-
-// ---------------------------------------------------------------------------------------
-// Operator-allowed networks
-
-/** Parses `allowedNetworks` into a BlockList; throws a TypeError naming the first bad entry. */
-export function compileAllowedNetworks(cidrs: readonly string[]): BlockList {
-  const list = new BlockList();
-  for (const entry of cidrs) {
-    if (typeof entry !== 'string') throw new TypeError('allowedNetworks entries must be strings');
-    const m = /^([^/\s]+)(?:\/([0-9]{1,3}))?$/.exec(entry.trim());
-    const net = m?.[1] ?? '';
-    const family = isIPv4(net) ? 'ipv4' : isIPv6(net) ? 'ipv6' : undefined;
-    const max = family === 'ipv4' ? 32 : 128;
-    const bits = m?.[2] === undefined ? max : Number(m[2]);
-    if (!family || bits > max) throw new TypeError(`allowedNetworks: ${JSON.stringify(entry)} is not a CIDR like 127.0.0.0/8 or fd00::/8`);
-    list.addSubnet(net, bits, family);
-  }
-  return list;
 }
 
 // ---------------------------------------------------------------------------------------

@@ -12,12 +12,12 @@ import { networkInterfaces } from 'node:os';
 import {
   checkWebhookUrl,
   classifyAddress,
-  compileAllowedNetworks,
   systemHostAddresses,
   type AddressClass,
   type UrlRefusalCode,
   type WebhookUrlPolicy,
 } from '../../src/webhooks/ssrf.js';
+import { compileAllowedNetworks } from '../../src/shared/webhook-settings.js';
 
 interface Case {
   url: string;
