@@ -1,7 +1,7 @@
 /**
  * Compressed request bodies, in process (no HTTP): the compression ratio of a typical
  * 500-signal batch (bench/lib/signals.ts), the CPU to inflate one, how long the event loop is
- * held when many are decoded at once by the service's decoder (src/ingress/content-encoding.ts,
+ * held when many are decoded at once by the service's decoder (src/http/content-encoding.ts,
  * zlib's stream API on the thread pool) against zlib's synchronous call, and how far a bomb
  * gets before the decoder stops it. The figures quoted in content-encoding.ts and the README
  * ("Compressed bodies") come from here.
@@ -13,7 +13,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { Args } from './lib/args.js';
 import { BatchTemplate } from './lib/signals.js';
 import { appendHistory, fmt, hostInfo, printHeader, round } from './lib/report.js';
-import { decodeBody, DECODE_CHUNK_BYTES, type DecodeProbe } from '../src/ingress/content-encoding.js';
+import { decodeBody, DECODE_CHUNK_BYTES, type DecodeProbe } from '../src/http/content-encoding.js';
 
 const args = new Args('node dist/bench/decompress.js [options]', {
   concurrent: { help: 'batches decoded at once for the event-loop measurement (default 64)' },

@@ -138,6 +138,7 @@ export const log: Log = adapter(null);
 export const moduleLog = (module: string): Log => log.child({ module });
 
 // One child logger per module of the service (imported as `log`, e.g. `import { pipelineLog as log }`).
+export const adminLog = moduleLog('admin');
 export const analyticsLog = moduleLog('analytics');
 export const billingLog = moduleLog('billing');
 export const httpLog = moduleLog('http');

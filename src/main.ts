@@ -1,9 +1,13 @@
 /**
- * Entry point. One code base, several roles (ROLE or --role):
- *   all       (default) everything in one process
- *   ingress   HTTP API: auth, validation, token buckets, publish to JetStream
- *   pipeline  JetStream consumer → piscina workers → ClickHouse
- * Every role serves GET /healthz, GET /readyz and GET /metrics on PORT.
+ * Entry point. One code base, four roles (ROLE or --role):
+ *   all         (default) everything in one process
+ *   ingress     HTTP API: auth, validation, token buckets, publish to JetStream; the
+ *               organization, webhook, external-event, billing configuration and analytics routes
+ *   pipeline    JetStream consumer → piscina workers → ClickHouse, and the billing evaluator
+ *               (billable stream → events stream, on the same worker pool) and its rows
+ *   dispatcher  events stream → webhook deliveries
+ * Every role serves GET /healthz, GET /readyz and GET /metrics on PORT; the routes of each
+ * role are in the route table (src/routes.ts).
  */
 import { createRedis } from './ratelimit/connect.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
@@ -13,14 +17,15 @@ import { OrgRegistry } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
 import { SignalIngress } from './ingress/signals.js';
 import { AdminApi } from './admin/routes.js';
-import { Server, listen } from './ingress/server.js';
+import { Server, listen } from './http/server.js';
+import { RouteTable } from './routes.js';
 import { openStore, type Store } from './store/index.js';
-import { Pipeline } from './pipeline/consumer.js';
-import { uWS } from './ingress/http.js';
+import { Pipeline, maxInflight } from './pipeline/consumer.js';
+import { uWS } from './http/wrap.js';
 import { isMain } from './is-main.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
-import { Piscina } from 'piscina';
+import { createWorkerPool } from './shared/worker-pool.js';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
@@ -31,13 +36,10 @@ import { WebhookApi } from './webhooks/api.js';
 import { Dispatcher } from './webhooks/dispatcher.js';
 import { Deliverer } from './webhooks/deliver.js';
 import { dnsServersResolver } from './webhooks/ssrf.js';
-import { publishExternalEvent, validateExternalEvent } from './webhooks/external-events.js';
-import { parseJson } from './ingress/validate.js';
-import { ApiError } from './errors.js';
 import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
-import { billingEvents, startDefaultMetrics, watchConsumer } from './metrics/index.js';
+import { startDefaultMetrics, watchConsumer } from './metrics/index.js';
 
 export interface Running {
   port: number;
@@ -54,6 +56,7 @@ export async function start(cfg: Config): Promise<Running> {
   let evaluator: BillingEvaluator | null = null;
   let dispatcher: Dispatcher | null = null;
   let billingRows: BillingRowsInserter | null = null;
+  let pool: ReturnType<typeof createWorkerPool> | null = null;
   let analyticsDeps: { slots: ConcurrencySlots; buckets: TokenBuckets } | null = null;
 
   // Readiness of every dependency of this role, answering from the first moment.
@@ -65,7 +68,8 @@ export async function start(cfg: Config): Promise<Running> {
     },
   };
   // Listen first: /healthz and /readyz answer while the dependencies are still connecting.
-  const server = new Server({ operatorToken: cfg.operatorToken, metricsToken: cfg.metricsToken, maxBodyBytes: cfg.maxBodyBytes, readiness: { checks } });
+  const server = new Server({ metricsToken: cfg.metricsToken, readiness: { checks } });
+  const routes = new RouteTable(server, cfg.operatorToken);
   if (hasIngress(cfg.role)) checks.redis = async () => Promise.reject(new Error('connecting'));
   if (hasPipeline(cfg.role)) checks.clickhouse = async () => Promise.reject(new Error('starting'));
   const { port, socket } = await listen(server.app, cfg.host, cfg.port);
@@ -131,36 +135,26 @@ export async function start(cfg: Config): Promise<Running> {
       analyticsDeps = { slots, buckets };
       const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
       await registry.start();
-      server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
       await billingStreams();
-      server.addWebhooks(
-        new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
+      const state = await billingState();
+      routes.mountIngress({
+        registry,
+        signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs),
+        maxBodyBytes: cfg.maxBodyBytes,
+        admin: new AdminApi(registry),
+        webhooks: new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
           deliverer,
           eventStream: billing.eventStream,
           eventSubjectPrefix: billing.eventSubjectPrefix,
           publishTimeoutMs: cfg.publishTimeoutMs,
         }),
-      );
-      server.addExternalEvents(async (req) => {
-        const e = validateExternalEvent(parseJson(req.body));
-        if (!(await registry.get(req.params[0]!))) throw new ApiError('NOT_FOUND', `no organization ${req.params[0]}`);
-        try {
-          const r = await publishExternalEvent(n, billing.eventSubjectPrefix, req.params[0]!, e, cfg.publishTimeoutMs);
-          if (!r.duplicate) billingEvents.inc({ event: e.event, source: 'external' });
-          return { status: 202, body: { id: e.id, event: e.event, duplicate: r.duplicate } };
-        } catch (err) {
-          log.warn('event publish failed', { err });
-          throw new ApiError('QUEUE_UNAVAILABLE', 'JetStream is unreachable; the event was not published, retry with the same id');
-        }
-      });
-      const state = await billingState();
-      server.addBilling(
-        new BillingConfigApi(await configStore(), async (orgId, mode) => {
+        externalEvents: { nats, eventSubjectPrefix: billing.eventSubjectPrefix, publishTimeoutMs: cfg.publishTimeoutMs },
+        billing: new BillingConfigApi(await configStore(), async (orgId, mode) => {
           const e = await state.get(`st.${orgId}.${mode}`);
           return e && e.length > 0 ? (e.json() as BillingState).consumed : {};
         }),
-      );
+      });
     }
 
     if (hasPipeline(cfg.role)) {
@@ -168,14 +162,16 @@ export async function start(cfg: Config): Promise<Running> {
       await store.init();
       const s = store;
       checks.clickhouse = () => s.ping();
-      server.addStore(store);
+      routes.mountStore(store);
       await nats.ensureDeadLetterStream();
       await nats.ensurePipelineConsumer(cfg);
       await billingStreams();
-      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
+      // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
+      // evaluator's evaluations (workers/billing.ts) run on it.
+      pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
+      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg), pool);
       await pipeline.start();
-      // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {
+      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
@@ -197,7 +193,7 @@ export async function start(cfg: Config): Promise<Running> {
         closers.push(() => s.close());
         checks.clickhouse = () => s.ping();
       }
-      server.addAnalytics(
+      routes.mountAnalytics(
         engineStore
           ? new AnalyticsService(engineStore.analytics, analyticsDeps.slots, analyticsDeps.buckets, {
               timeoutMs: cfg.analytics.timeoutMs,
@@ -243,6 +239,7 @@ export async function start(cfg: Config): Promise<Running> {
         if (evaluator) await evaluator.stop();
         if (billingRows) await billingRows.stop();
         if (pipeline) await pipeline.stop();
+        if (pool) await pool.destroy();
         if (store) await store.close();
         for (const c of closers.reverse()) await c();
         server.app.close();

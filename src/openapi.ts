@@ -9,7 +9,7 @@ import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingre
 import { LIMIT_BOUNDS } from './shared/org-limits.js';
 import { FREQUENCIES } from './billing/periods.js';
 import { CREDIT_PLACES, MAX_PATH_SEGMENTS, PRICE_PLACES } from './billing/config/validate.js';
-import { SUPPORTED_CODINGS } from './ingress/content-encoding.js';
+import { SUPPORTED_CODINGS } from './http/content-encoding.js';
 
 const json = (schema: unknown, description: string) => ({ description, content: { 'application/json': { schema } } });
 const error = (description: string, codes: string[]) =>
@@ -607,7 +607,7 @@ function withInvalidPath<T>(doc: T): T {
 
 /**
  * Every operation that reads a body (POST, PUT, PATCH) takes it compressed too
- * (src/ingress/content-encoding.ts): 400 INVALID_CONTENT_ENCODING for data that does not
+ * (src/http/content-encoding.ts): 400 INVALID_CONTENT_ENCODING for data that does not
  * decompress, 415 UNSUPPORTED_CONTENT_ENCODING for another coding; added here once.
  */
 function withContentEncoding<T>(doc: T): T {

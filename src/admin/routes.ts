@@ -6,24 +6,46 @@
  *   PATCH /admin/v1/organizations/:id/limits    {burst?, refillPerSecond?, analyticsConcurrency?} → 200 organization
  *   GET   /admin/v1/organizations/:id/stats              → 200 {signals: {live, test}} (processes that own the store)
  */
-import { timingSafeEqual, createHash } from 'node:crypto';
 import { ApiError } from '../errors.js';
+import { adminLog as log } from '../log.js';
 import { LIMIT_BOUNDS } from '../shared/org-limits.js';
 import type { Limits, OrgRecord, OrgRegistry } from '../orgs/registry.js';
 import { ORG_ID_PATTERN } from '../orgs/keys.js';
-import type { Reply, Request } from '../ingress/http.js';
-import { parseJson } from '../ingress/validate.js';
+import type { Store } from '../store/index.js';
+import type { Reply, Request, Route } from '../http/route.js';
+import { parseJson } from '../http/json.js';
 
-const digest = (s: string): Buffer => createHash('sha256').update(s).digest();
+/** Bodies of the operator API are small JSON documents. */
+const BODY_LIMIT = 64 * 1024;
 
-/** Refuses (401) a request without `Authorization: Bearer <token>`; `what` names the token in the message. */
-export function operatorGuard(token: string, what = 'operator token'): (req: Request) => Reply | undefined {
-  const expected = digest(token);
-  return (req) => {
-    const m = /^Bearer (.+)$/.exec(req.authorization);
-    if (m && timingSafeEqual(digest(m[1]!), expected)) return undefined;
-    throw new ApiError('UNAUTHORIZED', req.authorization === '' ? `missing Authorization: Bearer <${what}> header` : `invalid ${what}`);
-  };
+/**
+ * The operator routes, relative to `/admin/v1` (src/routes.ts): the organization routes
+ * where the registry is (`api`), the stats route where the store is (`store`).
+ */
+export function routes(parts: { api?: AdminApi; store?: Pick<Store, 'countSignals'> }): Route[] {
+  const out: Route[] = [];
+  const { api, store } = parts;
+  if (api) {
+    out.push(
+      { method: 'post', path: '/organizations', auth: 'operator', bodyLimit: BODY_LIMIT, handler: (req) => api.createOrg(req) },
+      { method: 'get', path: '/organizations/:id', auth: 'operator', handler: (req) => api.getOrg(req) },
+      { method: 'patch', path: '/organizations/:id/limits', auth: 'operator', bodyLimit: BODY_LIMIT, handler: (req) => api.patchLimits(req) },
+    );
+  }
+  if (store) out.push({ method: 'get', path: '/organizations/:id/stats', auth: 'operator', handler: (req) => stats(store, req) });
+  return out;
+}
+
+async function stats(store: Pick<Store, 'countSignals'>, req: Request): Promise<Reply> {
+  // Counts are read from the store without the registry (ROLE=pipeline has none): an
+  // unknown but well-formed id counts zero; anything not shaped like an id is no organization.
+  if (!ORG_ID_PATTERN.test(req.params[0]!)) throw new ApiError('NOT_FOUND', `no organization ${JSON.stringify(req.params[0])}`);
+  try {
+    return { status: 200, body: { signals: await store.countSignals(req.params[0]!) } };
+  } catch (err) {
+    log.error('store unavailable', { err });
+    throw new ApiError('STORE_UNAVAILABLE', 'the analytics store is unreachable, retry later');
+  }
 }
 
 export function publicOrg(org: OrgRecord): OrgRecord {

@@ -1,6 +1,6 @@
 /**
  * Compressed request bodies (`Content-Encoding`), for every route that reads a body; used only
- * by the body reader of src/ingress/http.ts, before any handler (so authentication, validation
+ * by the body reader of src/http/wrap.ts, before any handler (so authentication, validation
  * and the rate limit see the decompressed body, in their usual order).
  *
  * Codings: `identity` (or no header), `gzip` (and its alias `x-gzip`), `deflate` (RFC 9110:

@@ -5,48 +5,22 @@
  * returns (otherwise uWS terminates the process, uWebSockets.js #1296); `req` is valid only
  * synchronously inside the handler; body chunks are valid only inside onData; every write
  * made after an await must be corked. Route handlers receive a plain `Request`, return a
- * `Reply` or throw an ApiError, and never see `res`.
+ * `Reply` or throw an ApiError, and never see `res`. The types are in src/http/route.ts.
  */
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
 import { randomUUID } from 'node:crypto';
 import { httpLog as log, withRequest } from '../log.js';
 import { decodeBody, parseContentEncoding } from './content-encoding.js';
-import type { Principal } from '../orgs/registry.js';
+import { paramNames, type Handler, type Reply, type Request } from './route.js';
 import { observeRequest } from '../metrics/index.js';
 
-export interface Request {
-  method: string;
-  url: string;
-  query: string;
-  /**
-   * The path parameters (the `:name` segments of the route pattern, in order), each
-   * percent-decoded exactly once, here. Handlers must not decode them again.
-   */
-  params: string[];
-  authorization: string;
-  contentType: string;
-  body: Buffer;
-  /** Set by the authentication hook of /api routes. */
-  principal?: Principal;
-  /** The request id: a valid incoming X-Request-Id, or a generated one; sent back on every answer. */
-  id?: string;
-}
-
-export interface Reply {
-  status: number;
-  body?: unknown;
-  headers?: Record<string, string>;
-}
-
-export type Handler = (req: Request) => Reply | Promise<Reply>;
-
-export interface RouteOptions {
+export interface RouteOptions<P = unknown> {
   /** Read the body (POST/PATCH). */
   body?: boolean;
   /**
    * Upper bound of the body in bytes; larger bodies answer 413 without being read. A
-   * compressed body (Content-Encoding, src/ingress/content-encoding.ts) is held to it twice:
+   * compressed body (Content-Encoding, src/http/content-encoding.ts) is held to it twice:
    * as received, and once decompressed.
    */
   maxBodyBytes?: number;
@@ -54,7 +28,7 @@ export interface RouteOptions {
    * Runs before the handler, while the body is being read; may answer early (401) without
    * waiting for the rest of the body.
    */
-  before?: (req: Request) => Reply | Promise<Reply | undefined> | undefined;
+  before?: (req: Request<P>) => Reply | Promise<Reply | undefined> | undefined;
   /** The route label of the request metrics when the handler is not for `pattern` (a 405 answer). */
   route?: string;
 }
@@ -104,7 +78,7 @@ function errorReply(err: unknown, req: Request): Reply {
  * 400 INVALID_PATH naming the parameter, after the `before` hook, so an unauthenticated
  * request still gets its 401).
  */
-export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
+export function wrap<P>(handler: Handler<P>, opts: RouteOptions<P> = {}, pattern = ''): (res: uWS.HttpResponse, req: uWS.HttpRequest) => void {
   const names = paramNames(pattern);
   return (res, uReq) => {
     const started = performance.now();
@@ -119,7 +93,7 @@ export function wrap(handler: Handler, opts: RouteOptions = {}, pattern = ''): (
       if (decoded instanceof ApiError) badParam ??= decoded;
       else params.push(decoded);
     });
-    const req: Request = {
+    const req: Request<P> = {
       method: uReq.getCaseSensitiveMethod(),
       url: uReq.getUrl(),
       query: uReq.getQuery() ?? '',
@@ -182,9 +156,6 @@ export function decodePathSegment(name: string, raw: string): string | ApiError 
     return new ApiError('INVALID_PATH', `${name}: the path segment ${JSON.stringify(shown)} is not valid percent-encoded UTF-8`);
   }
 }
-
-/** The `:name` segments of a uWS route pattern, in order. */
-export const paramNames = (pattern: string): string[] => pattern.split('/').filter((seg) => seg.startsWith(':')).map((seg) => seg.slice(1));
 
 /**
  * Collects the body. With a Content-Length the buffer is allocated once; a declared or

@@ -15,8 +15,9 @@ import type { Nats } from '../nats/connection.js';
 import type { Principal } from '../orgs/registry.js';
 import type { TokenBuckets } from '../ratelimit/bucket.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../pipeline/message.js';
-import { mayHaveSurrogates, parseJson, validateBulk, validateV1 } from './validate.js';
-import type { Reply, Request } from './http.js';
+import { mayHaveSurrogates, validateBulk, validateV1 } from './validate.js';
+import { parseJson } from '../http/json.js';
+import type { Reply, Request } from '../http/route.js';
 import { ingressLog as log } from '../log.js';
 import { signalsAccepted } from '../metrics/index.js';
 

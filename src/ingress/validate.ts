@@ -180,12 +180,3 @@ export function validateV1(body: unknown, receivedAtMs: number, strings = false)
   validateSignal(body, 'signal', receivedAtMs, strings);
   return [body];
 }
-
-export function parseJson(body: Buffer): unknown {
-  if (body.length === 0) throw new ApiError('INVALID_JSON', 'request body is empty; expected JSON');
-  try {
-    return JSON.parse(body.toString('utf8'));
-  } catch (err) {
-    throw new ApiError('INVALID_JSON', `request body is not valid JSON: ${(err as Error).message}`);
-  }
-}

@@ -42,7 +42,6 @@
  * insert) is ignored: the held copy's ack settles it. Across processes, redelivery only
  * happens after PIPELINE_ACK_WAIT_MS without an ack, i.e. when the holder died.
  */
-import { Piscina } from 'piscina';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
@@ -54,10 +53,14 @@ import { publishDurable } from '../nats/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
 import { pipelineLog as log } from '../log.js';
+import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
 import { billingNames, type BillingNames } from '../billing/evaluator/streams.js';
 
-const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
+const buildRows = workerTask<RowsTask, RowsResult>(new URL('../../workers/rows.js', import.meta.url).href);
+
+/** Batches processed at once (held by the loop) with `threads` workers; the pool queues twice as many tasks. */
+export const maxInflight = (threads: number): number => Math.max(4, threads * 4);
 
 
 /**
@@ -98,8 +101,6 @@ export function batchMeta(m: JsMsg): BatchMeta {
 }
 
 export class Pipeline {
-  /** The worker pool; the billing evaluator runs its evaluations on it too (workers/billing.ts). */
-  readonly pool: Piscina<RowsTask, RowsResult>;
   private readonly claims: IdempotencyClaims;
   private readonly held = new Set<number>();
   private buffer: Buffered = emptyBuffer();
@@ -115,15 +116,10 @@ export class Pipeline {
     private readonly nats: Nats,
     private readonly store: Store,
     claimsKv: KV,
+    /** The process's worker pool (main.ts; the billing evaluator runs on it too), of cfg.pipeline.workers threads. */
+    private readonly pool: WorkerPool,
   ) {
-    const threads = cfg.pipeline.workers;
-    this.maxInflight = Math.max(4, threads * 4);
-    this.pool = new Piscina<RowsTask, RowsResult>({
-      filename: WORKER_FILE,
-      minThreads: threads,
-      maxThreads: threads,
-      maxQueue: this.maxInflight * 2,
-    });
+    this.maxInflight = maxInflight(cfg.pipeline.workers);
     this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.names.dedupeBucket, cfg.publishTimeoutMs);
     this.billing = billingNames(cfg.natsPrefix);
   }
@@ -154,7 +150,7 @@ export class Pipeline {
       // A copy in its own ArrayBuffer, transferred to the worker. (Buffer#slice would be a view
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
-      const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
+      const r = await buildRows(this.pool, { body, meta }, [body.buffer as ArrayBuffer]);
       const [{ keep, reclaimed }, first] = await Promise.all([this.claims.claimAll(r.claimKeys, r.ids), this.claims.takeBatch(meta.orgId, meta.mode, meta.batchId)]);
       const billable = r.billable.filter((_, i) => keep[i]);
       // Rows may be stored already when some delivery of this batch got this far before (see 4.).
@@ -297,12 +293,11 @@ export class Pipeline {
     log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.names.deadLetterStream, reason });
   }
 
-  /** Stops taking messages, finishes what is held, and stops the workers. */
+  /** Stops taking messages and finishes what is held (main.ts stops the workers afterwards). */
   async stop(): Promise<void> {
     await this.messages?.close();
     await this.loopDone?.catch(() => undefined);
     await Promise.allSettled([...this.inflight]);
     while (this.flushing || this.buffer.msgs.length > 0) await this.flush();
-    await this.pool.destroy();
   }
 }

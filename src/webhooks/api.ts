@@ -19,8 +19,8 @@
 import { randomBytes } from 'node:crypto';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { ApiError } from '../errors.js';
-import type { Reply, Request } from '../ingress/http.js';
-import { parseJson } from '../ingress/validate.js';
+import type { Method, Reply, Request, Route } from '../http/route.js';
+import { parseJson } from '../http/json.js';
 import type { Principal } from '../orgs/registry.js';
 import type { Nats } from '../nats/connection.js';
 import { publishDurable } from '../nats/publish.js';
@@ -47,14 +47,8 @@ export interface WebhookOptions {
   publishTimeoutMs: number;
 }
 
-export type WebhookMethod = 'get' | 'post' | 'patch';
-
-export interface WebhookRoute {
-  method: WebhookMethod;
-  pattern: string;
-  body: boolean;
-  handler: (req: Request) => Promise<Reply>;
-}
+/** Bodies of the webhook API are small JSON documents. */
+const BODY_LIMIT = 64 * 1024;
 
 export const secretContext = (orgId: string, mode: string): string => `webhook-secret:${orgId}:${mode}`;
 
@@ -68,23 +62,25 @@ export class WebhookApi {
     private readonly opts: WebhookOptions,
   ) {}
 
-  routes(): WebhookRoute[] {
-    const r = (method: WebhookMethod, pattern: string, fn: (req: Request, who: Principal) => Promise<Reply>): WebhookRoute => ({
+  /** The routes, relative to `/api/v2` (src/routes.ts), authenticated with the API key. */
+  routes(): Route<Principal>[] {
+    const r = (method: Method, path: string, fn: (req: Request<Principal>, who: Principal) => Promise<Reply>): Route<Principal> => ({
       method,
-      pattern,
-      body: method !== 'get',
+      path,
+      auth: 'api-key',
+      ...(method === 'get' ? {} : { bodyLimit: BODY_LIMIT }),
       handler: (req) => {
         if (!this.opts.key) throw new ApiError('WEBHOOKS_UNAVAILABLE', 'webhooks are not configured on this service (WEBHOOK_ENCRYPTION_KEY is not set)');
         return fn(req, req.principal!);
       },
     });
     return [
-      r('get', '/api/v2/webhooks', (_req, who) => this.list(who)),
-      r('post', '/api/v2/webhooks/rotate-secret', (_req, who) => this.rotate(who)),
-      r('patch', '/api/v2/webhooks/:event', (req, who) => this.configure(req, who)),
-      r('post', '/api/v2/webhooks/:event/test', (req, who) => this.test(req, who)),
-      r('get', '/api/v2/webhook-deliveries', (req, who) => this.deliveries(req, who)),
-      r('post', '/api/v2/webhook-deliveries/:deliveryId/resend', (req, who) => this.resend(req, who)),
+      r('get', '/webhooks', (_req, who) => this.list(who)),
+      r('post', '/webhooks/rotate-secret', (_req, who) => this.rotate(who)),
+      r('patch', '/webhooks/:event', (req, who) => this.configure(req, who)),
+      r('post', '/webhooks/:event/test', (req, who) => this.test(req, who)),
+      r('get', '/webhook-deliveries', (req, who) => this.deliveries(req, who)),
+      r('post', '/webhook-deliveries/:deliveryId/resend', (req, who) => this.resend(req, who)),
     ];
   }
 

@@ -1,6 +1,6 @@
 /**
  * Compressed request bodies through the real service (Content-Encoding, decoded by the one
- * body reader of src/ingress/http.ts): gzip and deflate batches ingested exactly; a bomb is a
+ * body reader of src/http/wrap.ts): gzip and deflate batches ingested exactly; a bomb is a
  * 413 and the service's memory does not jump (its peak RSS, VmHWM of /proc/<pid>/status);
  * corrupt data 400, unknown codings 415 naming them; the rate limit still applies to the
  * decompressed batch; gzip on the analytics, billing configuration and webhook routes; and
@@ -10,7 +10,7 @@ import t from 'tap';
 import zlib from 'node:zlib';
 import { readFileSync } from 'node:fs';
 import { batch, counts, createOrg, drained, http, useService } from '../helpers/service.js';
-import { SUPPORTED_CODINGS } from '../../src/ingress/content-encoding.js';
+import { SUPPORTED_CODINGS } from '../../src/http/content-encoding.js';
 
 const { iso, svc } = useService(t, 'compression');
 

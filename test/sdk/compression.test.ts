@@ -1,6 +1,6 @@
 /**
  * SignalClient compression against the real service, which decodes `Content-Encoding: gzip`
- * (src/ingress/content-encoding.ts): `auto` and `gzip` send gzip and are stored. A proxy
+ * (src/http/content-encoding.ts): `auto` and `gzip` send gzip and are stored. A proxy
  * answering 415 in the service's place checks what a server that refuses gzip gets: `auto`
  * falls back to identity for good, resending the same signals; `gzip` surfaces the refusal.
  */

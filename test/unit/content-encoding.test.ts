@@ -1,5 +1,5 @@
 /**
- * Compressed request bodies (src/ingress/content-encoding.ts): the codings accepted, the
+ * Compressed request bodies (src/http/content-encoding.ts): the codings accepted, the
  * limit applied to the decompressed size with the decompressor stopped early on a bomb,
  * corrupt data refused, unknown codings refused with 415 naming them. No uWS here, so this
  * file also runs on a Node.js whose node:zlib has zstd (where uWS may not load); the
@@ -7,7 +7,7 @@
  */
 import t from 'tap';
 import zlib from 'node:zlib';
-import { DECODE_CHUNK_BYTES, SUPPORTED_CODINGS, ZSTD_AVAILABLE, decodeBody, parseContentEncoding, type DecodeProbe } from '../../src/ingress/content-encoding.js';
+import { DECODE_CHUNK_BYTES, SUPPORTED_CODINGS, ZSTD_AVAILABLE, decodeBody, parseContentEncoding, type DecodeProbe } from '../../src/http/content-encoding.js';
 import { ApiError } from '../../src/errors.js';
 import { rejection } from '../helpers/rejection.js';
 

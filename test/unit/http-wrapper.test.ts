@@ -1,5 +1,5 @@
 /**
- * The uWS wrapper (src/ingress/http.ts): a handler whose `before` hook is asynchronous (an
+ * The uWS wrapper (src/http/wrap.ts): a handler whose `before` hook is asynchronous (an
  * API-key lookup that misses the cache) still receives the whole body; early answers and
  * the body limit work; a thrown non-API error becomes a 500 without internals; compressed
  * bodies (Content-Encoding) reach handlers decompressed and every refusal of one (415, 413,
@@ -7,9 +7,9 @@
  */
 import t from 'tap';
 import zlib from 'node:zlib';
-import { uWS, wrap } from '../../src/ingress/http.js';
+import { uWS, wrap } from '../../src/http/wrap.js';
 import { ApiError } from '../../src/errors.js';
-import { SUPPORTED_CODINGS } from '../../src/ingress/content-encoding.js';
+import { SUPPORTED_CODINGS } from '../../src/http/content-encoding.js';
 
 const app = uWS.App();
 const slowBefore = (): Promise<undefined> => new Promise((r) => setTimeout(() => r(undefined), 150));

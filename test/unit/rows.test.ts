@@ -21,7 +21,8 @@ import rows, { dataJson, dedupeKey } from '../../workers/rows.js';
 import type { BatchMeta } from '../../src/pipeline/message.js';
 import { newBatchId } from '../../src/pipeline/message.js';
 import { SIGNAL_COLUMNS, schemaStatements, INSERT_SETTINGS } from '../../src/store/schema.js';
-import { mayHaveSurrogates, parseJson, validateSignal, validateBulk } from '../../src/ingress/validate.js';
+import { mayHaveSurrogates, validateSignal, validateBulk } from '../../src/ingress/validate.js';
+import { parseJson } from '../../src/http/json.js';
 import { parseRfc3339 } from '../../src/shared/time.js';
 import { ApiError } from '../../src/errors.js';
 

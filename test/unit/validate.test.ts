@@ -7,7 +7,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { ApiError, type ErrorCode } from '../../src/errors.js';
-import { MAX_DATA_BYTES, mayHaveSurrogates, parseJson, validateBulk, validateSignal, validateV1 } from '../../src/ingress/validate.js';
+import { MAX_DATA_BYTES, mayHaveSurrogates, validateBulk, validateSignal, validateV1 } from '../../src/ingress/validate.js';
+import { parseJson } from '../../src/http/json.js';
 import { parseRfc3339 } from '../../src/shared/time.js';
 
 const NOW = Date.UTC(2026, 0, 31, 12, 0, 0); // receivedAtMs used throughout

@@ -35,7 +35,7 @@
  * as own data properties, so ids such as "__proto__" or "constructor" are plain ids.
  */
 import { ApiError } from '../../errors.js';
-import type { Reply, Request } from '../../ingress/http.js';
+import { pathParams, type Method, type Reply, type Request, type Route } from '../../http/route.js';
 import { randomToken } from '../../orgs/keys.js';
 import type { Principal } from '../../orgs/registry.js';
 import { parseDecimal, sub, sum, toCanonicalString } from '../decimal.js';
@@ -49,7 +49,6 @@ import {
   decimalString,
   frequency,
   optionalText,
-  pathParams,
   quantityRule,
   readObject,
   required,
@@ -58,15 +57,8 @@ import {
   uuid,
 } from './validate.js';
 
-export type BillingMethod = 'get' | 'post' | 'put' | 'delete';
-
-export interface BillingRoute {
-  method: BillingMethod;
-  pattern: string;
-  /** The route reads a JSON body. */
-  body: boolean;
-  handler: (req: Request) => Promise<Reply>;
-}
+/** Bodies of the configuration API are small JSON documents. */
+const BODY_LIMIT = 64 * 1024;
 
 /** Service ids: a prefix and 20 base62 characters (crypto-random, like organization ids). */
 export const ID_PATTERNS = {
@@ -186,16 +178,17 @@ export class BillingConfigApi {
     private readonly consumed: ConsumedSource = async () => ({}),
   ) {}
 
-  /** The routes, for Server.addBilling (which authenticates them with the API key). */
-  routes(): BillingRoute[] {
-    const C = '/api/v2/customers';
+  /** The routes, relative to `/api/v2` (src/routes.ts), authenticated with the API key. */
+  routes(): Route<Principal>[] {
+    const C = '/customers';
     const customer = `${C}/:customerId`;
     const unit = `${customer}/units/:unitExternalId`;
     const cap = `${unit}/credit-caps/:creditsCurrencyId`;
     const topUps = `${customer}/credit-pools/:poolId/top-ups`;
-    const r = (method: BillingMethod, pattern: string, fn: (req: Request, p: (name: string) => string, who: Principal) => Promise<Reply>): BillingRoute => {
-      const param = pathParams(pattern);
-      return { method, pattern, body: method === 'post' || method === 'put', handler: (req) => fn(req, (name) => param(req, name), req.principal!) };
+    const r = (method: Method, path: string, fn: (req: Request<Principal>, p: (name: string) => string, who: Principal) => Promise<Reply>): Route<Principal> => {
+      const param = pathParams(path);
+      const body = method === 'post' || method === 'put' ? { bodyLimit: BODY_LIMIT } : {};
+      return { method, path, auth: 'api-key', ...body, handler: (req) => fn(req, (name) => param(req, name), req.principal!) };
     };
     return [
       r('post', C, (req, _p, who) => this.createCustomer(req, who)),
@@ -216,8 +209,8 @@ export class BillingConfigApi {
         const c = (await this.doc(who, p('customerId'))).customer;
         return { status: 200, body: unitView(c.id, unitIn(c, p('unitExternalId'))) };
       }),
-      r('post', '/api/v2/plans', (req, _p, who) => this.createPlan(req, who)),
-      r('get', '/api/v2/plans', async (req, _p, who) => {
+      r('post', '/plans', (req, _p, who) => this.createPlan(req, who)),
+      r('get', '/plans', async (req, _p, who) => {
         const page = pageRequest(req.query);
         const got = await this.store.list<Plan>(who.org.id, who.mode, 'plans', position(page), page.limit);
         return { status: 200, body: { plans: got.items, nextCursor: got.next === null ? null : encodeCursor({ p: got.next }) } };

@@ -9,8 +9,8 @@
  * parsed); they are stored in canonical form (src/billing/decimal.ts: "1.50" → "1.5").
  */
 import { ApiError } from '../../errors.js';
-import type { Request } from '../../ingress/http.js';
-import { parseJson } from '../../ingress/validate.js';
+import type { Request } from '../../http/route.js';
+import { parseJson } from '../../http/json.js';
 import { DecimalError, parseDecimal, sign, toCanonicalString } from '../decimal.js';
 import { InstantError, formatUtcInstant, parseUtcInstant } from '../instant.js';
 import { FREQUENCIES, isFrequency, type Frequency } from '../periods.js';
@@ -136,20 +136,3 @@ export function quantityRule(v: unknown, field: string): QuantityRule {
   throw bad(`${field}.kind`, `must be "count" or "path", got ${JSON.stringify(o.kind)}`);
 }
 
-/**
- * Path parameters by name: `:name` segments of `pattern`, read from `req.params`, which the
- * HTTP layer (src/ingress/http.ts) has already percent-decoded once (a malformed escape never
- * reaches a handler: it answers 400 INVALID_PATH there). Nothing is decoded here.
- */
-export function pathParams(pattern: string): (req: Request, name: string) => string {
-  const positions = new Map<string, number>();
-  pattern
-    .split('/')
-    .filter((seg) => seg.startsWith(':'))
-    .forEach((seg, i) => positions.set(seg.slice(1), i));
-  return (req, name) => {
-    const i = positions.get(name);
-    if (i === undefined) throw new Error(`route ${pattern} has no parameter ${name}`);
-    return req.params[i] ?? '';
-  };
-}

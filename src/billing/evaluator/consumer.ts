@@ -55,7 +55,6 @@
  * Balances and period totals live in JetStream KV on disk, never only in Redis.
  * Test-only fault points along this order: fault.ts.
  */
-import { Piscina } from 'piscina';
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
@@ -70,8 +69,11 @@ import { emptyState, startingTotal, type BillableSignal, type BillingState, type
 import type { BillingNames } from './streams.js';
 import { FaultHook, type FaultContext } from './fault.js';
 import type { Mode } from '../../shared/mode.js';
+import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
 
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
+const evaluateTask = workerTask<EvaluationInput, EvaluationOutput>(WORKER_FILE);
+const capPeriodsTask = workerTask<CapPeriodsInput, CapPeriodRef[]>(WORKER_FILE, 'capPeriods');
 
 export interface ConfigSource {
   /** The configuration restricted to the customers `refs` name (ids or externalIds) and the plans they use. */
@@ -114,7 +116,8 @@ export class BillingEvaluator {
     private readonly names: BillingNames,
     private readonly configs: ConfigSource,
     private readonly state: KV,
-    private readonly pool: Piscina,
+    /** The process's worker pool (main.ts), shared with the pipeline. */
+    private readonly pool: WorkerPool,
     private readonly opts: EvaluatorOptions,
   ) {}
 
@@ -199,7 +202,7 @@ export class BillingEvaluator {
 
     // 3. The totals of the cap periods S touches.
     const refs: CapPeriodRef[] =
-      Object.keys(config.caps).length === 0 ? [] : ((await this.pool.run({ orgId, mode, config, signals } satisfies CapPeriodsInput, { filename: WORKER_FILE, name: 'capPeriods' })) as CapPeriodRef[]);
+      Object.keys(config.caps).length === 0 ? [] : await capPeriodsTask(this.pool, { orgId, mode, config, signals });
     const entries = await Promise.all(refs.map((r) => this.state.get(r.key)));
     const periods: Record<string, PeriodTotal> = {};
     refs.forEach((r, i) => {
@@ -210,7 +213,7 @@ export class BillingEvaluator {
 
     // 4. Evaluate.
     const input: EvaluationInput = { orgId, mode, config, state, signals, evaluatedAt, periods };
-    const out = (await this.pool.run(input, { filename: WORKER_FILE })) as EvaluationOutput;
+    const out = await evaluateTask(this.pool, input);
     const fault: FaultContext = { seq: m.seq, orgId, mode, events: out.events.length };
     await this.fault.at('after-pin', fault);
 

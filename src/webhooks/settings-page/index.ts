@@ -11,7 +11,7 @@
  * is never framed, cached or sent as a referrer.
  */
 import { readFileSync } from 'node:fs';
-import type { Reply } from '../../ingress/http.js';
+import type { Route } from '../../http/route.js';
 
 export const SETTINGS_PATH = '/settings';
 
@@ -36,15 +36,10 @@ const COMMON: Record<string, string> = {
   'Cross-Origin-Resource-Policy': 'same-origin',
 };
 
-export interface PageRoute {
-  pattern: string;
-  handler: () => Reply;
-}
-
 const asset = (name: string): Buffer => readFileSync(new URL(`./${name}`, import.meta.url));
 
-/** GET routes of the page: the HTML, its script and its style sheet. */
-export function settingsPageRoutes(): PageRoute[] {
+/** GET routes of the page, mounted at the root: the HTML, its script and its style sheet (no key needed). */
+export function settingsPageRoutes(): Route[] {
   const files: [string, string, string][] = [
     [SETTINGS_PATH, 'index.html', 'text/html; charset=utf-8'],
     [`${SETTINGS_PATH}/app.js`, 'app.js', 'text/javascript; charset=utf-8'],
@@ -53,6 +48,6 @@ export function settingsPageRoutes(): PageRoute[] {
   return files.map(([pattern, name, type]) => {
     const body = asset(name);
     const headers = { ...COMMON, 'Content-Type': type, 'Content-Security-Policy': SETTINGS_CSP, 'Cross-Origin-Opener-Policy': 'same-origin' };
-    return { pattern, handler: () => ({ status: 200, body, headers }) };
+    return { method: 'get', path: pattern, handler: () => ({ status: 200, body, headers }) } satisfies Route;
   });
 }
