@@ -5,7 +5,7 @@
  *
  * Call sites keep the shape `log.info(msg, { fields })`; this module adapts it to pino's
  * `info(fields, msg)`. Every line carries `role` (set once by main) and, while an HTTP
- * request is being handled, its `reqId` (see `withRequest`, used by src/ingress/http.ts),
+ * request is being handled, its `reqId` (see `withRequest`, used by src/http/wrap.ts),
  * found through AsyncLocalStorage, so no call site has to pass it. `moduleLog('name')` is a
  * child logger adding `module`. Secrets are redacted by field name wherever they sit (top
  * level or one object down, plus request headers), whatever a future call site passes.

@@ -1,7 +1,7 @@
 /**
  * Prometheus metrics: the one registry of the process and every metric definition. Features
  * import the metric (or the small helper beside it) and observe; nothing else creates metrics.
- * `GET /metrics` (src/ingress/server.ts) renders this registry on every role.
+ * `GET /metrics` (src/http/server.ts) renders this registry on every role.
  *
  * Rules that keep the hot path cheap and the series few:
  * - labels come from small fixed sets (route patterns, never raw paths; error codes of the
@@ -82,7 +82,7 @@ export const UNMATCHED_ROUTE = 'unmatched';
 
 /**
  * Starts timing a request; the returned function records its answer. Called by the HTTP layer
- * (src/ingress/http.ts) once per request. `route` is the uWS pattern ('' = no route matched).
+ * (src/http/wrap.ts) once per request. `route` is the uWS pattern ('' = no route matched).
  */
 export function observeRequest(route: string, method: string): (status: number, body: unknown) => void {
   const started = performance.now();
