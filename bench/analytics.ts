@@ -21,7 +21,7 @@ import { loadConfig } from '../src/config.js';
 import { ChdbStore } from '../src/store/chdb/index.js';
 import { QueryCompiler } from '../src/analytics/compiler/index.js';
 import { engineSettings } from '../src/analytics/service.js';
-import { VIEW_SCHEMAS } from '../src/analytics/views.js';
+import { VIEW_SCHEMAS } from '../src/store/views.js';
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
 import { OPERATOR_TOKEN, createUnlimitedOrg, http } from './lib/api.js';

@@ -25,8 +25,8 @@ import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
-import { viewStatements } from '../../analytics/views.js';
-import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
+import { viewStatements } from '../views.js';
+import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../engine.js';
 import { storeLog as log } from '../../log.js';
 
 const DRAIN_SQL = "SELECT 'drained'";
