@@ -54,7 +54,7 @@ interface QueryResult {
 async function main(): Promise<void> {
   const host = hostInfo();
   printHeader('analytics API overhead over the engine', host, { signals: SIGNALS, requests: REQUESTS, queries: Object.keys(QUERIES).concat('aggregate-cold') });
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('analytics', 'bench');
   const problems: string[] = [];
   onInterrupt(async () => void (await cleanup(iso)));
   const svc = await startService({ role: 'all', operatorToken: OPERATOR_TOKEN, iso });

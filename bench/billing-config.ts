@@ -92,7 +92,7 @@ async function main(): Promise<void> {
   const host = hostInfo();
   printHeader('billing configuration at scale: API p50/p99 per operation; evaluation cost vs organization size', host, { customers: LARGE, small: SMALL, samples: SAMPLES });
   const problems: string[] = [];
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('billing-config', 'bench');
   onInterrupt(async () => void (await cleanup(iso)));
   const svc = await startService({ role: 'ingress', operatorToken: OPERATOR_TOKEN, iso });
   const nc = await connect({ servers: NATS_URL });

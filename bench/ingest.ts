@@ -257,7 +257,7 @@ async function main(): Promise<void> {
       printPhase(gz);
     }
   } else {
-    const iso = isolation('bench', 'bench');
+    const iso = isolation('ingest', 'bench');
     const maxBytes = streamMaxBytes(body.length);
     let svc: Service | null = null;
     onInterrupt(async () => {

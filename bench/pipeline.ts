@@ -254,7 +254,7 @@ interface BacklogResult {
  * fills the stream with `batches` batches and stops; then a ROLE=pipeline process drains it.
  */
 async function backlogPhase(template: BatchTemplate, runTag: string, batches: number, bodyBytes: number, problems: string[]): Promise<BacklogResult> {
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('pipeline', 'bench');
   let svc: Service | null = null;
   onInterrupt(async () => {
     await svc?.child.stop(5_000);
@@ -409,7 +409,7 @@ interface ServiceResult {
 
 /** Phase 1: ROLE=all under a producer for `duration` s, sampled every second, then drained and counted. */
 async function servicePhase(template: BatchTemplate, runTag: string, bodyBytes: number, problems: string[]): Promise<ServiceResult> {
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('pipeline', 'bench');
   let svc: Service | null = null;
   let nc: NatsConnection | null = null;
   onInterrupt(async () => {

@@ -59,7 +59,7 @@ async function main(): Promise<void> {
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
 
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('webhooks', 'bench');
   onInterrupt(async () => void (await cleanup(iso)));
   const svc = await startService({
     role: 'all',

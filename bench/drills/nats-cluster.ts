@@ -60,7 +60,7 @@ export interface NatsClusterDetails extends DrillResult {
 export async function runNatsCluster(opts: DrillOptions): Promise<NatsClusterDetails> {
   const cluster = await NatsCluster.start(3, `billing-drill-${process.pid}`);
   onInterrupt(() => cluster.stop());
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('natscluster', 'bench');
   const stream = `${iso.natsPrefix}_SIGNALS`;
   const problems: string[] = [];
   const answers: Answer[] = [];

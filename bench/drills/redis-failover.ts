@@ -77,7 +77,7 @@ async function pipelineDrained(natsPrefix: string, timeoutMs: number): Promise<v
 
 export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailoverDetails> {
   const set = await startSentinelSet();
-  const iso = isolation('bench', 'bench');
+  const iso = isolation('redisfailover', 'bench');
   const problems: string[] = [];
   const answers: Answer[] = [];
   const roundReports: RoundReport[] = [];
