@@ -30,7 +30,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { freePort } from '../bench/lib/ports.js';
+import { freePort } from './ports.js';
 
 /** The repository root, from the source file (tap) or from its compiled copy in dist/harness. */
 export const ROOT = fileURLToPath(new URL(fileURLToPath(import.meta.url).includes(`${path.sep}dist${path.sep}harness${path.sep}`) ? '../../' : '../', import.meta.url));
