@@ -21,10 +21,11 @@ import { loadConfig } from '../src/config.js';
 import { ChdbStore } from '../src/store/chdb/index.js';
 import { QueryCompiler } from '../src/analytics/compiler/index.js';
 import { engineSettings } from '../src/analytics/service.js';
-import { VIEW_SCHEMAS } from '../src/analytics/views.js';
+import { VIEW_SCHEMAS } from '../src/store/views.js';
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
-import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, onInterrupt, startService } from './lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg, http } from './lib/api.js';
+import { cleanup, isolation, onInterrupt, startBenchService as startService } from '../harness/service.js';
 
 const TARGET_MS = 5;
 const args = new Args('node dist/bench/analytics.js [options]', {
@@ -53,7 +54,7 @@ interface QueryResult {
 async function main(): Promise<void> {
   const host = hostInfo();
   printHeader('analytics API overhead over the engine', host, { signals: SIGNALS, requests: REQUESTS, queries: Object.keys(QUERIES).concat('aggregate-cold') });
-  const iso = isolation();
+  const iso = isolation('analytics', 'bench');
   const problems: string[] = [];
   onInterrupt(async () => void (await cleanup(iso)));
   const svc = await startService({ role: 'all', operatorToken: OPERATOR_TOKEN, iso });

@@ -24,7 +24,8 @@ import { jetstream } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round } from './lib/report.js';
-import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, onInterrupt, startService } from './lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg, http } from './lib/api.js';
+import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService } from '../harness/service.js';
 import { BillingConfigStore, customerKey, externalIdKey, planKey, type CustomerDoc } from '../src/billing/config/store.js';
 import { capKey } from '../src/billing/model.js';
 import { capPeriods, emptyState, evaluate, startingTotal, type BillableSignal, type PeriodTotal } from '../src/billing/evaluator/evaluate.js';
@@ -91,7 +92,7 @@ async function main(): Promise<void> {
   const host = hostInfo();
   printHeader('billing configuration at scale: API p50/p99 per operation; evaluation cost vs organization size', host, { customers: LARGE, small: SMALL, samples: SAMPLES });
   const problems: string[] = [];
-  const iso = isolation();
+  const iso = isolation('billing-config', 'bench');
   onInterrupt(async () => void (await cleanup(iso)));
   const svc = await startService({ role: 'ingress', operatorToken: OPERATOR_TOKEN, iso });
   const nc = await connect({ servers: NATS_URL });

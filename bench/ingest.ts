@@ -21,18 +21,8 @@ import autocannon from 'autocannon';
 import { Args } from './lib/args.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from './lib/signals.js';
 import { CpuMeter, LatencyHistogram, ROOT, appendHistory, fmt, hostInfo, pidsByName, printHeader, printProblems, processCpuSeconds, round, type Percentiles } from './lib/report.js';
-import {
-  OPERATOR_TOKEN,
-  cleanup,
-  createUnlimitedOrg,
-  isolation,
-  onInterrupt,
-  startChild,
-  startService,
-  streamState,
-  type Child,
-  type Service,
-} from './lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg } from './lib/api.js';
+import { cleanup, isolation, onInterrupt, startChild, startBenchService as startService, streamState, type Child, type BenchService as Service } from '../harness/service.js';
 
 const TARGET_RATIO = 0.7;
 const BULK_PATH = '/api/v2/signals/bulk';
@@ -267,7 +257,7 @@ async function main(): Promise<void> {
       printPhase(gz);
     }
   } else {
-    const iso = isolation();
+    const iso = isolation('ingest', 'bench');
     const maxBytes = streamMaxBytes(body.length);
     let svc: Service | null = null;
     onInterrupt(async () => {

@@ -43,7 +43,8 @@ import {
   sleep,
   type Percentiles,
 } from './lib/report.js';
-import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http, isolation, onInterrupt, startService, type Service } from './lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg, http } from './lib/api.js';
+import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService, type BenchService as Service } from '../harness/service.js';
 
 const TARGET_RATIO = 1.0;
 const FLUSH_ROWS = 10_000; // PIPELINE_FLUSH_ROWS default
@@ -253,7 +254,7 @@ interface BacklogResult {
  * fills the stream with `batches` batches and stops; then a ROLE=pipeline process drains it.
  */
 async function backlogPhase(template: BatchTemplate, runTag: string, batches: number, bodyBytes: number, problems: string[]): Promise<BacklogResult> {
-  const iso = isolation();
+  const iso = isolation('pipeline', 'bench');
   let svc: Service | null = null;
   onInterrupt(async () => {
     await svc?.child.stop(5_000);
@@ -408,7 +409,7 @@ interface ServiceResult {
 
 /** Phase 1: ROLE=all under a producer for `duration` s, sampled every second, then drained and counted. */
 async function servicePhase(template: BatchTemplate, runTag: string, bodyBytes: number, problems: string[]): Promise<ServiceResult> {
-  const iso = isolation();
+  const iso = isolation('pipeline', 'bench');
   let svc: Service | null = null;
   let nc: NatsConnection | null = null;
   onInterrupt(async () => {

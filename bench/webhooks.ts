@@ -17,7 +17,8 @@ import http from 'node:http';
 import { createHmac } from 'node:crypto';
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round, sleep } from './lib/report.js';
-import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, http as call, isolation, onInterrupt, startService } from './lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg, http as call } from './lib/api.js';
+import { cleanup, isolation, onInterrupt, startBenchService as startService } from '../harness/service.js';
 
 const args = new Args('node dist/bench/webhooks.js [options]', {
   customers: { help: 'customers, one depletion each (default 200)' },
@@ -58,7 +59,7 @@ async function main(): Promise<void> {
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const url = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
 
-  const iso = isolation();
+  const iso = isolation('webhooks', 'bench');
   onInterrupt(async () => void (await cleanup(iso)));
   const svc = await startService({
     role: 'all',

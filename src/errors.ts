@@ -1,8 +1,8 @@
 /**
  * The error catalogue: every error the HTTP API can answer with, defined once with its
  * status and short message. Handlers throw `ApiError`s; one function turns any thrown
- * value into the JSON body `{error, code, details}`. The list is mirrored in README.md
- * ("Errors"); test/errors.test.ts keeps the two in step.
+ * value into the JSON body `{error, code, details}`. The list is mirrored in docs/api.md
+ * ("Errors"); test/unit/errors.test.ts keeps the two in step.
  */
 export const ERRORS = {
   UNAUTHORIZED: { status: 401, error: 'Unauthorized' },

@@ -6,7 +6,7 @@
 import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { http } from '../lib/service.js';
+import { http } from '../lib/api.js';
 import { sleep } from '../lib/report.js';
 
 /** One request to the ingress and what it answered (`code`: the error code of a non-202, or why the fetch failed). */

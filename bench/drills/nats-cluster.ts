@@ -14,7 +14,8 @@
  * each kill; every acknowledged signal is stored once (the admin stats after the drain).
  */
 import { NatsCluster, isAlive } from '../lib/nats-cluster.js';
-import { OPERATOR_TOKEN, cleanup, createUnlimitedOrg, isolation, onInterrupt, startService } from '../lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg } from '../lib/api.js';
+import { cleanup, isolation, onInterrupt, startBenchService as startService } from '../../harness/service.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from '../lib/signals.js';
 import { sleep } from '../lib/report.js';
 import { NO_LOGS, answerKinds, countStored, keepLogs, postSignals, roundAnswers, type FaultRound, type PostAnswer } from './common.js';
@@ -59,7 +60,7 @@ export interface NatsClusterDetails extends DrillResult {
 export async function runNatsCluster(opts: DrillOptions): Promise<NatsClusterDetails> {
   const cluster = await NatsCluster.start(3, `billing-drill-${process.pid}`);
   onInterrupt(() => cluster.stop());
-  const iso = isolation();
+  const iso = isolation('natscluster', 'bench');
   const stream = `${iso.natsPrefix}_SIGNALS`;
   const problems: string[] = [];
   const answers: Answer[] = [];

@@ -13,7 +13,8 @@
  */
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
-import { NATS_URL, OPERATOR_TOKEN, cleanup, createUnlimitedOrg, isolation, startService } from '../lib/service.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg } from '../lib/api.js';
+import { NATS_URL, cleanup, isolation, startBenchService as startService } from '../../harness/service.js';
 import { startSentinelSet } from '../lib/redis-topology.js';
 import { sleep } from '../lib/report.js';
 import { NO_LOGS, answerKinds, countStored, keepLogs, postSignals, roundAnswers, type FaultRound, type PostAnswer } from './common.js';
@@ -76,7 +77,7 @@ async function pipelineDrained(natsPrefix: string, timeoutMs: number): Promise<v
 
 export async function runRedisFailover(opts: DrillOptions): Promise<RedisFailoverDetails> {
   const set = await startSentinelSet();
-  const iso = isolation();
+  const iso = isolation('redisfailover', 'bench');
   const problems: string[] = [];
   const answers: Answer[] = [];
   const roundReports: RoundReport[] = [];

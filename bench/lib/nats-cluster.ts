@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
-import { freePort } from './ports.js';
+import { freePort } from '../../harness/ports.js';
 import { sleep } from './report.js';
 
 interface Node {

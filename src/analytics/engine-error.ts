@@ -12,33 +12,7 @@
  * ClickHouse code (the engine host, the client) is the service's failure: 500.
  */
 import { ApiError } from '../errors.js';
-
-export class EngineError extends Error {
-  constructor(
-    /** ClickHouse error code name, e.g. SYNTAX_ERROR; '' when unknown. */
-    readonly codeName: string,
-    readonly codeNumber: number,
-    /** The engine's message without the code prefix and suffix. */
-    readonly reason: string,
-  ) {
-    super(`${codeName || 'engine error'}: ${reason}`);
-  }
-}
-
-const CH_MESSAGE = /Code: (\d+)\.\s*(?:DB::Exception:\s*)?([\s\S]*?)\s*\(([A-Z][A-Z0-9_]*)\)(?:\s*\(version [^)]*\))?\s*$/;
-const CH_CUT_MESSAGE = /^Code: (\d+)\.\s*(?:DB::Exception:\s*)?([\s\S]*)$/;
-
-/** Reads an error thrown by chdb ("Code: 62. DB::Exception: … (SYNTAX_ERROR)") or passes an EngineError through. */
-export function toEngineError(err: unknown): EngineError {
-  if (err instanceof EngineError) return err;
-  const msg = err instanceof Error ? err.message : String(err);
-  const m = CH_MESSAGE.exec(msg);
-  if (m) return new EngineError(m[3]!, Number(m[1]), m[2]!);
-  // chdb returns C strings: a message with a NUL byte ends there, before its class.
-  const cut = CH_CUT_MESSAGE.exec(msg);
-  if (cut) return new EngineError('', Number(cut[1]), cut[2]!);
-  return new EngineError('', 0, msg);
-}
+import type { EngineError } from '../store/engine-error.js';
 
 /** Cuts the parts of an engine message that could show internals: scopes, plans, hints, stacks, the engine's version. */
 export function cleanReason(reason: string, internalNames: readonly string[]): string {

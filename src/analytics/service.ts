@@ -27,13 +27,14 @@ import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';
 import type { Reply, Request } from '../http/route.js';
 import { parseJson } from '../http/json.js';
-import type { AnalyticsEngine, QuerySettings } from './engine.js';
-import { apiErrorFor, toEngineError } from './engine-error.js';
+import type { AnalyticsEngine, QuerySettings } from '../store/engine.js';
+import { apiErrorFor } from './engine-error.js';
+import { toEngineError } from '../store/engine-error.js';
 import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
 import { MAX_ROWS, shapeResult } from './result.js';
 import { FairQueue } from './fair-queue.js';
 import { engineUnreachable } from './unreachable.js';
-import { NO_PUSHDOWN_SETTINGS, VIEW_NAMES, VIEW_SCHEMAS, schemaDocument } from './views.js';
+import { NO_PUSHDOWN_SETTINGS, VIEW_NAMES, VIEW_SCHEMAS, schemaDocument } from '../store/views.js';
 
 export const MAX_QUERY_CHARS = 20_480;
 

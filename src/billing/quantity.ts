@@ -6,7 +6,7 @@
  * src/billing/decimal.ts), ≥ 0, with at most QUANTITY_MAX_DECIMAL_PLACES (12) places and at
  * most QUANTITY_MAX_INTEGER_DIGITS (15) digits before the point (so below 10^15). These bounds
  * make every product with a configured price or credits per unit fit the stored type exactly
- * (src/billing/stored.ts). A JSON number is taken at the value its text states: the pipeline
+ * (src/store/stored.ts). A JSON number is taken at the value its text states: the pipeline
  * passes the text of every number a double would not keep (more than 15 significant digits,
  * or out of the double's range) next to the data (src/pipeline/exact-numbers.ts), so
  * `0.10000000000000000001` is 20 places, not the double's 0.1.
@@ -24,22 +24,11 @@
  *                                     a decimal string is never affected
  *   AMOUNT_OUT_OF_RANGE               (not a quantity problem) an amount to store, in practice
  *                                     the pool balance after the draw, would not fit the
- *                                     stored type (src/billing/stored.ts)
+ *                                     stored type (src/store/stored.ts)
  */
 import { DecimalError, decimalFromJsonNumberText, decimalFromNumber, decimalPlaces, integerDigitsOf, parseDecimal, sign, type Dec, type ParseOptions } from './decimal.js';
+import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, UNPRICED_REASONS } from '../store/stored.js';
 
-export const QUANTITY_MAX_DECIMAL_PLACES = 12;
-export const QUANTITY_MAX_INTEGER_DIGITS = 15;
-
-export const UNPRICED_REASONS = [
-  'QUANTITY_MISSING',
-  'QUANTITY_NOT_A_NUMBER',
-  'QUANTITY_NEGATIVE',
-  'QUANTITY_TOO_MANY_DECIMAL_PLACES',
-  'QUANTITY_TOO_LARGE',
-  'QUANTITY_DIGITS_NOT_KEPT',
-  'AMOUNT_OUT_OF_RANGE',
-] as const;
 export type UnpricedReason = (typeof UNPRICED_REASONS)[number];
 
 export type QuantityResult = { ok: true; quantity: Dec } | { ok: false; reason: UnpricedReason; detail: string };

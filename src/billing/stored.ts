@@ -1,35 +1,12 @@
 /**
- * How exact decimals are stored in the analytics engine, and what fits.
- *
- * Every decimal column the billing engine writes (fact_cost.quantity, unit_price,
- * cost_amount; fact_credit_consumption.credits, balance_after) is `Decimal(76, 24)`
- * (ClickHouse Decimal256): 52 digits before the point and 24 after. Why these figures:
- *
- *   unitPrice        ≤ 30 integer digits, ≤ 12 places   (configuration, src/billing/config)
- *   creditsPerUnit   ≤ 30 integer digits, ≤ 6 places    (configuration)
- *   quantity         ≤ 15 integer digits, ≤ 12 places   (the quantity rule, quantity.ts)
- *   cost = quantity × unitPrice       < 10^45, ≤ 24 places
- *   credits = quantity × creditsPerUnit < 10^45, ≤ 18 places
- *
- * so every product is stored exactly, never cut to fewer places. `sum()` in ClickHouse
- * keeps the type and its 256-bit integer holds totals below ≈5.7·10^52 (beyond that the
- * engine wraps without an error), which is more than 5.7·10^7 rows each of the largest
- * possible cost, or 10^28 rows of a cost of 10^24 (a price of 10^9 cents × 10^15 units).
- *
- * One stored amount is not a product of bounded values: a pool's balance after a draw
- * (granted + top-ups − everything consumed) grows with the number of draws. The evaluator
- * checks every value against `fitsStored` before it writes a row: a value that does not fit
- * would be refused by the engine and stall the rows inserter, so the signal is not priced
- * instead, with the reason recorded (fact_unpriced, reason AMOUNT_OUT_OF_RANGE).
+ * Whether an exact decimal fits the stored decimal type (`STORED_DECIMAL`, src/store/stored.ts,
+ * which explains the figures). The evaluator checks every value against `fitsStored` before it
+ * writes a row: a value that does not fit would be refused by the engine and stall the rows
+ * inserter, so the signal is not priced instead, with the reason recorded (fact_unpriced,
+ * reason AMOUNT_OUT_OF_RANGE).
  */
 import { type Dec, decimalPlaces, integerDigitsOf } from './decimal.js';
-
-/** Digits after the point of every stored decimal. */
-export const STORED_SCALE = 24;
-/** Total digits of every stored decimal. */
-export const STORED_PRECISION = 76;
-/** The ClickHouse type of every stored decimal, as the engine names it. */
-export const STORED_DECIMAL = `Decimal(${STORED_PRECISION}, ${STORED_SCALE})`;
+import { STORED_PRECISION, STORED_SCALE } from '../store/stored.js';
 
 /** True when `d` is stored exactly in `STORED_DECIMAL` (no place cut, no overflow). */
 export function fitsStored(d: Dec): boolean {

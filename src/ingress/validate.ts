@@ -2,7 +2,7 @@
  * Validation of signal batches. A batch is accepted whole or refused whole: the first bad
  * field anywhere refuses it with a 400 that names the signal index and the field.
  *
- * Limits (README "Signals" lists the same):
+ * Limits (docs/api.md "Signals" lists the same):
  *   signals per request     1 to 500
  *   eventName               required string, 1 to 255 characters
  *   customerId              required string, 1 to 255 characters

@@ -6,7 +6,7 @@
  * benchmarks use it directly.
  */
 import type { Config } from '../config.js';
-import type { AnalyticsEngine } from '../analytics/engine.js';
+import type { AnalyticsEngine } from './engine.js';
 
 export interface SignalCounts {
   live: number;

@@ -9,7 +9,7 @@
  * - `data` is ClickHouse's JSON type, so `data.<path>::<Type>` works in analytics queries.
  * - Plain MergeTree: no reliance on background merges for exact counts (Lago #4725).
  */
-import { STORED_DECIMAL } from '../billing/stored.js';
+import { STORED_DECIMAL } from './stored.js';
 
 export const SIGNAL_COLUMNS = [
   'org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'unit_id',
@@ -37,7 +37,7 @@ export function schemaStatements(db: string): string[] {
     ORDER BY (org_id, livemode, timestamp, signal_id)`,
     // One row per priced signal, written by the billing engine (issue 5); read through the
     // analytics view fact_cost. cost_amount is in minor units with fractional cents. Every
-    // decimal is STORED_DECIMAL, which holds every product exactly (src/billing/stored.ts).
+    // decimal is STORED_DECIMAL, which holds every product exactly (src/store/stored.ts).
     `CREATE TABLE IF NOT EXISTS ${db}.costs (
       org_id LowCardinality(String),
       livemode Bool,

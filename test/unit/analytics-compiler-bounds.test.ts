@@ -14,7 +14,7 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { CompileError, compile } from '../../src/analytics/compiler/index.js';
 import { MAX_GENERATED_ROWS } from '../../src/analytics/compiler/grammar.js';
-import { VIEW_SCHEMAS } from '../../src/analytics/views.js';
+import { VIEW_SCHEMAS } from '../../src/store/views.js';
 
 function outcome(q: string): string {
   try {

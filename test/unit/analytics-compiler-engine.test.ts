@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { openTestStore } from '../helpers/chdb.js';
 import { CompileError, QueryCompiler } from '../../src/analytics/compiler/index.js';
 import { engineSettings } from '../../src/analytics/service.js';
-import { VIEW_SCHEMAS } from '../../src/analytics/views.js';
+import { VIEW_SCHEMAS } from '../../src/store/views.js';
 import type { ChdbStore } from '../../src/store/chdb/index.js';
 
 const row = (org: string, live: boolean, id: string, cus: string, data: object): string =>

@@ -11,7 +11,7 @@ import { CompileError, QueryCompiler, compile, printScoped } from '../../src/ana
 import { parse } from '../../src/analytics/compiler/grammar.js';
 import { Printer, quoteIdent, quoteString } from '../../src/analytics/compiler/printer.js';
 import { tokenize } from '../../src/analytics/compiler/lexer.js';
-import { VIEW_SCHEMAS } from '../../src/analytics/views.js';
+import { VIEW_SCHEMAS } from '../../src/store/views.js';
 
 /** The tree without positions. */
 function strip(x: unknown): unknown {

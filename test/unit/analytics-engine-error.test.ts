@@ -3,7 +3,8 @@
  * status, and nothing internal survives in the details.
  */
 import t from 'tap';
-import { apiErrorFor, cleanReason, toEngineError, EngineError } from '../../src/analytics/engine-error.js';
+import { apiErrorFor, cleanReason } from '../../src/analytics/engine-error.js';
+import { toEngineError, EngineError } from '../../src/store/engine-error.js';
 
 const internal = ['billing', 'analytics'];
 const views = ['fact_signal', 'fact_cost'];

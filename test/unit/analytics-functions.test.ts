@@ -10,7 +10,7 @@
  */
 import t from 'tap';
 import { openTestStore } from '../helpers/chdb.js';
-import { toEngineError } from '../../src/analytics/engine-error.js';
+import { toEngineError } from '../../src/store/engine-error.js';
 import {
   ALIASES,
   ALLOWED_COMBINATORS,

@@ -12,9 +12,10 @@ import t from 'tap';
 import fc from 'fast-check';
 import { openTestStore } from '../helpers/chdb.js';
 import { CompileError, QueryCompiler } from '../../src/analytics/compiler/index.js';
-import { apiErrorFor, toEngineError } from '../../src/analytics/engine-error.js';
+import { apiErrorFor } from '../../src/analytics/engine-error.js';
+import { toEngineError } from '../../src/store/engine-error.js';
 import { engineSettings } from '../../src/analytics/service.js';
-import { VIEW_NAMES, VIEW_SCHEMAS } from '../../src/analytics/views.js';
+import { VIEW_NAMES, VIEW_SCHEMAS } from '../../src/store/views.js';
 
 const MARK = { al: 'mkALive7q', at: 'mkATest7q', bl: 'mkBLive7q', bt: 'mkBTest7q' };
 const row = (org: string, live: boolean, m: string, i: number): string =>

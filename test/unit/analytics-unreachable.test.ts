@@ -2,7 +2,7 @@
 import t from 'tap';
 import { engineUnreachable } from '../../src/analytics/unreachable.js';
 import { HostUnavailable } from '../../src/store/engine-host/supervisor.js';
-import { EngineError } from '../../src/analytics/engine-error.js';
+import { EngineError } from '../../src/store/engine-error.js';
 
 t.ok(engineUnreachable(new HostUnavailable('the engine host is not serving (waited 15000 ms)')), 'the host did not come back in time');
 t.ok(engineUnreachable(Object.assign(new Error('connect ECONNREFUSED 127.0.0.1:1'), { code: 'ECONNREFUSED' })));

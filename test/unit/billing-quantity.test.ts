@@ -1,14 +1,15 @@
 /**
  * The quantity rule (src/billing/quantity.ts), the stored type it is sized for
- * (src/billing/stored.ts), the exact reading of JSON-number texts a double does not keep
+ * (src/store/stored.ts), the exact reading of JSON-number texts a double does not keep
  * (src/pipeline/exact-numbers.ts) and the start-up widening of old decimal columns
  * (decimalMigrations in src/store/schema.ts).
  */
 import t from 'tap';
 import fc from 'fast-check';
 import { Decimal as DecimalJs } from 'decimal.js';
-import { readQuantity, QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS } from '../../src/billing/quantity.js';
-import { fitsStored, STORED_DECIMAL } from '../../src/billing/stored.js';
+import { readQuantity } from '../../src/billing/quantity.js';
+import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, STORED_DECIMAL } from '../../src/store/stored.js';
+import { fitsStored } from '../../src/billing/stored.js';
 import { decimalFromJsonNumberText, mul, parseDecimal, toCanonicalString } from '../../src/billing/decimal.js';
 import { doubleKeeps, exactNumberTexts } from '../../src/pipeline/exact-numbers.js';
 import { decimalMigrations, STORED_DECIMAL_COLUMNS } from '../../src/store/schema.js';

@@ -1,11 +1,11 @@
-/** The error catalogue and the README's error table stay in step (Fastify's habit). */
+/** The error catalogue and the error table of docs/api.md stay in step (Fastify's habit). */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
 import { ERRORS, ApiError, toErrorResponse, rateLimited } from '../../src/errors.js';
 
-const readme = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+const apiDoc = readFileSync(new URL('../../docs/api.md', import.meta.url), 'utf8');
 const rows = new Map<string, number>();
-for (const m of readme.matchAll(/^\| `([A-Z_]+)` \| (\d{3}) \|/gm)) rows.set(m[1]!, Number(m[2]));
+for (const m of apiDoc.matchAll(/^\| `([A-Z_]+)` \| (\d{3}) \|/gm)) rows.set(m[1]!, Number(m[2]));
 
 t.test('every catalogued code is documented with its status, and nothing else is', async (t) => {
   for (const [code, def] of Object.entries(ERRORS)) t.equal(rows.get(code), def.status, code);

@@ -9,7 +9,7 @@ import t from 'tap';
 import type { Session } from 'chdb';
 import { openTestStore } from '../helpers/chdb.js';
 import { STORED_DECIMAL_COLUMNS } from '../../src/store/schema.js';
-import { STORED_DECIMAL } from '../../src/billing/stored.js';
+import { STORED_DECIMAL } from '../../src/store/stored.js';
 
 t.test('an old data directory is widened on start, once, and keeps its rows', async (t) => {
   const { store, cfg } = await openTestStore(t);

@@ -27,7 +27,7 @@ import {
 import { apiError, postJson, type Answer } from './transport.js';
 import { convertResult, isAnalyticsBody, type AnalyticsQueryOptions, type AnalyticsResult } from './analytics.js';
 
-/** One signal, as `POST /api/v2/signals/bulk` takes it (README "Signals"). */
+/** One signal, as `POST /api/v2/signals/bulk` takes it (docs/api.md "Signals"). */
 export interface Signal {
   eventName: string;
   customerId: string;

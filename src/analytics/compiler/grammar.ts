@@ -1,7 +1,7 @@
 /**
  * THE GRAMMAR of the analytics language: a documented subset of ClickHouse's SELECT, parsed by
  * recursive descent into the project's own AST (ast.ts). This module is the only place the
- * language is defined; README "Analytics" documents it. Anything not below is refused with a
+ * language is defined; docs/api.md "Analytics" documents it. Anything not below is refused with a
  * CompileError naming the construct and its line:column.
  *
  *   statement   := query [';'] EOF

@@ -13,7 +13,7 @@
  *     quantity rule (src/billing/quantity.ts: a JSON number at the value its text states, or a
  *     decimal string; ≥ 0, ≤ 12 places, ≤ 15 integer digits). Otherwise → not priced: one
  *     fact_unpriced row with the reason. Cost = quantity × unitPrice (exact) → one fact_cost
- *     row. Every amount written fits the stored type exactly (src/billing/stored.ts); a
+ *     row. Every amount written fits the stored type exactly (src/store/stored.ts); a
  *     signal whose amounts would not (in practice a pool balance beyond 10^52) is not priced
  *     either (AMOUNT_OUT_OF_RANGE), and changes no state.
  *  4. Included quantity: cumulative quantity of the attribute; the signal that takes it
@@ -32,7 +32,8 @@
  */
 import { add, compare, decimalFromInteger, decimalPlaces, integerDigitsOf, mul, parseDecimal, sub, toCanonicalString, ZERO, type Dec } from '../decimal.js';
 import { readQuantity, type QuantityResult, type UnpricedReason } from '../quantity.js';
-import { fitsStored, STORED_DECIMAL } from '../stored.js';
+import { fitsStored } from '../stored.js';
+import { STORED_DECIMAL } from '../../store/stored.js';
 import { consume } from '../credits.js';
 import { addUsage } from '../overage.js';
 import { spendAgainstCap } from '../caps.js';

@@ -8,7 +8,7 @@
  * data directory; piscina workers only produce rows and hand them back. Session's async
  * calls run on libuv threads inside chdb, off the event loop.
  *
- * Two facts about chdb 3.4 shape this class (both checked, see README "Analytics"):
+ * Two facts about chdb 3.4 shape this class (both checked, see docs/api.md "Analytics"):
  * - One session runs one statement at a time (a second call waits for the first), so
  *   calls are queued here in order.
  * - A statement that fails after it began writing its result leaves that partial output
@@ -25,8 +25,8 @@ import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
-import { viewStatements } from '../../analytics/views.js';
-import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../../analytics/engine.js';
+import { viewStatements } from '../views.js';
+import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../engine.js';
 import { storeLog as log } from '../../log.js';
 
 const DRAIN_SQL = "SELECT 'drained'";

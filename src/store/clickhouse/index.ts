@@ -8,9 +8,9 @@ import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClien
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../index.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
-import { viewStatements } from '../../analytics/views.js';
-import { EngineError } from '../../analytics/engine-error.js';
-import type { AnalyticsEngine } from '../../analytics/engine.js';
+import { viewStatements } from '../views.js';
+import { EngineError } from '../engine-error.js';
+import type { AnalyticsEngine } from '../engine.js';
 
 /** @clickhouse/client errors carry the code number and name; keep them for the API's mapping. */
 function engineError(err: unknown): unknown {

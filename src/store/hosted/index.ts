@@ -22,11 +22,11 @@
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
-import type { AnalyticsEngine, QuerySettings } from '../../analytics/engine.js';
+import type { AnalyticsEngine, QuerySettings } from '../engine.js';
 import type { SignalCounts, Store } from '../index.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
-import { EngineError } from '../../analytics/engine-error.js';
+import { EngineError } from '../engine-error.js';
 
 /** Sessions of the writer lane: one for a flush of the pipeline, one for the billing rows and reads. */
 export const WRITER_SESSIONS = 2;

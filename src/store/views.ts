@@ -19,8 +19,7 @@
  * (that would change results), so the caller's expressions only ever see scoped rows. The
  * service also switches the pushdown optimizations off per query (defence in depth).
  */
-import { STORED_DECIMAL } from '../billing/stored.js';
-import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, UNPRICED_REASONS } from '../billing/quantity.js';
+import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, STORED_DECIMAL, UNPRICED_REASONS } from './stored.js';
 
 export interface ViewColumn {
   name: string;
