@@ -8,7 +8,7 @@
 import { createRedis } from './ratelimit/connect.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { configureLog, log } from './log.js';
-import { Nats } from './nats/connection.js';
+import { Nats } from './bus/connection.js';
 import { OrgRegistry } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
 import { SignalIngress } from './ingress/signals.js';
@@ -34,7 +34,7 @@ import { dnsServersResolver } from './webhooks/ssrf.js';
 import { publishExternalEvent, validateExternalEvent } from './webhooks/external-events.js';
 import { parseJson } from './ingress/validate.js';
 import { ApiError } from './errors.js';
-import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
+import { ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
 import { billingEvents, startDefaultMetrics, watchConsumer } from './metrics/index.js';
@@ -80,14 +80,14 @@ export async function start(cfg: Config): Promise<Running> {
     await nats.ensureSignalStream(cfg);
     // Shared by the roles of this process, each made once on first use.
     const n = nats;
-    const billing = billingNames(cfg.natsPrefix);
+    const topology = n.topology;
     const once = <T>(make: () => Promise<T>): (() => Promise<T>) => {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.billing.ackWaitMs));
+    const billingStreams = once(() => ensureBillingStreams(n, cfg.billing.ackWaitMs));
     const deliveryLog = once(async () => {
-      const l = new DeliveryLog(n, cfg.natsPrefix);
+      const l = new DeliveryLog(n);
       await l.ensure();
       return l;
     });
@@ -98,7 +98,7 @@ export async function start(cfg: Config): Promise<Running> {
       await s.migrate();
       return s;
     });
-    const billingState = once(() => stateBucket(n, billing));
+    const billingState = once(() => stateBucket(n));
     // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
     const watchLag = (kind: string, stream: string, consumer: string): void => {
       closers.push(
@@ -137,8 +137,6 @@ export async function start(cfg: Config): Promise<Running> {
         new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
           deliverer,
-          eventStream: billing.eventStream,
-          eventSubjectPrefix: billing.eventSubjectPrefix,
           publishTimeoutMs: cfg.publishTimeoutMs,
         }),
       );
@@ -146,7 +144,7 @@ export async function start(cfg: Config): Promise<Running> {
         const e = validateExternalEvent(parseJson(req.body));
         if (!(await registry.get(req.params[0]!))) throw new ApiError('NOT_FOUND', `no organization ${req.params[0]}`);
         try {
-          const r = await publishExternalEvent(n, billing.eventSubjectPrefix, req.params[0]!, e, cfg.publishTimeoutMs);
+          const r = await publishExternalEvent(n, req.params[0]!, e, cfg.publishTimeoutMs);
           if (!r.duplicate) billingEvents.inc({ event: e.event, source: 'external' });
           return { status: 202, body: { id: e.id, event: e.event, duplicate: r.duplicate } };
         } catch (err) {
@@ -175,17 +173,17 @@ export async function start(cfg: Config): Promise<Running> {
       pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
       await pipeline.start();
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {
+      evaluator = new BillingEvaluator(nats, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
       });
       await evaluator.start();
-      billingRows = new BillingRowsInserter(nats, billing, store);
+      billingRows = new BillingRowsInserter(nats, store);
       await billingRows.start();
-      watchLag('SIGNALS', nats.names.signalStream, nats.names.pipelineConsumer);
-      watchLag('BILLABLE', billing.billableStream, billing.billingConsumer);
-      watchLag('BILLING_ROWS', billing.rowsStream, billing.rowsConsumer);
+      watchLag('SIGNALS', topology.signals.stream, topology.signals.consumer);
+      watchLag('BILLABLE', topology.billable.stream, topology.billable.consumer);
+      watchLag('BILLING_ROWS', topology.billingRows.stream, topology.billingRows.consumer);
     }
 
     if (analyticsDeps) {
@@ -219,11 +217,10 @@ export async function start(cfg: Config): Promise<Running> {
           key: cfg.webhooks.encryptionKey,
           deliverer,
           retryScheduleMs: cfg.webhooks.retryScheduleMs,
-          eventStream: billing.eventStream,
           ackWaitMs: cfg.webhooks.dispatcherAckWaitMs,
         });
         await dispatcher.start();
-        watchLag('EVENTS', billing.eventStream, 'dispatcher');
+        watchLag('EVENTS', topology.events.stream, topology.events.consumer);
       }
     }
   } catch (err) {

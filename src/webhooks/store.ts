@@ -7,7 +7,7 @@
 import type { KV } from '@nats-io/kv';
 import type { Mode } from '../shared/mode.js';
 import type { SealedSecret } from './secret-box.js';
-import type { WebhookEvent } from './event-names.js';
+import type { EventName } from '../bus/events.js';
 
 export interface WebhookSetting {
   url: string | null;
@@ -16,7 +16,7 @@ export interface WebhookSetting {
 }
 
 export interface WebhookDoc {
-  webhooks: Partial<Record<WebhookEvent, WebhookSetting>>;
+  webhooks: Partial<Record<EventName, WebhookSetting>>;
   secret: SealedSecret | null;
 }
 

@@ -14,7 +14,7 @@ import { AckPolicy, jetstream, RetentionPolicy, StorageType, type JetStreamManag
 import { Kvm } from '@nats-io/kv';
 import { NatsCluster, isAlive } from '../../bench/lib/nats-cluster.js';
 import { NATS_URL, OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, sleep, waitFor } from '../helpers/service.js';
-import { Nats } from '../../src/nats/connection.js';
+import { Nats } from '../../src/bus/connection.js';
 import { loadConfig } from '../../src/config.js';
 
 let cluster: NatsCluster | null = null;
