@@ -9,13 +9,15 @@ import { createRedis } from './ratelimit/connect.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { configureLog, log } from './log.js';
 import { Nats } from './bus/connection.js';
-import { OrgRegistry } from './orgs/registry.js';
+import { OrgRegistry, orgBucket } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
 import { SignalIngress } from './ingress/signals.js';
 import { AdminApi } from './admin/routes.js';
 import { Server, listen } from './ingress/server.js';
 import { openStore, type Store } from './store/index.js';
 import { Pipeline } from './pipeline/consumer.js';
+import { dedupeBucket, ensureDeadLetterStream, ensurePipelineConsumer } from './pipeline/streams.js';
+import { ensureSignalStream } from './ingress/stream.js';
 import { uWS } from './ingress/http.js';
 import { isMain } from './is-main.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
@@ -25,7 +27,7 @@ import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import type { BillingState } from './billing/evaluator/evaluate.js';
-import { WebhookStore } from './webhooks/store.js';
+import { WebhookStore, webhookBucket } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
 import { Dispatcher } from './webhooks/dispatcher.js';
@@ -35,7 +37,7 @@ import { publishExternalEvent, validateExternalEvent } from './webhooks/external
 import { parseJson } from './ingress/validate.js';
 import { ApiError } from './errors.js';
 import { ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
-import { BillingConfigStore } from './billing/config/store.js';
+import { BillingConfigStore, billingConfigBucket } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
 import { billingEvents, startDefaultMetrics, watchConsumer } from './metrics/index.js';
 
@@ -77,7 +79,7 @@ export async function start(cfg: Config): Promise<Running> {
     if (cfg.maxBodyBytes + 16 * 1024 > nats.maxPayload) {
       throw new ConfigError([`MAX_BODY_BYTES=${cfg.maxBodyBytes}: the NATS server accepts messages of at most ${nats.maxPayload} bytes; use at most ${nats.maxPayload - 16 * 1024}`]);
     }
-    await nats.ensureSignalStream(cfg);
+    await ensureSignalStream(nats, cfg);
     // Shared by the roles of this process, each made once on first use.
     const n = nats;
     const topology = n.topology;
@@ -91,10 +93,10 @@ export async function start(cfg: Config): Promise<Running> {
       await l.ensure();
       return l;
     });
-    const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
+    const webhookStore = once(async () => new WebhookStore(await webhookBucket(n)));
     // One-document configurations of the former layout are migrated before anything uses the store.
     const configStore = once(async () => {
-      const s = new BillingConfigStore(await n.billingBucket(), n.maxPayload);
+      const s = new BillingConfigStore(await billingConfigBucket(n), n.maxPayload);
       await s.migrate();
       return s;
     });
@@ -129,7 +131,7 @@ export async function start(cfg: Config): Promise<Running> {
       const slots = new ConcurrencySlots(redis, cfg.redisPrefix);
       await slots.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
       analyticsDeps = { slots, buckets };
-      const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
+      const registry = new OrgRegistry(await orgBucket(nats), cfg.defaultLimits);
       await registry.start();
       server.addIngress({ registry, signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs), admin: new AdminApi(registry) });
       await billingStreams();
@@ -167,10 +169,10 @@ export async function start(cfg: Config): Promise<Running> {
       const s = store;
       checks.clickhouse = () => s.ping();
       server.addStore(store);
-      await nats.ensureDeadLetterStream();
-      await nats.ensurePipelineConsumer(cfg);
+      await ensureDeadLetterStream(nats);
+      await ensurePipelineConsumer(nats, cfg);
       await billingStreams();
-      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
+      pipeline = new Pipeline(cfg, nats, store, await dedupeBucket(nats, cfg));
       await pipeline.start();
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
       evaluator = new BillingEvaluator(nats, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {

@@ -1,17 +1,13 @@
 /**
  * One NATS connection per process, with the topology of its prefix (topology.ts: every
- * stream, subject, consumer and bucket name) and the resources of the first hops (the signal
- * stream, its dead letters and consumer, the organization and idempotency buckets, the
- * configuration buckets), each created through topology.ts's `ensure`.
+ * stream, subject, consumer and bucket name). Each stage creates its own resources through
+ * topology.ts's `ensure`.
  */
 import { connect, type NatsConnection } from '@nats-io/transport-node';
-import { AckPolicy, DiscardPolicy, RetentionPolicy, StorageType, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import type { KV } from '@nats-io/kv';
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import type { Config } from '../config.js';
 import { natsLog as log } from '../log.js';
-import { NS_PER_MS } from '../shared/time.js';
-import { ensure, topology, type Topology } from './topology.js';
-
+import { topology, type Topology } from './topology.js';
 
 /**
  * Pull requests of every consumer this service runs expire after this long (idle heartbeat:
@@ -75,71 +71,6 @@ export class Nats {
   /** Largest message the server accepts (bytes). */
   get maxPayload(): number {
     return this.nc.info?.max_payload ?? 1024 * 1024;
-  }
-
-  /** Creates (or updates) the signal stream: a work queue on disk, bounded in bytes. */
-  async ensureSignalStream(cfg: Config): Promise<void> {
-    const config = {
-      name: this.topology.signals.stream,
-      subjects: [this.topology.signals.subjects],
-      retention: RetentionPolicy.Workqueue,
-      storage: StorageType.File,
-      discard: DiscardPolicy.New,
-      max_bytes: cfg.streamMaxBytes,
-      max_msg_size: this.maxPayload,
-      // A batch re-published by the ingress within two minutes (same Nats-Msg-Id) is stored once.
-      duplicate_window: 2 * 60 * 1000 * NS_PER_MS,
-    };
-    await ensure(this, { stream: config, existing: 'update' });
-  }
-
-  /**
-   * Batches the analytics engine refused for their content (never for an outage) are moved
-   * here with the reason, kept on disk for an operator, instead of blocking the pipeline.
-   */
-  async ensureDeadLetterStream(): Promise<void> {
-    const config = {
-      name: this.topology.deadLetters.stream,
-      subjects: [this.topology.deadLetters.subjects],
-      retention: RetentionPolicy.Limits,
-      storage: StorageType.File,
-      max_msg_size: this.maxPayload,
-    };
-    // Created once and then left alone (an operator may have changed its limits), except that
-    // its replicas are raised to NATS_REPLICAS.
-    await ensure(this, { stream: config, existing: 'keep' });
-  }
-
-  async ensurePipelineConsumer(cfg: Config): Promise<void> {
-    const config = {
-      durable_name: this.topology.signals.consumer,
-      ack_policy: AckPolicy.Explicit,
-      ack_wait: cfg.pipeline.ackWaitMs * NS_PER_MS,
-      max_ack_pending: cfg.pipeline.maxAckPending,
-      max_deliver: -1,
-    };
-    await ensure(this, { consumer: config, of: this.topology.signals.stream });
-  }
-
-  orgBucket(): Promise<KV> {
-    return ensure(this, { bucket: this.topology.buckets.orgs, options: { history: 5, storage: StorageType.File } });
-  }
-
-  /**
-   * Billing configuration documents, one per organization and mode (src/billing/config/store.ts):
-   * on disk, only the latest revision kept (changes are compare-and-set on it).
-   */
-  billingBucket(): Promise<KV> {
-    return ensure(this, { bucket: this.topology.buckets.billingConfig, options: { history: 1, storage: StorageType.File } });
-  }
-
-  /** Webhook settings and sealed signing secrets, one document per organization and mode (src/webhooks/store.ts). */
-  webhookBucket(): Promise<KV> {
-    return ensure(this, { bucket: this.topology.buckets.webhooks, options: { history: 1, storage: StorageType.File } });
-  }
-
-  dedupeBucket(cfg: Config): Promise<KV> {
-    return ensure(this, { bucket: this.topology.buckets.dedupe, options: { history: 1, storage: StorageType.File, ttl: cfg.dedupeWindowDays * 24 * 3600 * 1000 } });
   }
 
   async close(): Promise<void> {
