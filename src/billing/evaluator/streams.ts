@@ -26,41 +26,21 @@ const DAY_MS = 86_400_000;
 export async function ensureBillingStreams(nats: Nats, ackWaitMs: number): Promise<void> {
   const t = nats.topology;
   // Created once and left alone, except that their replicas are raised to NATS_REPLICAS.
-  await ensure(nats, {
-    existing: 'keep',
-    stream: {
-      name: t.billable.stream,
-      subjects: [t.billable.subjects],
-      retention: RetentionPolicy.Workqueue,
-      storage: StorageType.File,
-      max_msg_size: nats.maxPayload,
-      // A batch re-published after a pipeline crash (same Nats-Msg-Id) is stored once.
-      duplicate_window: DAY_MS * NS_PER_MS,
-    },
+  const keep = (s: { stream: string; subjects: string }, config: Record<string, unknown>): Promise<void> =>
+    ensure(nats, { existing: 'keep', stream: { name: s.stream, subjects: [s.subjects], storage: StorageType.File, ...config } });
+  await keep(t.billable, {
+    retention: RetentionPolicy.Workqueue,
+    max_msg_size: nats.maxPayload,
+    // A batch re-published after a pipeline crash (same Nats-Msg-Id) is stored once.
+    duplicate_window: DAY_MS * NS_PER_MS,
   });
-  await ensure(nats, {
-    existing: 'keep',
-    stream: {
-      name: t.events.stream,
-      subjects: [t.events.subjects],
-      retention: RetentionPolicy.Limits,
-      storage: StorageType.File,
-      max_age: 30 * DAY_MS * NS_PER_MS,
-      // An event re-published by a replay (same deterministic id) is stored once.
-      duplicate_window: DAY_MS * NS_PER_MS,
-    },
+  await keep(t.events, {
+    retention: RetentionPolicy.Limits,
+    max_age: 30 * DAY_MS * NS_PER_MS,
+    // An event re-published by a replay (same deterministic id) is stored once.
+    duplicate_window: DAY_MS * NS_PER_MS,
   });
-  await ensure(nats, {
-    existing: 'keep',
-    stream: {
-      name: t.billingRows.stream,
-      subjects: [t.billingRows.subjects],
-      retention: RetentionPolicy.Workqueue,
-      storage: StorageType.File,
-      max_msg_size: nats.maxPayload,
-      duplicate_window: DAY_MS * NS_PER_MS,
-    },
-  });
+  await keep(t.billingRows, { retention: RetentionPolicy.Workqueue, max_msg_size: nats.maxPayload, duplicate_window: DAY_MS * NS_PER_MS });
   // Both billing consumers take BILLING_ACK_WAIT_MS; an existing consumer is updated to it.
   await ensure(nats, {
     of: t.billingRows.stream,
