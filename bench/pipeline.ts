@@ -27,7 +27,7 @@ import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import rowsOf from '../workers/rows.js';
 import { schemaStatements } from '../src/store/schema.js';
-import { newBatchId } from '../src/pipeline/message.js';
+import { newBatchId } from '../src/bus/batch.js';
 import { Args } from './lib/args.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from './lib/signals.js';
 import {

@@ -12,8 +12,8 @@
 import { createRedis } from './ratelimit/connect.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { configureLog, log } from './log.js';
-import { Nats } from './nats/connection.js';
-import { OrgRegistry } from './orgs/registry.js';
+import { Nats } from './bus/connection.js';
+import { OrgRegistry, orgBucket } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
 import { SignalIngress } from './ingress/signals.js';
 import { AdminApi } from './admin/routes.js';
@@ -21,6 +21,8 @@ import { Server, listen } from './http/server.js';
 import { RouteTable } from './routes.js';
 import { openStore, type Store } from './store/index.js';
 import { Pipeline, maxInflight } from './pipeline/consumer.js';
+import { dedupeBucket, ensureDeadLetterStream, ensurePipelineConsumer } from './pipeline/streams.js';
+import { ensureSignalStream } from './ingress/stream.js';
 import { uWS } from './http/wrap.js';
 import { isMain } from './is-main.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
@@ -30,14 +32,14 @@ import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import type { BillingState } from './billing/evaluator/evaluate.js';
-import { WebhookStore } from './webhooks/store.js';
+import { WebhookStore, webhookBucket } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
 import { Dispatcher } from './webhooks/dispatcher.js';
 import { Deliverer } from './webhooks/deliver.js';
 import { dnsServersResolver } from './webhooks/ssrf.js';
-import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
-import { BillingConfigStore } from './billing/config/store.js';
+import { ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
+import { BillingConfigStore, billingConfigBucket } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
 import { startDefaultMetrics, watchConsumer } from './metrics/index.js';
 
@@ -81,28 +83,28 @@ export async function start(cfg: Config): Promise<Running> {
     if (cfg.maxBodyBytes + 16 * 1024 > nats.maxPayload) {
       throw new ConfigError([`MAX_BODY_BYTES=${cfg.maxBodyBytes}: the NATS server accepts messages of at most ${nats.maxPayload} bytes; use at most ${nats.maxPayload - 16 * 1024}`]);
     }
-    await nats.ensureSignalStream(cfg);
+    await ensureSignalStream(nats, cfg);
     // Shared by the roles of this process, each made once on first use.
     const n = nats;
-    const billing = billingNames(cfg.natsPrefix);
+    const topology = n.topology;
     const once = <T>(make: () => Promise<T>): (() => Promise<T>) => {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.billing.ackWaitMs));
+    const billingStreams = once(() => ensureBillingStreams(n, cfg.billing.ackWaitMs));
     const deliveryLog = once(async () => {
-      const l = new DeliveryLog(n, cfg.natsPrefix);
+      const l = new DeliveryLog(n);
       await l.ensure();
       return l;
     });
-    const webhookStore = once(async () => new WebhookStore(await n.webhookBucket()));
+    const webhookStore = once(async () => new WebhookStore(await webhookBucket(n)));
     // One-document configurations of the former layout are migrated before anything uses the store.
     const configStore = once(async () => {
-      const s = new BillingConfigStore(await n.billingBucket(), n.maxPayload);
+      const s = new BillingConfigStore(await billingConfigBucket(n), n.maxPayload);
       await s.migrate();
       return s;
     });
-    const billingState = once(() => stateBucket(n, billing));
+    const billingState = once(() => stateBucket(n));
     // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
     const watchLag = (kind: string, stream: string, consumer: string): void => {
       closers.push(
@@ -133,7 +135,7 @@ export async function start(cfg: Config): Promise<Running> {
       const slots = new ConcurrencySlots(redis, cfg.redisPrefix);
       await slots.load().catch((err: Error) => log.warn('lua scripts not loaded yet', { err: err.message }));
       analyticsDeps = { slots, buckets };
-      const registry = new OrgRegistry(await nats.orgBucket(), cfg.defaultLimits);
+      const registry = new OrgRegistry(await orgBucket(nats), cfg.defaultLimits);
       await registry.start();
       await billingStreams();
       const state = await billingState();
@@ -145,11 +147,9 @@ export async function start(cfg: Config): Promise<Running> {
         webhooks: new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
           deliverer,
-          eventStream: billing.eventStream,
-          eventSubjectPrefix: billing.eventSubjectPrefix,
           publishTimeoutMs: cfg.publishTimeoutMs,
         }),
-        externalEvents: { nats, eventSubjectPrefix: billing.eventSubjectPrefix, publishTimeoutMs: cfg.publishTimeoutMs },
+        externalEvents: { nats, publishTimeoutMs: cfg.publishTimeoutMs },
         billing: new BillingConfigApi(await configStore(), async (orgId, mode) => {
           const e = await state.get(`st.${orgId}.${mode}`);
           return e && e.length > 0 ? (e.json() as BillingState).consumed : {};
@@ -163,25 +163,25 @@ export async function start(cfg: Config): Promise<Running> {
       const s = store;
       checks.clickhouse = () => s.ping();
       routes.mountStore(store);
-      await nats.ensureDeadLetterStream();
-      await nats.ensurePipelineConsumer(cfg);
+      await ensureDeadLetterStream(nats);
+      await ensurePipelineConsumer(nats, cfg);
       await billingStreams();
       // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
       // evaluator's evaluations (workers/billing.ts) run on it.
       pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
-      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg), pool);
+      pipeline = new Pipeline(cfg, nats, store, await dedupeBucket(nats, cfg), pool);
       await pipeline.start();
-      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pool, {
+      evaluator = new BillingEvaluator(nats, await configStore(), await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
       });
       await evaluator.start();
-      billingRows = new BillingRowsInserter(nats, billing, store);
+      billingRows = new BillingRowsInserter(nats, store);
       await billingRows.start();
-      watchLag('SIGNALS', nats.names.signalStream, nats.names.pipelineConsumer);
-      watchLag('BILLABLE', billing.billableStream, billing.billingConsumer);
-      watchLag('BILLING_ROWS', billing.rowsStream, billing.rowsConsumer);
+      watchLag('SIGNALS', topology.signals.stream, topology.signals.consumer);
+      watchLag('BILLABLE', topology.billable.stream, topology.billable.consumer);
+      watchLag('BILLING_ROWS', topology.billingRows.stream, topology.billingRows.consumer);
     }
 
     if (analyticsDeps) {
@@ -215,11 +215,10 @@ export async function start(cfg: Config): Promise<Running> {
           key: cfg.webhooks.encryptionKey,
           deliverer,
           retryScheduleMs: cfg.webhooks.retryScheduleMs,
-          eventStream: billing.eventStream,
           ackWaitMs: cfg.webhooks.dispatcherAckWaitMs,
         });
         await dispatcher.start();
-        watchLag('EVENTS', billing.eventStream, 'dispatcher');
+        watchLag('EVENTS', topology.events.stream, topology.events.consumer);
       }
     }
   } catch (err) {

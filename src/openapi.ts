@@ -4,7 +4,7 @@
  * the error catalogue (src/errors.ts).
  */
 import { ERRORS } from './errors.js';
-import { WEBHOOK_EVENTS } from './webhooks/event-names.js';
+import { EVENT_NAMES, EXTERNAL_EVENT_NAMES } from './bus/events.js';
 import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_SIGNALS, MAX_STRING } from './ingress/validate.js';
 import { LIMIT_BOUNDS } from './shared/org-limits.js';
 import { FREQUENCIES } from './billing/periods.js';
@@ -315,8 +315,8 @@ const billingPaths = {
 };
 
 
-const webhookEventParam = { name: 'event', in: 'path', required: true, schema: { type: 'string', enum: [...WEBHOOK_EVENTS] } };
-const webhookView = { type: 'object', properties: { event: { type: 'string', enum: [...WEBHOOK_EVENTS] }, url: { type: ['string', 'null'] }, enabled: { type: 'boolean' }, updatedAt: { type: ['string', 'null'], format: 'date-time' } } };
+const webhookEventParam = { name: 'event', in: 'path', required: true, schema: { type: 'string', enum: [...EVENT_NAMES] } };
+const webhookView = { type: 'object', properties: { event: { type: 'string', enum: [...EVENT_NAMES] }, url: { type: ['string', 'null'] }, enabled: { type: 'boolean' }, updatedAt: { type: ['string', 'null'], format: 'date-time' } } };
 const webhookCommon = {
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
   503: error('WEBHOOK_ENCRYPTION_KEY is not set on this service, or the service is starting.', ['WEBHOOKS_UNAVAILABLE', 'SERVICE_STARTING']),
@@ -340,7 +340,7 @@ const WEBHOOK_PATHS = {
       summary: 'Publish an event of another billing component (payment, invoice, checkout) for delivery to the organization’s webhook',
       security: [{ operator: [] }],
       parameters: [{ name: 'id', in: 'path', required: true, schema: { type: 'string' } }],
-      requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, required: ['mode', 'event', 'data'], properties: { mode: { enum: ['live', 'test'] }, event: { enum: WEBHOOK_EVENTS.slice(0, 7) }, id: { type: 'string', description: 'Event id (default <event>:<object id>); the same id within a day is delivered once.' }, data: { type: 'object', description: '{payment} (spec 2.5), {invoice} or {checkout} (README).' } } } } } },
+      requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, required: ['mode', 'event', 'data'], properties: { mode: { enum: ['live', 'test'] }, event: { enum: [...EXTERNAL_EVENT_NAMES] }, id: { type: 'string', description: 'Event id (default <event>:<object id>); the same id within a day is delivered once.' }, data: { type: 'object', description: '{payment} (spec 2.5), {invoice} or {checkout} (README).' } } } } } },
       responses: {
         202: json({ type: 'object', properties: { id: { type: 'string' }, event: { type: 'string' }, duplicate: { type: 'boolean' } } }, 'On the bus.'),
         400: error('Bad body or payload field (named).', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_EVENT']),

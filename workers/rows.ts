@@ -4,10 +4,9 @@
  * Pure CPU work: no I/O, no chdb (chdb belongs to the main thread).
  */
 import { createHash } from 'node:crypto';
-import type { BatchMeta } from '../src/pipeline/message.js';
-import { signalIdPrefix } from '../src/pipeline/message.js';
+import { signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
-import { exactNumberTexts, type ExactTexts } from '../src/pipeline/exact-numbers.js';
+import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
 
 export interface RowsTask {
   body: Uint8Array;
@@ -22,18 +21,6 @@ export interface RowsResult {
   claimKeys: (string | null)[];
   /** What the billing evaluator needs of each signal, one JSON object per signal (BillableLine). */
   billable: string[];
-}
-
-/** A signal as the billable stream carries it (compact: it must fit NATS max_payload). */
-export interface BillableLine {
-  i: string;
-  e: string;
-  c: string;
-  u: string | null;
-  t: number;
-  d: Record<string, unknown>;
-  /** Texts of numbers in `d` a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts); absent when none. */
-  x?: ExactTexts | false;
 }
 
 interface Signal {

@@ -9,12 +9,12 @@
  * idempotency keys and nothing is lost or double-counted.
  */
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { PublishError, publishDurable } from '../nats/publish.js';
+import { PublishError, publishDurable } from '../bus/publish.js';
 import { ApiError, rateLimited } from '../errors.js';
-import type { Nats } from '../nats/connection.js';
+import type { Nats } from '../bus/connection.js';
 import type { Principal } from '../orgs/registry.js';
 import type { TokenBuckets } from '../ratelimit/bucket.js';
-import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../pipeline/message.js';
+import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, newBatchId } from '../bus/batch.js';
 import { mayHaveSurrogates, validateBulk, validateV1 } from './validate.js';
 import { parseJson } from '../http/json.js';
 import type { Reply, Request } from '../http/route.js';
@@ -72,7 +72,7 @@ export class SignalIngress {
       h.set(H_RECEIVED_AT, String(receivedAt));
       h.set(H_BATCH, batchId);
       attempted = true;
-      await publishDurable(this.nats.nc, `${this.nats.names.signalSubjectPrefix}.${p.org.id}`, body, h, batchId, this.publishTimeoutMs);
+      await publishDurable(this.nats.nc, this.nats.topology.signals.subject(p.org.id), body, h, batchId, this.publishTimeoutMs);
     } catch (err) {
       log.warn('publish failed; tokens given back', { err, org: p.org.id });
       await this.buckets.refund(p.org.id, p.mode, count, limits).catch((e: unknown) => log.error('token refund failed', { err: e }));

@@ -1,19 +1,9 @@
 /** Identifiers and API keys. Keys carry ~190 bits of randomness, so a plain SHA-256 is a safe lookup hash. */
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash } from 'node:crypto';
 import type { Mode } from '../shared/mode.js';
 
-const ALPHABET = '0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz';
-
-export function randomToken(length: number): string {
-  // 62 * 4 = 248: bytes >= 248 are dropped so every character is equally likely.
-  let out = '';
-  while (out.length < length) {
-    for (const b of randomBytes(length * 2)) {
-      if (b < 248 && out.length < length) out += ALPHABET[b % 62];
-    }
-  }
-  return out;
-}
+export { randomToken } from '../shared/random.js';
+import { randomToken } from '../shared/random.js';
 
 export const newOrgId = (): string => `org_${randomToken(20)}`;
 export const newApiKey = (mode: Mode): string => `sk_${mode}_${randomToken(32)}`;

@@ -6,6 +6,9 @@
  * path is a map lookup; a miss (a key created a moment ago elsewhere) falls back to a get.
  */
 import type { KV } from '@nats-io/kv';
+import { StorageType } from '@nats-io/jetstream';
+import type { Nats } from '../bus/connection.js';
+import { ensure } from '../bus/topology.js';
 import type { Mode } from '../shared/mode.js';
 import { API_KEY_PATTERN, hashApiKey, newApiKey, newOrgId } from './keys.js';
 import { orgsLog as log } from '../log.js';
@@ -36,6 +39,11 @@ export interface Principal {
 
 const enc = new TextEncoder();
 const encode = (v: unknown): Uint8Array => enc.encode(JSON.stringify(v));
+
+/** The organizations bucket: on disk, the latest 5 revisions of each record. */
+export function orgBucket(nats: Nats): Promise<KV> {
+  return ensure(nats, { bucket: nats.topology.buckets.orgs, options: { history: 5, storage: StorageType.File } });
+}
 
 export class OrgRegistry {
   private readonly orgs = new Map<string, OrgRecord>();

@@ -45,17 +45,16 @@
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
-import { PULL_EXPIRES_MS, type Nats } from '../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../bus/connection.js';
 import type { Store } from '../store/index.js';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
-import { publishDurable } from '../nats/publish.js';
-import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message.js';
+import { publishDurable } from '../bus/publish.js';
+import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
-import { billingNames, type BillingNames } from '../billing/evaluator/streams.js';
 
 const buildRows = workerTask<RowsTask, RowsResult>(new URL('../../workers/rows.js', import.meta.url).href);
 
@@ -120,14 +119,11 @@ export class Pipeline {
     private readonly pool: WorkerPool,
   ) {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
-    this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.names.dedupeBucket, cfg.publishTimeoutMs);
-    this.billing = billingNames(cfg.natsPrefix);
+    this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.topology.buckets.dedupe, cfg.publishTimeoutMs);
   }
 
-  private readonly billing: BillingNames;
-
   async start(): Promise<void> {
-    const consumer = await this.nats.js.consumers.get(this.nats.names.signalStream, this.nats.names.pipelineConsumer);
+    const consumer = await this.nats.js.consumers.get(this.nats.topology.signals.stream, this.nats.topology.signals.consumer);
     this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128), expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
@@ -241,7 +237,7 @@ export class Pipeline {
     h.set(H_ORG, meta.orgId);
     h.set(H_MODE, meta.mode);
     h.set(H_BATCH, meta.batchId);
-    await publishDurable(this.nats.nc, `${this.billing.billableSubjectPrefix}.${meta.orgId}`, Buffer.from(lines.join('\n')), h, meta.batchId, this.cfg.publishTimeoutMs);
+    await publishDurable(this.nats.nc, this.nats.topology.billable.subject(meta.orgId), Buffer.from(lines.join('\n')), h, meta.batchId, this.cfg.publishTimeoutMs);
   }
 
   private async insert(lines: string[]): Promise<void> {
@@ -288,9 +284,9 @@ export class Pipeline {
     if (m.headers) for (const k of m.headers.keys()) if (!k.startsWith('Nats-')) h.set(k, m.headers.get(k));
     h.set('Billing-Dead-Letter-Reason', reason.replace(/[\r\n]+/g, ' '));
     h.set('Billing-Original-Seq', String(m.seq));
-    await publishDurable(this.nats.nc, `${this.nats.names.deadLetterSubjectPrefix}.${m.subject.split('.').pop()}`, m.data, h, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
+    await publishDurable(this.nats.nc, this.nats.topology.deadLetters.subject(m.subject.split('.').pop()!), m.data, h, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
     m.ack();
-    log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.names.deadLetterStream, reason });
+    log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 
   /** Stops taking messages and finishes what is held (main.ts stops the workers afterwards). */

@@ -37,8 +37,8 @@ function mayLose(text: string): boolean {
 /** Strings first, so that digits inside strings and keys are never taken for numbers. */
 const TOKEN = /"(?:[^"\\]|\\[\s\S])*"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?/g;
 
-/** Exact texts by path, per signal of the batch (null: none in that signal). */
-export type ExactTexts = Record<string, string>;
+export type { ExactTexts } from '../bus/batch.js';
+import type { ExactTexts } from '../bus/batch.js';
 
 /** Most bytes of exact texts (as JSON) one batch carries; beyond, a signal's are withheld. */
 export const EXACT_TEXTS_MAX_BYTES = 32 * 1024;

@@ -22,16 +22,15 @@ import { ApiError } from '../errors.js';
 import type { Method, Reply, Request, Route } from '../http/route.js';
 import { parseJson } from '../http/json.js';
 import type { Principal } from '../orgs/registry.js';
-import type { Nats } from '../nats/connection.js';
-import { publishDurable } from '../nats/publish.js';
-import { H_MODE, H_ORG } from '../pipeline/message.js';
-import { WEBHOOK_EVENTS, isWebhookEvent, type WebhookEvent } from './event-names.js';
+import type { Nats } from '../bus/connection.js';
+import { publishDurable } from '../bus/publish.js';
+import { H_MODE, H_ORG } from '../bus/batch.js';
+import { EVENT_NAMES, H_RESEND_OF, isEventName, samplePayload, type EventName } from '../bus/events.js';
 import { open, seal } from './secret-box.js';
 import { newSigningSecret } from './signature.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog } from './delivery-log.js';
 import type { Deliverer } from './deliver.js';
-import { samplePayload } from './samples.js';
 import { InFlight } from './in-flight.js';
 
 /** URL checks and test deliveries of one organization and mode at once, per process. */
@@ -42,8 +41,6 @@ export interface WebhookOptions {
   key: Buffer | null;
   /** URL checks and test deliveries (the same attempt function as the dispatcher's). */
   deliverer: Deliverer;
-  eventStream: string;
-  eventSubjectPrefix: string;
   publishTimeoutMs: number;
 }
 
@@ -89,7 +86,7 @@ export class WebhookApi {
     return {
       status: 200,
       body: {
-        webhooks: WEBHOOK_EVENTS.map((event) => {
+        webhooks: EVENT_NAMES.map((event) => {
           const w = doc.webhooks[event];
           return { event, url: w?.url ?? null, enabled: w?.enabled ?? false, updatedAt: w?.updatedAt ?? null };
         }),
@@ -111,9 +108,9 @@ export class WebhookApi {
     }
   }
 
-  private eventParam(req: Request): WebhookEvent {
+  private eventParam(req: Request): EventName {
     const event = req.params[0] ?? '';
-    if (!isWebhookEvent(event)) throw new ApiError('NOT_FOUND', `no webhook event "${event}"; the events are ${WEBHOOK_EVENTS.join(', ')}`);
+    if (!isEventName(event)) throw new ApiError('NOT_FOUND', `no webhook event "${event}"; the events are ${EVENT_NAMES.join(', ')}`);
     return event;
   }
 
@@ -191,7 +188,7 @@ export class WebhookApi {
     if (rec.eventSeq === null) throw new ApiError('INVALID_WEBHOOK', 'deliveryId: a test delivery cannot be resent; send a new test');
     let msg;
     try {
-      msg = await this.nats.jsm.streams.getMessage(this.opts.eventStream, { seq: rec.eventSeq });
+      msg = await this.nats.jsm.streams.getMessage(this.nats.topology.events.stream, { seq: rec.eventSeq });
     } catch {
       throw new ApiError('NOT_FOUND', 'deliveryId: the event is no longer kept (events are kept 30 days)');
     }
@@ -199,7 +196,7 @@ export class WebhookApi {
     const h = natsHeaders();
     h.set(H_ORG, who.org.id);
     h.set(H_MODE, who.mode);
-    h.set('Billing-Resend-Of', deliveryId);
+    h.set(H_RESEND_OF, deliveryId);
     await publishDurable(this.nats.nc, msg.subject, msg.data, h, `resend-${randomBytes(12).toString('base64url')}`, this.opts.publishTimeoutMs);
     return { status: 202, body: { resent: deliveryId, event: rec.event } };
   }

@@ -1,12 +1,12 @@
 /**
  * The delivery log: one record per attempt (and per event not delivered because its webhook
  * is off), in the JetStream stream `<NATS_PREFIX>_DELIVERIES`, subject
- * `<NATS_PREFIX>.deliveries.<org>.<mode>`, the latest 1,000 records per organization and mode
+ * `<NATS_PREFIX>.deliveries.<org>.<mode>` (src/bus/topology.ts), the latest 1,000 records per organization and mode
  * kept on disk. Listed newest first through the API and the settings page.
  */
 import { DeliverPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
-import type { Nats } from '../nats/connection.js';
-import { isNotFound } from '../nats/connection.js';
+import type { Nats } from '../bus/connection.js';
+import { ensure } from '../bus/topology.js';
 import type { Mode } from '../shared/mode.js';
 
 export type Outcome = 'delivered' | 'failed' | 'not-delivered';
@@ -34,38 +34,33 @@ export interface DeliveryRecord {
 export const PER_ORG_RECORDS = 1_000;
 
 export class DeliveryLog {
-  readonly stream: string;
-  private readonly subjectPrefix: string;
+  constructor(private readonly nats: Nats) {}
 
-  constructor(
-    private readonly nats: Nats,
-    prefix: string,
-  ) {
-    this.stream = `${prefix}_DELIVERIES`;
-    this.subjectPrefix = `${prefix}.deliveries`;
+  get stream(): string {
+    return this.nats.topology.deliveries.stream;
   }
 
   async ensure(): Promise<void> {
     // Created once and left alone, except that its replicas are raised to NATS_REPLICAS.
-    await this.nats.ensureStream(
-      {
+    await ensure(this.nats, {
+      existing: 'keep',
+      stream: {
         name: this.stream,
-        subjects: [`${this.subjectPrefix}.>`],
+        subjects: [this.nats.topology.deliveries.subjects],
         retention: RetentionPolicy.Limits,
         storage: StorageType.File,
         max_msgs_per_subject: PER_ORG_RECORDS,
       },
-      'keep',
-    );
+    });
   }
 
   async record(orgId: string, mode: Mode, r: DeliveryRecord): Promise<void> {
-    await this.nats.js.publish(`${this.subjectPrefix}.${orgId}.${mode}`, JSON.stringify(r));
+    await this.nats.js.publish(this.nats.topology.deliveries.subject(orgId, mode), JSON.stringify(r));
   }
 
   /** The latest `limit` records, newest first. */
   async list(orgId: string, mode: Mode, limit = 100): Promise<DeliveryRecord[]> {
-    const subject = `${this.subjectPrefix}.${orgId}.${mode}`;
+    const subject = this.nats.topology.deliveries.subject(orgId, mode);
     const out: DeliveryRecord[] = [];
     let total = 0;
     try {

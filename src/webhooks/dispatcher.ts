@@ -25,11 +25,11 @@
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import { AckPolicy } from '@nats-io/jetstream';
-import { PULL_EXPIRES_MS, type Nats } from '../nats/connection.js';
-import { isNotFound } from '../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../bus/connection.js';
+import { ensure } from '../bus/topology.js';
+import { H_RESEND_OF, isEventName, type BusEvent } from '../bus/events.js';
 import { webhooksLog as log } from '../log.js';
 import type { Mode } from '../shared/mode.js';
-import { isWebhookEvent } from './event-names.js';
 import type { WebhookStore } from './store.js';
 import type { DeliveryLog, DeliveryRecord } from './delivery-log.js';
 import { open } from './secret-box.js';
@@ -39,21 +39,11 @@ import { NS_PER_MS } from '../shared/time.js';
 
 const CONCURRENCY = 64;
 
-interface BusEvent {
-  id: string;
-  event: string;
-  organizationId: string;
-  livemode: boolean;
-  occurredAt: string;
-  data: unknown;
-}
-
 export interface DispatcherOptions {
   key: Buffer;
   /** The one attempt function (deliver.ts), shared with test deliveries. */
   deliverer: Deliverer;
   retryScheduleMs: number[];
-  eventStream: string;
   /** How long an unacknowledged event waits before JetStream hands it out again (DISPATCHER_ACK_WAIT_MS). */
   ackWaitMs: number;
 }
@@ -71,8 +61,9 @@ export class Dispatcher {
   ) {}
 
   async start(): Promise<void> {
+    const events = this.nats.topology.events;
     const config = {
-      durable_name: 'dispatcher',
+      durable_name: events.consumer,
       ack_policy: AckPolicy.Explicit,
       // Longer than one attempt (configuration checks it); a dispatcher that died gives its
       // events back after this.
@@ -80,15 +71,9 @@ export class Dispatcher {
       max_ack_pending: 10_000,
       max_deliver: -1,
     };
-    try {
-      const info = await this.nats.jsm.consumers.info(this.opts.eventStream, config.durable_name);
-      // The consumer outlives the process: a changed DISPATCHER_ACK_WAIT_MS applies on restart.
-      if (info.config.ack_wait !== config.ack_wait) await this.nats.jsm.consumers.update(this.opts.eventStream, config.durable_name, { ack_wait: config.ack_wait });
-    } catch (err) {
-      if (!isNotFound(err)) throw err;
-      await this.nats.jsm.consumers.add(this.opts.eventStream, config);
-    }
-    const consumer = await this.nats.js.consumers.get(this.opts.eventStream, 'dispatcher');
+    // The consumer outlives the process: a changed DISPATCHER_ACK_WAIT_MS applies on restart.
+    await ensure(this.nats, { consumer: config, of: events.stream });
+    const consumer = await this.nats.js.consumers.get(events.stream, events.consumer);
     this.messages = await consumer.consume({ max_messages: CONCURRENCY, expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
@@ -107,15 +92,16 @@ export class Dispatcher {
   }
 
   private async handle(m: JsMsg): Promise<void> {
+    // Other producers publish to the subject too: the name is checked before anything else.
     const e = m.json<BusEvent>();
     const mode: Mode = e.livemode ? 'live' : 'test';
     const attempt = m.info.deliveryCount;
-    const resendOf = m.headers?.get('Billing-Resend-Of') || null;
+    const resendOf = m.headers?.get(H_RESEND_OF) || null;
     const deliveryId = resendOf ? `${e.id}:resend:${m.seq}` : e.id;
     const base: Omit<DeliveryRecord, 'statusCode' | 'latencyMs' | 'outcome' | 'error' | 'nextAttemptAt'> = {
       deliveryId, attempt, event: e.event, eventId: e.id, eventSeq: m.seq, isTest: false, at: new Date().toISOString(), url: null,
     };
-    if (!isWebhookEvent(e.event)) {
+    if (!isEventName(e.event)) {
       m.ack();
       return;
     }

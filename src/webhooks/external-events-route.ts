@@ -9,7 +9,7 @@ import { webhooksLog as log } from '../log.js';
 import { billingEvents } from '../metrics/index.js';
 import type { Route } from '../http/route.js';
 import { parseJson } from '../http/json.js';
-import type { Nats } from '../nats/connection.js';
+import type { Nats } from '../bus/connection.js';
 import type { OrgRegistry } from '../orgs/registry.js';
 import { publishExternalEvent, validateExternalEvent } from './external-events.js';
 
@@ -18,12 +18,11 @@ const BODY_LIMIT = 256 * 1024;
 export interface ExternalEventDeps {
   registry: Pick<OrgRegistry, 'get'>;
   nats: Nats;
-  eventSubjectPrefix: string;
   publishTimeoutMs: number;
 }
 
 export function externalEventRoutes(deps: ExternalEventDeps): Route[] {
-  const { registry, nats, eventSubjectPrefix, publishTimeoutMs } = deps;
+  const { registry, nats, publishTimeoutMs } = deps;
   return [
     {
       method: 'post',
@@ -35,7 +34,7 @@ export function externalEventRoutes(deps: ExternalEventDeps): Route[] {
         const orgId = req.params[0]!;
         if (!(await registry.get(orgId))) throw new ApiError('NOT_FOUND', `no organization ${orgId}`);
         try {
-          const r = await publishExternalEvent(nats, eventSubjectPrefix, orgId, e, publishTimeoutMs);
+          const r = await publishExternalEvent(nats, orgId, e, publishTimeoutMs);
           if (!r.duplicate) billingEvents.inc({ event: e.event, source: 'external' });
           return { status: 202, body: { id: e.id, event: e.event, duplicate: r.duplicate } };
         } catch (err) {

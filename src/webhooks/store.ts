@@ -5,9 +5,12 @@
  * changed with compare-and-set (a change lost to a concurrent writer is re-applied).
  */
 import type { KV } from '@nats-io/kv';
+import { StorageType } from '@nats-io/jetstream';
+import type { Nats } from '../bus/connection.js';
+import { ensure } from '../bus/topology.js';
 import type { Mode } from '../shared/mode.js';
 import type { SealedSecret } from './secret-box.js';
-import type { WebhookEvent } from './event-names.js';
+import type { EventName } from '../bus/events.js';
 
 export interface WebhookSetting {
   url: string | null;
@@ -16,12 +19,17 @@ export interface WebhookSetting {
 }
 
 export interface WebhookDoc {
-  webhooks: Partial<Record<WebhookEvent, WebhookSetting>>;
+  webhooks: Partial<Record<EventName, WebhookSetting>>;
   secret: SealedSecret | null;
 }
 
 const empty = (): WebhookDoc => ({ webhooks: {}, secret: null });
 export const webhookKey = (orgId: string, mode: Mode): string => `wh.${orgId}.${mode}`;
+
+/** Webhook settings and sealed signing secrets, one document per organization and mode: on disk, the latest revision. */
+export function webhookBucket(nats: Nats): Promise<KV> {
+  return ensure(nats, { bucket: nats.topology.buckets.webhooks, options: { history: 1, storage: StorageType.File } });
+}
 
 export class WebhookStore {
   constructor(private readonly kv: KV) {}

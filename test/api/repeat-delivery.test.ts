@@ -16,7 +16,7 @@ import t from 'tap';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 import { jetstream } from '@nats-io/jetstream';
 import { NATS_URL, counts, createOrg, drained, sendBatch, useService, waitFor } from '../helpers/service.js';
-import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT } from '../../src/pipeline/message.js';
+import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT } from '../../src/bus/batch.js';
 
 const { iso, svc } = useService(t, 'repeat');
 

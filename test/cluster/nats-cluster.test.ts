@@ -14,8 +14,12 @@ import { AckPolicy, jetstream, RetentionPolicy, StorageType, type JetStreamManag
 import { Kvm } from '@nats-io/kv';
 import { NatsCluster, isAlive } from '../../bench/lib/nats-cluster.js';
 import { NATS_URL, OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, sleep, waitFor } from '../helpers/service.js';
-import { Nats } from '../../src/nats/connection.js';
+import { Nats } from '../../src/bus/connection.js';
 import { loadConfig } from '../../src/config.js';
+import { ensureSignalStream } from '../../src/ingress/stream.js';
+import { dedupeBucket, ensureDeadLetterStream, ensurePipelineConsumer } from '../../src/pipeline/streams.js';
+import { orgBucket } from '../../src/orgs/registry.js';
+import { billingConfigBucket } from '../../src/billing/config/store.js';
 
 let cluster: NatsCluster | null = null;
 t.before(async () => {
@@ -57,14 +61,14 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
 
   const nats = await Nats.connect(cfgFor(c.url, prefix, '3'));
   t.teardown(() => nats.close());
-  await nats.ensureSignalStream(cfgFor(c.url, prefix, '3'));
-  await nats.ensureDeadLetterStream();
-  await nats.orgBucket();
-  await nats.dedupeBucket(cfgFor(c.url, prefix, '3'));
+  await ensureSignalStream(nats, cfgFor(c.url, prefix, '3'));
+  await ensureDeadLetterStream(nats);
+  await orgBucket(nats);
+  await dedupeBucket(nats, cfgFor(c.url, prefix, '3'));
   for (const s of [`${prefix}_SIGNALS`, `${prefix}_SIGNALS_DLQ`, `KV_${prefix}_orgs`, `KV_${prefix}_dedupe`]) {
     t.equal((await jsm.streams.info(s)).config.num_replicas, 3, `${s}: 3 replicas`);
   }
-  await nats.ensurePipelineConsumer(cfgFor(c.url, prefix, '3'));
+  await ensurePipelineConsumer(nats, cfgFor(c.url, prefix, '3'));
   const consumer = await waitFor(() => jsm.consumers.info(`${prefix}_SIGNALS`, 'pipeline'), (ci) => (ci.cluster?.replicas ?? []).length === 2, 10_000);
   t.equal((consumer.cluster?.replicas ?? []).length + 1, 3, 'the existing pipeline consumer follows its stream to 3 replicas (a leader and 2 followers)');
   await dropStreams(jsm, prefix);
@@ -72,12 +76,12 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   // More replicas than the cluster has servers: a new stream cannot be made, an existing one cannot be raised.
   const five = await Nats.connect(cfgFor(c.url, prefix, '5'));
   t.teardown(() => five.close());
-  await t.rejects(five.ensureSignalStream(cfgFor(c.url, prefix, '5')), /cannot create JetStream stream TREP\d+_SIGNALS with 5 replica\(s\) \(NATS_REPLICAS=5\): .*must not exceed the number of JetStream servers/);
-  await t.rejects(five.billingBucket(), /cannot open JetStream KV bucket TREP\d+_billing with 5 replica\(s\)/);
+  await t.rejects(ensureSignalStream(five, cfgFor(c.url, prefix, '5')), /cannot create JetStream stream TREP\d+_SIGNALS with 5 replica\(s\) \(NATS_REPLICAS=5\): .*must not exceed the number of JetStream servers/);
+  await t.rejects(billingConfigBucket(five), /cannot open JetStream KV bucket TREP\d+_billing with 5 replica\(s\)/);
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], storage: StorageType.File });
   // Just made through another server: wait until the service's connection sees it too.
   await waitFor(() => five.jsm.streams.info(`${prefix}_SIGNALS_DLQ`).then(() => true, () => false), (seen) => seen, 10_000);
-  await t.rejects(five.ensureDeadLetterStream(), /JetStream stream TREP\d+_SIGNALS_DLQ has 1 replica\(s\) but NATS_REPLICAS=5, and raising them failed: .*nats stream edit TREP\d+_SIGNALS_DLQ --replicas 5.*NATS_REPLICAS=1/);
+  await t.rejects(ensureDeadLetterStream(five), /JetStream stream TREP\d+_SIGNALS_DLQ has 1 replica\(s\) but NATS_REPLICAS=5, and raising them failed: .*nats stream edit TREP\d+_SIGNALS_DLQ --replicas 5.*NATS_REPLICAS=1/);
   await dropStreams(jsm, prefix);
 
   // The shared single server of the test machine is no cluster: NATS_REPLICAS=3 is refused at connect.

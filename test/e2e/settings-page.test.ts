@@ -11,7 +11,7 @@ import { createHmac, timingSafeEqual } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import { chromium, type Browser, type BrowserContext, type Page } from 'playwright-core';
 import { createOrg, http as call, OPERATOR_TOKEN, useService, waitFor, type TestOrg } from '../helpers/service.js';
-import { WEBHOOK_EVENTS } from '../../src/webhooks/event-names.js';
+import { EVENT_NAMES as WEBHOOK_EVENTS } from '../../src/bus/events.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const EVENT = 'billing-payment-succeeded';

@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { Decimal } from 'decimal.js';
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
-import { samplePayload } from '../../src/webhooks/samples.js';
+import { samplePayload } from '../../src/bus/events.js';
 import { REDIS_URL } from '../helpers/service.js';
 import {
   DEFAULT_DEDUPE_TTL_MS,
@@ -51,7 +51,7 @@ t.test('every event the service sends parses as a known, typed event; keys name 
   }
   t.equal(keys.size, 10);
 
-  const c = samplePayload('billing-credits-depleted') as { credits: Record<string, unknown> };
+  const c = samplePayload('billing-credits-depleted');
   const ck = JSON.parse(dedupeKey(known(envelope('billing-credits-depleted', c))));
   t.same(ck, ['billing-credits-depleted', c.credits.customerId, c.credits.orderLineAttributeId, c.credits.creditsCurrencyId, c.credits.signalId]);
   t.equal(
@@ -68,10 +68,10 @@ t.test('every event the service sends parses as a known, typed event; keys name 
   t.not(dedupeKey(known(envelope('billing-credit-cap-reached', { ...cap, period: { start: '2026-02-01T00:00:00Z', end: '2026-03-01T00:00:00Z' } }))), JSON.stringify(capKey), 'next period: reached again');
   t.equal(dedupeKey(known(envelope('billing-credit-cap-reached', { ...cap, used: 999, usedDecimal: '999', detectedAt: 'later' }))), JSON.stringify(capKey), 'another signal reaching the same cap in the same period: same key');
 
-  const failed = samplePayload('billing-payment-failed') as { payment: Record<string, unknown> };
+  const failed = samplePayload('billing-payment-failed');
   const f1 = dedupeKey(known(envelope('billing-payment-failed', failed)));
   t.not(dedupeKey(known(envelope('billing-payment-failed', { payment: { ...failed.payment, failureDate: '2026-01-02T00:00:00Z' } }))), f1, 'a second failed attempt of one payment is another event');
-  const paid = samplePayload('billing-payment-succeeded') as { payment: Record<string, unknown> };
+  const paid = samplePayload('billing-payment-succeeded');
   t.not(dedupeKey(known(envelope('billing-payment-succeeded', { payment: { ...paid.payment, id: failed.payment.id } }))), JSON.stringify(['billing-payment-failed', failed.payment.id]), 'succeeded and failed differ by event');
   const inv = samplePayload('billing-invoice-created') as { invoice: { id: string } };
   t.not(dedupeKey(known(envelope('billing-invoice-paid', inv))), dedupeKey(known(envelope('billing-invoice-created', inv))), 'created then paid: two events of one invoice');
@@ -110,7 +110,7 @@ t.test('parseEnvelope: unknown events returned as such, and bodies that are not 
 
 t.test('exact decimals: the *Decimal twins, and numbers without one as written', async (t) => {
   const big = '123456789012345678901234567890.000001';
-  const c = samplePayload('billing-credits-depleted') as { credits: Record<string, unknown> };
+  const c = samplePayload('billing-credits-depleted');
   const e = known(envelope('billing-credits-depleted', { credits: { ...c.credits, totalCredits: Number(big), totalCreditsDecimal: big } }));
   if (e.event !== 'billing-credits-depleted') throw new Error('narrowing');
   t.same(creditsDecimals(e.data.credits), { total: big, remaining: '-0.5', used: '1.5' });

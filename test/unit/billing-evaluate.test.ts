@@ -2,6 +2,7 @@
  * The evaluator's pure core (src/billing/evaluator/evaluate.ts): pricing, credit pools,
  * overage and caps over a configuration and a running state, batch by batch.
  */
+import type { EventData } from '../../src/bus/events.js';
 import t from 'tap';
 import fc from 'fast-check';
 import { ZERO_PERIOD, capPeriods, evaluate, emptyState, periodKey, type BillableSignal, type BillingState, type EvaluationOutput, type PeriodTotal } from '../../src/billing/evaluator/evaluate.js';
@@ -140,7 +141,7 @@ t.test('exact depletion: remainingCredits 0, usedCredits that signal alone', asy
   const { outs, state } = run(config({ granted: '3' }), [[sig(), sig()], [sig()], [sig()]]);
   const dep = events(outs, 'billing-credits-depleted');
   t.equal(dep.length, 1);
-  const credits = (dep[0]!.data as { credits: Record<string, unknown> }).credits;
+  const credits = (dep[0]!.data as EventData<'billing-credits-depleted'>).credits;
   t.equal(credits.remainingCreditsDecimal, '0');
   t.equal(credits.usedCreditsDecimal, '1');
   t.equal(credits.totalCreditsDecimal, '3');
@@ -156,7 +157,7 @@ t.test('overshoot: negative, fractional remainder; depletion and OverageCredit o
   const { outs } = run(config({ granted: '1.000001', creditsPerUnit: '0.75' }), [[sig(), sig(), sig()]]);
   const dep = events(outs, 'billing-credits-depleted');
   t.equal(dep.length, 1);
-  const c = (dep[0]!.data as { credits: Record<string, unknown> }).credits;
+  const c = (dep[0]!.data as EventData<'billing-credits-depleted'>).credits;
   t.equal(c.remainingCreditsDecimal, '-0.499999');
   t.equal(c.usedCreditsDecimal, '0.75');
   t.equal(c.remainingCredits, -0.499999);
@@ -177,7 +178,7 @@ t.test('OverageUsage fires once, on the signal that goes strictly above the incl
   const { outs } = run(config({ included: '3' }), [[sig(), sig(), sig()], [sig(), sig()], [sig()]]);
   const over = events(outs, 'billing-overage-incurred').filter((e) => (e.data as { overage: { eventType: string } }).overage.eventType === 'OverageUsage');
   t.equal(over.length, 1);
-  t.same((over[0]!.data as { overage: Record<string, unknown> }).overage, {
+  t.same((over[0]!.data as EventData<'billing-overage-incurred'>).overage, {
     customerId: 'cus_1', customerName: 'Acme', planId: 'plan_1', planName: 'Pro', orderLineAttributeId: 'ola_1', eventType: 'OverageUsage', threshold: 3, currentUsage: 4, occurredAt: '2026-01-31T10:00:00Z',
   });
 });

@@ -9,7 +9,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
 import { IdempotencyClaims } from '../../src/pipeline/dedupe.js';
 import rows, { dedupeKey } from '../../workers/rows.js';
-import type { BatchMeta } from '../../src/pipeline/message.js';
+import type { BatchMeta } from '../../src/bus/batch.js';
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
 const name = `TUNIT${randomBytes(4).toString('hex')}_dedupe`;

@@ -31,7 +31,9 @@
  * customer) is refused with BILLING_CONFIG_TOO_LARGE and nothing changes.
  */
 import type { KV, KvEntry } from '@nats-io/kv';
-import { JetStreamApiCodes, JetStreamApiError } from '@nats-io/jetstream';
+import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
+import type { Nats } from '../../bus/connection.js';
+import { ensure } from '../../bus/topology.js';
 import { ApiError } from '../../errors.js';
 import { billingLog as log } from '../../log.js';
 import type { Mode } from '../../shared/mode.js';
@@ -110,13 +112,21 @@ const tooManyConflicts = (): ApiError =>
   new ApiError('CONFLICT', `configuration: changed concurrently ${MAX_ATTEMPTS} times in a row by other processes; nothing changed, retry`);
 const backoff = (attempt: number): Promise<void> => sleep(Math.random() * Math.min(100, 2 ** attempt));
 
+/**
+ * Billing configuration documents, one per organization and mode: on disk, only the latest
+ * revision kept (changes are compare-and-set on it).
+ */
+export function billingConfigBucket(nats: Nats): Promise<KV> {
+  return ensure(nats, { bucket: nats.topology.buckets.billingConfig, options: { history: 1, storage: StorageType.File } });
+}
+
 export class BillingConfigStore {
   /** Largest document in bytes (UTF-8 JSON). */
   readonly maxDocumentBytes: number;
   private readonly queues = new Map<string, Promise<unknown>>();
 
   /**
-   * @param kv the `<prefix>_billing` bucket (`Nats.billingBucket()`)
+   * @param kv the `<prefix>_billing` bucket (`billingConfigBucket`)
    * @param maxPayload the NATS server's max_payload (`Nats.maxPayload`)
    * @param staleClaimMs age after which an externalId claim without its customer is taken over
    */

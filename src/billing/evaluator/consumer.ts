@@ -58,15 +58,14 @@
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { PULL_EXPIRES_MS, type Nats } from '../../nats/connection.js';
-import { publishDurable } from '../../nats/publish.js';
+import { PULL_EXPIRES_MS, type Nats } from '../../bus/connection.js';
+import { publishDurable } from '../../bus/publish.js';
 import { billingLog as log } from '../../log.js';
 import { billingEvents, billingLag } from '../../metrics/index.js';
-import { H_BATCH, H_MODE, H_ORG } from '../../pipeline/message.js';
+import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
+import { busEvent, publishEvent } from '../../bus/events.js';
 import type { BillingConfig } from '../model.js';
-import type { BillableLine } from '../../../workers/rows.js';
 import { emptyState, startingTotal, type BillableSignal, type BillingState, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodEntry, type PeriodTotal } from './evaluate.js';
-import type { BillingNames } from './streams.js';
 import { FaultHook, type FaultContext } from './fault.js';
 import type { Mode } from '../../shared/mode.js';
 import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
@@ -113,7 +112,6 @@ export class BillingEvaluator {
 
   constructor(
     private readonly nats: Nats,
-    private readonly names: BillingNames,
     private readonly configs: ConfigSource,
     private readonly state: KV,
     /** The process's worker pool (main.ts), shared with the pipeline. */
@@ -126,7 +124,8 @@ export class BillingEvaluator {
   }
 
   async start(): Promise<void> {
-    const consumer = await this.nats.js.consumers.get(this.names.billableStream, this.names.billingConsumer);
+    const { billable } = this.nats.topology;
+    const consumer = await this.nats.js.consumers.get(billable.stream, billable.consumer);
     this.messages = await consumer.consume({ max_messages: 1, expires: PULL_EXPIRES_MS });
     this.loopDone = this.loop(this.messages);
   }
@@ -225,19 +224,11 @@ export class BillingEvaluator {
       const h = natsHeaders();
       h.set(H_ORG, orgId);
       h.set(H_MODE, mode);
-      await publishDurable(this.nats.nc, `${this.names.rowsSubjectPrefix}.${orgId}`, Buffer.from(JSON.stringify({ costs, consumption, unpriced })), h, `rows-${batchId}`, this.opts.publishTimeoutMs);
+      await publishDurable(this.nats.nc, this.nats.topology.billingRows.subject(orgId), Buffer.from(JSON.stringify({ costs, consumption, unpriced })), h, `rows-${batchId}`, this.opts.publishTimeoutMs);
     }
 
     // 6. Events.
-    await Promise.all(
-      out.events.map((e) => {
-        const h = natsHeaders();
-        h.set(H_ORG, orgId);
-        h.set(H_MODE, mode);
-        const body = Buffer.from(JSON.stringify({ id: e.id, event: e.event, organizationId: orgId, livemode: mode === 'live', occurredAt: new Date(evaluatedAt).toISOString(), data: e.data }));
-        return publishDurable(this.nats.nc, `${this.names.eventSubjectPrefix}.${orgId}.${mode}.${e.event}`, body, h, e.id, this.opts.publishTimeoutMs);
-      }),
-    );
+    await Promise.all(out.events.map((e) => publishEvent(this.nats, busEvent(e, orgId, mode, new Date(evaluatedAt)), this.opts.publishTimeoutMs)));
     await this.fault.at('after-events', fault);
 
     // 7. Period keys, each compare-and-set on what step 3 read.

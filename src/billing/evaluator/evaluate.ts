@@ -43,6 +43,7 @@ import { capKey, type BillingConfig, type CreditCap, type Customer, type OrderLi
 import { createHash } from 'node:crypto';
 import type { Period } from '../periods.js';
 import type { Mode } from '../../shared/mode.js';
+import type { Emitted } from '../../bus/events.js';
 
 export interface BillableSignal {
   id: string;
@@ -151,11 +152,8 @@ export interface UnpricedRow extends PricedSignalRow {
   detail: string;
 }
 
-export interface EmittedEvent {
-  id: string;
-  event: string;
-  data: unknown;
-}
+/** An event of the batch, published on the bus under its deterministic id. */
+export type EmittedEvent = Emitted;
 
 export interface EvaluationInput {
   orgId: string;

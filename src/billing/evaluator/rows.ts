@@ -12,13 +12,12 @@
  * they wait for the engine.
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
-import { PULL_EXPIRES_MS, type Nats } from '../../nats/connection.js';
+import { PULL_EXPIRES_MS, type Nats } from '../../bus/connection.js';
 import type { Store } from '../../store/index.js';
 import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
-import { H_ORG } from '../../pipeline/message.js';
+import { H_ORG } from '../../bus/batch.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
-import type { BillingNames } from './streams.js';
 
 const FLUSH_ROWS = 10_000;
 const FLUSH_MS = 200;
@@ -44,12 +43,12 @@ export class BillingRowsInserter {
 
   constructor(
     private readonly nats: Nats,
-    private readonly names: BillingNames,
     private readonly store: Store,
   ) {}
 
   async start(): Promise<void> {
-    const consumer = await this.nats.js.consumers.get(this.names.rowsStream, this.names.rowsConsumer);
+    const { billingRows } = this.nats.topology;
+    const consumer = await this.nats.js.consumers.get(billingRows.stream, billingRows.consumer);
     this.messages = await consumer.consume({ max_messages: 256, expires: PULL_EXPIRES_MS });
     this.heartbeat = setInterval(() => {
       for (const m of this.held) m.working();

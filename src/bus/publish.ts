@@ -10,7 +10,7 @@ import { publishDuration, streamKind } from '../metrics/index.js';
 /** The server answered and refused the message (as opposed to no answer in time). */
 export class PublishError extends Error {}
 
-interface PubAck {
+export interface PubAck {
   stream: string;
   seq: number;
   duplicate?: boolean;

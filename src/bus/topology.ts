@@ -1,0 +1,166 @@
+/**
+ * Every name this service keeps in JetStream, derived from NATS_PREFIX (so separate
+ * deployments, and separate tests, never see each other's streams, consumers or buckets),
+ * and the one way each of them is created: `ensure`.
+ *
+ *   stream                 subjects                          consumer      written by → read by
+ *   <P>_SIGNALS            <P>.signals.<org>                 pipeline      ingress → pipeline
+ *   <P>_SIGNALS_DLQ        <P>.dlq.<org>                     -             pipeline → operator
+ *   <P>_BILLABLE           <P>.billable.<org>                billing       pipeline → evaluator
+ *   <P>_BILLING_ROWS       <P>.billing-rows.<org>            billing-rows  evaluator → rows inserter
+ *   <P>_EVENTS             <P>.events.<org>.<mode>.<event>   dispatcher    evaluator, operator API → dispatcher
+ *   <P>_DELIVERIES         <P>.deliveries.<org>.<mode>       -             dispatcher → webhooks API
+ *   KV buckets: <P>_orgs, <P>_dedupe, <P>_billing, <P>_webhooks, <P>_billing_state.
+ *
+ * The configuration of each resource (retention, limits, ack wait, ...) belongs to the stage
+ * that owns it; every stage creates its resources through `ensure` (NATS_REPLICAS applied,
+ * refusals turned into startup errors that say what to do).
+ */
+import type { JetStreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
+import type { Nats } from './connection.js';
+import type { Mode } from '../shared/mode.js';
+
+/** A stream: its name, the wildcard it captures, and the subject of one message. */
+interface StreamNames<S extends unknown[]> {
+  stream: string;
+  /** The stream's subject filter (`<subject prefix>.>`). */
+  subjects: string;
+  subject(...parts: S): string;
+}
+
+export interface Topology {
+  signals: StreamNames<[orgId: string]> & { consumer: string };
+  deadLetters: StreamNames<[orgId: string]>;
+  billable: StreamNames<[orgId: string]> & { consumer: string };
+  billingRows: StreamNames<[orgId: string]> & { consumer: string };
+  events: StreamNames<[orgId: string, mode: Mode, event: string]> & { consumer: string };
+  deliveries: StreamNames<[orgId: string, mode: Mode]>;
+  buckets: {
+    orgs: string;
+    dedupe: string;
+    /** Billing configuration documents (src/billing/config/store.ts). */
+    billingConfig: string;
+    /** The evaluator's running state (src/billing/evaluator/consumer.ts). */
+    billingState: string;
+    webhooks: string;
+  };
+}
+
+export function topology(prefix: string): Topology {
+  const stream = <S extends string[]>(name: string, subject: string): StreamNames<S> => ({
+    stream: `${prefix}_${name}`,
+    subjects: `${prefix}.${subject}.>`,
+    subject: (...parts: S) => [prefix, subject, ...parts].join('.'),
+  });
+  return {
+    signals: { ...stream('SIGNALS', 'signals'), consumer: 'pipeline' },
+    deadLetters: stream('SIGNALS_DLQ', 'dlq'),
+    billable: { ...stream('BILLABLE', 'billable'), consumer: 'billing' },
+    billingRows: { ...stream('BILLING_ROWS', 'billing-rows'), consumer: 'billing-rows' },
+    events: { ...stream('EVENTS', 'events'), consumer: 'dispatcher' },
+    deliveries: stream('DELIVERIES', 'deliveries'),
+    buckets: {
+      orgs: `${prefix}_orgs`,
+      dedupe: `${prefix}_dedupe`,
+      billingConfig: `${prefix}_billing`,
+      billingState: `${prefix}_billing_state`,
+      webhooks: `${prefix}_webhooks`,
+    },
+  };
+}
+
+type StreamConfig = Parameters<JetStreamManager['streams']['add']>[0];
+type ConsumerConfig = Parameters<JetStreamManager['consumers']['add']>[1] & { durable_name: string };
+
+/**
+ * What a stage needs to exist, with its configuration:
+ *  - a stream (replicas: NATS_REPLICAS); an existing one is updated to `config` (`existing:
+ *    'update'`) or left as an operator may have changed it (`'keep'`); either way one with
+ *    fewer replicas than NATS_REPLICAS is raised to it;
+ *  - a durable consumer of `stream`, created or updated to `config` (a changed ack wait
+ *    applies on restart);
+ *  - a KV bucket (replicas: NATS_REPLICAS), opened or created; an existing one with fewer
+ *    replicas is raised (its stream is KV_<bucket>).
+ */
+export type Resource =
+  | { stream: Partial<StreamConfig> & { name: string }; existing: 'update' | 'keep' }
+  | { consumer: ConsumerConfig; of: string }
+  | { bucket: string; options: Partial<KvOptions> };
+
+export async function ensure(nats: Nats, r: Extract<Resource, { bucket: string }>): Promise<KV>;
+export async function ensure(nats: Nats, r: Exclude<Resource, { bucket: string }>): Promise<void>;
+export async function ensure(nats: Nats, r: Resource): Promise<KV | void> {
+  if ('bucket' in r) return ensureBucket(nats, r.bucket, r.options);
+  if ('consumer' in r) return ensureConsumer(nats, r.of, r.consumer);
+  return ensureStream(nats, r.stream, r.existing);
+}
+
+async function ensureStream(nats: Nats, config: Partial<StreamConfig> & { name: string }, existing: 'update' | 'keep'): Promise<void> {
+  const wanted = { ...config, num_replicas: nats.replicas };
+  let found: { config: Record<string, unknown> };
+  try {
+    found = (await nats.jsm.streams.info(config.name)) as unknown as { config: Record<string, unknown> };
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    try {
+      await nats.jsm.streams.add(wanted as StreamConfig);
+    } catch (e) {
+      throw new Error(
+        `cannot create JetStream stream ${config.name} with ${nats.replicas} replica(s) (NATS_REPLICAS=${nats.replicas}): ${(e as Error).message}. ` +
+          'NATS_REPLICAS must not exceed the number of JetStream servers of the cluster (1 for a single server).',
+      );
+    }
+    return;
+  }
+  const have = Number(found.config.num_replicas ?? 1);
+  if (existing === 'update') {
+    // Never lowers the replicas of a stream an operator raised by hand.
+    await raise(nats, config.name, have, { ...wanted, num_replicas: Math.max(have, nats.replicas) });
+  } else if (have < nats.replicas) {
+    await raise(nats, config.name, have, { ...found.config, num_replicas: nats.replicas });
+  }
+}
+
+/** Updates a stream's configuration, turning a refused replica change into a startup error that says what to do. */
+async function raise(nats: Nats, stream: string, have: number, config: Record<string, unknown>): Promise<void> {
+  try {
+    await nats.jsm.streams.update(stream, config as Parameters<JetStreamManager['streams']['update']>[1]);
+  } catch (e) {
+    if (have >= nats.replicas) throw e;
+    throw new Error(
+      `JetStream stream ${stream} has ${have} replica(s) but NATS_REPLICAS=${nats.replicas}, and raising them failed: ${(e as Error).message}. ` +
+        `Run the service against a cluster of at least ${nats.replicas} JetStream servers, raise them by hand (nats stream edit ${stream} --replicas ${nats.replicas}), ` +
+        `or set NATS_REPLICAS=${have}.`,
+    );
+  }
+}
+
+async function ensureConsumer(nats: Nats, stream: string, config: ConsumerConfig): Promise<void> {
+  try {
+    await nats.jsm.consumers.info(stream, config.durable_name);
+  } catch (err) {
+    if (!isNotFound(err)) throw err;
+    await nats.jsm.consumers.add(stream, config);
+    return;
+  }
+  await nats.jsm.consumers.update(stream, config.durable_name, config);
+}
+
+async function ensureBucket(nats: Nats, name: string, options: Partial<KvOptions>): Promise<KV> {
+  let kv: KV;
+  try {
+    kv = await new Kvm(nats.js).create(name, { ...options, replicas: nats.replicas });
+  } catch (e) {
+    throw new Error(
+      `cannot open JetStream KV bucket ${name} with ${nats.replicas} replica(s) (NATS_REPLICAS=${nats.replicas}): ${(e as Error).message}. ` +
+        'NATS_REPLICAS must not exceed the number of JetStream servers of the cluster (1 for a single server).',
+    );
+  }
+  await ensureStream(nats, { name: `KV_${name}` }, 'keep');
+  return kv;
+}
+
+export function isNotFound(err: unknown): boolean {
+  return err instanceof Error && /not found/i.test(err.message);
+}
