@@ -7,21 +7,9 @@ import { createHash } from 'node:crypto';
 import { signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
 import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
+import type { RowsResult, RowsTask } from '../src/pipeline/rows-task.js';
+export type { RowsResult, RowsTask };
 
-export interface RowsTask {
-  body: Uint8Array;
-  meta: BatchMeta;
-}
-
-export interface RowsResult {
-  /** One JSONEachRow line per signal (no trailing newline), in batch order. */
-  lines: string[];
-  ids: string[];
-  /** Dedupe-store key per signal, or null for keyless signals (never deduplicated). */
-  claimKeys: (string | null)[];
-  /** What the billing evaluator needs of each signal, one JSON object per signal (BillableLine). */
-  billable: string[];
-}
 
 interface Signal {
   eventName: string;

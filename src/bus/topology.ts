@@ -16,9 +16,8 @@
  * that owns it; every stage creates its resources through `ensure` (NATS_REPLICAS applied,
  * refusals turned into startup errors that say what to do).
  */
-import type { JetStreamManager } from '@nats-io/jetstream';
+import type { JetStreamClient, JetStreamManager } from '@nats-io/jetstream';
 import { Kvm, type KV, type KvOptions } from '@nats-io/kv';
-import type { Nats } from './connection.js';
 import type { Mode } from '../shared/mode.js';
 
 /** A stream: its name, the wildcard it captures, and the subject of one message. */
@@ -83,20 +82,27 @@ type ConsumerConfig = Parameters<JetStreamManager['consumers']['add']>[1] & { du
  *  - a KV bucket (replicas: NATS_REPLICAS), opened or created; an existing one with fewer
  *    replicas is raised (its stream is KV_<bucket>).
  */
+/** What ensure needs of a connection (bus/connection.ts's Nats is one): topology imports no connection. */
+export interface JetStreamAdmin {
+  readonly js: JetStreamClient;
+  readonly jsm: JetStreamManager;
+  readonly replicas: number;
+}
+
 export type Resource =
   | { stream: Partial<StreamConfig> & { name: string }; existing: 'update' | 'keep' }
   | { consumer: ConsumerConfig; of: string }
   | { bucket: string; options: Partial<KvOptions> };
 
-export async function ensure(nats: Nats, r: Extract<Resource, { bucket: string }>): Promise<KV>;
-export async function ensure(nats: Nats, r: Exclude<Resource, { bucket: string }>): Promise<void>;
-export async function ensure(nats: Nats, r: Resource): Promise<KV | void> {
+export async function ensure(nats: JetStreamAdmin, r: Extract<Resource, { bucket: string }>): Promise<KV>;
+export async function ensure(nats: JetStreamAdmin, r: Exclude<Resource, { bucket: string }>): Promise<void>;
+export async function ensure(nats: JetStreamAdmin, r: Resource): Promise<KV | void> {
   if ('bucket' in r) return ensureBucket(nats, r.bucket, r.options);
   if ('consumer' in r) return ensureConsumer(nats, r.of, r.consumer);
   return ensureStream(nats, r.stream, r.existing);
 }
 
-async function ensureStream(nats: Nats, config: Partial<StreamConfig> & { name: string }, existing: 'update' | 'keep'): Promise<void> {
+async function ensureStream(nats: JetStreamAdmin, config: Partial<StreamConfig> & { name: string }, existing: 'update' | 'keep'): Promise<void> {
   const wanted = { ...config, num_replicas: nats.replicas };
   let found: { config: Record<string, unknown> };
   try {
@@ -123,7 +129,7 @@ async function ensureStream(nats: Nats, config: Partial<StreamConfig> & { name: 
 }
 
 /** Updates a stream's configuration, turning a refused replica change into a startup error that says what to do. */
-async function raise(nats: Nats, stream: string, have: number, config: Record<string, unknown>): Promise<void> {
+async function raise(nats: JetStreamAdmin, stream: string, have: number, config: Record<string, unknown>): Promise<void> {
   try {
     await nats.jsm.streams.update(stream, config as Parameters<JetStreamManager['streams']['update']>[1]);
   } catch (e) {
@@ -136,7 +142,7 @@ async function raise(nats: Nats, stream: string, have: number, config: Record<st
   }
 }
 
-async function ensureConsumer(nats: Nats, stream: string, config: ConsumerConfig): Promise<void> {
+async function ensureConsumer(nats: JetStreamAdmin, stream: string, config: ConsumerConfig): Promise<void> {
   try {
     await nats.jsm.consumers.info(stream, config.durable_name);
   } catch (err) {
@@ -147,7 +153,7 @@ async function ensureConsumer(nats: Nats, stream: string, config: ConsumerConfig
   await nats.jsm.consumers.update(stream, config.durable_name, config);
 }
 
-async function ensureBucket(nats: Nats, name: string, options: Partial<KvOptions>): Promise<KV> {
+async function ensureBucket(nats: JetStreamAdmin, name: string, options: Partial<KvOptions>): Promise<KV> {
   let kv: KV;
   try {
     kv = await new Kvm(nats.js).create(name, { ...options, replicas: nats.replicas });

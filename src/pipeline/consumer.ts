@@ -51,7 +51,7 @@ import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
 import { publishDurable } from '../bus/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
-import type { RowsResult, RowsTask } from '../../workers/rows.js';
+import type { RowsResult, RowsTask } from './rows-task.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';

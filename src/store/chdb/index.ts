@@ -23,7 +23,7 @@ import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { Session } from 'chdb';
 import type { Config } from '../../config.js';
-import type { SignalCounts, Store } from '../index.js';
+import type { SignalCounts, Store } from '../store.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../engine.js';

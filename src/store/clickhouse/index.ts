@@ -6,7 +6,7 @@
 import { Readable } from 'node:stream';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
-import type { SignalCounts, Store } from '../index.js';
+import type { SignalCounts, Store } from '../store.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { EngineError } from '../engine-error.js';

@@ -23,7 +23,7 @@ import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { AnalyticsEngine, QuerySettings } from '../engine.js';
-import type { SignalCounts, Store } from '../index.js';
+import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
 import { EngineError } from '../engine-error.js';
