@@ -24,7 +24,8 @@ import { Piscina } from 'piscina';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
-import type { BillingState } from './billing/evaluator/evaluate.js';
+import { CustomerStates } from './billing/evaluator/customer-state.js';
+import { BillablePartitioner } from './billing/evaluator/partition.js';
 import { WebhookStore } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
@@ -34,7 +35,7 @@ import { dnsServersResolver } from './webhooks/ssrf.js';
 import { publishExternalEvent, validateExternalEvent } from './webhooks/external-events.js';
 import { parseJson } from './ingress/validate.js';
 import { ApiError } from './errors.js';
-import { billingNames, ensureBillingStreams, stateBucket } from './billing/evaluator/streams.js';
+import { billingNames, ensureBillingStreams, partitionConsumer, stateBucket } from './billing/evaluator/streams.js';
 import { BillingConfigStore } from './billing/config/store.js';
 import { BillingConfigApi } from './billing/config/api.js';
 import { billingEvents, startDefaultMetrics, watchConsumer } from './metrics/index.js';
@@ -85,7 +86,7 @@ export async function start(cfg: Config): Promise<Running> {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.billing.ackWaitMs));
+    const billingStreams = once(() => ensureBillingStreams(n, billing, cfg.billing.ackWaitMs, cfg.billing.partitions));
     const deliveryLog = once(async () => {
       const l = new DeliveryLog(n, cfg.natsPrefix);
       await l.ensure();
@@ -154,13 +155,8 @@ export async function start(cfg: Config): Promise<Running> {
           throw new ApiError('QUEUE_UNAVAILABLE', 'JetStream is unreachable; the event was not published, retry with the same id');
         }
       });
-      const state = await billingState();
-      server.addBilling(
-        new BillingConfigApi(await configStore(), async (orgId, mode) => {
-          const e = await state.get(`st.${orgId}.${mode}`);
-          return e && e.length > 0 ? (e.json() as BillingState).consumed : {};
-        }),
-      );
+      const customerStates = new CustomerStates(await billingState());
+      server.addBilling(new BillingConfigApi(await configStore(), (orgId, mode, customerId) => customerStates.consumed(orgId, mode, customerId)));
     }
 
     if (hasPipeline(cfg.role)) {
@@ -171,20 +167,26 @@ export async function start(cfg: Config): Promise<Running> {
       server.addStore(store);
       await nats.ensureDeadLetterStream();
       await nats.ensurePipelineConsumer(cfg);
-      await billingStreams();
-      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg));
-      await pipeline.start();
+      const partitions = await billingStreams();
+      const configs = await configStore();
+      const partitioner = new BillablePartitioner(nats, billing, (orgId, mode, refs) => configs.resolveCustomers(orgId, mode, refs), partitions);
+      pipeline = new Pipeline(cfg, nats, store, await nats.dedupeBucket(cfg), partitioner);
       // Evaluations run on the pipeline's own worker pool (the task names workers/billing.js).
-      evaluator = new BillingEvaluator(nats, billing, await configStore(), await billingState(), pipeline.pool as unknown as Piscina, {
+      evaluator = new BillingEvaluator(nats, billing, configs, await billingState(), pipeline.pool as unknown as Piscina, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
+        partitions,
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
       });
+      // What a former version left on the single billing lane goes first into the partitions.
+      const routed = await evaluator.routeFormer(partitioner);
+      if (routed > 0) log.info('billable messages of the former single lane routed into partitions', { routed });
+      await pipeline.start();
       await evaluator.start();
       billingRows = new BillingRowsInserter(nats, billing, store);
       await billingRows.start();
       watchLag('SIGNALS', nats.names.signalStream, nats.names.pipelineConsumer);
-      watchLag('BILLABLE', billing.billableStream, billing.billingConsumer);
+      for (let k = 0; k < partitions; k++) watchLag('BILLABLE', billing.partitionStream, partitionConsumer(billing, k));
       watchLag('BILLING_ROWS', billing.rowsStream, billing.rowsConsumer);
     }
 

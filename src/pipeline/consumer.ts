@@ -28,7 +28,8 @@
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
  *     whether or not an earlier delivery already stored them) are published to the billable
- *     stream with Nats-Msg-Id = the batch id (stored once; src/billing/evaluator), then the
+ *     partitions of their customers with Nats-Msg-Id = <batch id>.p<k> (stored once;
+ *     src/billing/evaluator/partition.ts), then the
  *     messages are acked. A crash anywhere before this point means redelivery, and steps
  *     3–4 make the redelivery write exactly what is missing. A failed insert or publish naks
  *     the messages for a later retry.
@@ -55,7 +56,7 @@ import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from './message
 import type { RowsResult, RowsTask } from '../../workers/rows.js';
 import { pipelineLog as log } from '../log.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
-import { billingNames, type BillingNames } from '../billing/evaluator/streams.js';
+import type { BillablePartitioner } from '../billing/evaluator/partition.js';
 
 const WORKER_FILE = new URL('../../workers/rows.js', import.meta.url).href;
 
@@ -115,6 +116,7 @@ export class Pipeline {
     private readonly nats: Nats,
     private readonly store: Store,
     claimsKv: KV,
+    private readonly billable: BillablePartitioner,
   ) {
     const threads = cfg.pipeline.workers;
     this.maxInflight = Math.max(4, threads * 4);
@@ -125,10 +127,7 @@ export class Pipeline {
       maxQueue: this.maxInflight * 2,
     });
     this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.names.dedupeBucket, cfg.publishTimeoutMs);
-    this.billing = billingNames(cfg.natsPrefix);
   }
-
-  private readonly billing: BillingNames;
 
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.nats.names.signalStream, this.nats.names.pipelineConsumer);
@@ -239,13 +238,9 @@ export class Pipeline {
     }
   }
 
+  /** Billable lines go to their customers' partitions (src/billing/evaluator/partition.ts). */
   private async publishBillable(meta: BatchMeta, lines: string[]): Promise<void> {
-    if (lines.length === 0) return;
-    const h = natsHeaders();
-    h.set(H_ORG, meta.orgId);
-    h.set(H_MODE, meta.mode);
-    h.set(H_BATCH, meta.batchId);
-    await publishDurable(this.nats.nc, `${this.billing.billableSubjectPrefix}.${meta.orgId}`, Buffer.from(lines.join('\n')), h, meta.batchId, this.cfg.publishTimeoutMs);
+    await this.billable.publish(meta, lines, this.cfg.publishTimeoutMs);
   }
 
   private async insert(lines: string[]): Promise<void> {
