@@ -19,18 +19,31 @@ import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatc
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
 const ACK_WAIT = { BILLING_ACK_WAIT_MS: '2000' };
 
-interface State {
-  lastSeq: number;
-  consumed: Record<string, string>;
+interface CustomerEntry {
+  seq: number;
+  after: { consumed: Record<string, string>; usage: Record<string, string> };
 }
 
-async function stateOf(i: Isolation, orgId: string): Promise<State | undefined> {
-  return (await stateKeys(i, `st.${orgId}.live`))[`st.${orgId}.live`] as State | undefined;
+/** The running state of every customer of an organization (cs.<org>.live.<customer>), by key. */
+async function customerStates(i: Isolation, orgId: string): Promise<Record<string, CustomerEntry>> {
+  return (await stateKeys(i, `cs.${orgId}.live.`)) as Record<string, CustomerEntry>;
 }
 
+/** Credits consumed by the organization's (one) customer's pool. */
 async function consumedInState(i: Isolation, orgId: string): Promise<string | undefined> {
-  const state = await stateOf(i, orgId);
-  return state ? Object.values(state.consumed)[0] : undefined;
+  const [only] = Object.values(await customerStates(i, orgId));
+  return only ? Object.values(only.after.consumed)[0] : undefined;
+}
+
+/** Whether batch `seq` is committed: its partition's pin names it, done, or names a later batch. */
+async function committed(i: Isolation, seq: number): Promise<boolean> {
+  const pins = Object.values(await stateKeys(i, 'pin.')) as { seq: number; done?: boolean }[];
+  return pins.some((p) => p.seq > seq || (p.seq === seq && p.done === true));
+}
+
+/** The pin naming batch `seq`. */
+async function pinOf(i: Isolation, seq: number): Promise<{ seq: number; done?: boolean; config: { caps: Record<string, unknown> } } | undefined> {
+  return (Object.values(await stateKeys(i, 'pin.')) as { seq: number; done?: boolean; config: { caps: Record<string, unknown> } }[]).find((p) => p.seq === seq);
 }
 
 /** The cap period keys of an organization: {seq, before, after} by key. */
@@ -128,7 +141,8 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   const first = await killedAt(t, pipeline, exited, 'after-events');
   t.equal(first.orgId, org.id);
   t.equal((await busEvents(iso, org.id)).length, first.events, "the batch's events were on the bus when it died (it is the first batch with events)");
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < first.seq, 'its state was not committed');
+  t.notOk(await committed(iso, first.seq), 'it was not committed');
+  t.same(Object.values(await customerStates(iso, org.id)).filter((c) => c.seq === first.seq), [], 'nor its customer state written');
   t.same((await periodsOf(iso, org.id)).filter((p) => p.seq === first.seq), [], 'nor its cap period');
 
   // 2. The replay of that batch killed after writing its period key, before the state.
@@ -137,7 +151,8 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   exited = exitOf(pipeline);
   const second = await killedAt(t, pipeline, exited, 'before-state-write');
   t.equal(second.seq, first.seq, 'the held batch came back first and was replayed');
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < second.seq, 'its state was not committed');
+  t.notOk(await committed(iso, second.seq), 'it was not committed');
+  t.equal(Object.values(await customerStates(iso, org.id)).filter((c) => c.seq === second.seq).length, 1, 'its customer state key was written');
   const written = (await periodsOf(iso, org.id)).filter((p) => p.seq === second.seq);
   t.equal(written.length, 1, 'its cap period key was written');
   t.equal(written[0]?.after.reached, true, 'with the cap reached in it');
@@ -209,7 +224,7 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
   const seq = paused!.seq;
   await proxy.cut();
   t.equal((await busEvents(iso, org.id)).length, paused!.events, 'when NATS was cut its events were published');
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < seq, 'and its state was not committed');
+  t.notOk(await committed(iso, seq), 'and it was not committed');
   // A JSON log line (fields in any order) with that message and this seq.
   const retried = (l: string): boolean => l.includes('billing evaluation failed; retrying in place') && new RegExp(`"seq":${seq}\\b`).test(l);
   const sawRetry = await waitFor(async () => pipeline.output.slice(pipeline.output.indexOf('billing fault point reached')).split('\n').some(retried), (x) => x, 30_000);
@@ -217,7 +232,7 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
   await proxy.start(proxy.port);
   await billed(iso);
   t.match(pipeline.output, /nats disconnected[\s\S]*nats reconnected/, 'the pipeline process lost NATS and got it back');
-  t.equal(((await stateOf(iso, org.id))?.lastSeq ?? 0) >= seq, true, 'the held batch was committed after the reconnection');
+  t.ok(await committed(iso, seq), 'the held batch was committed after the reconnection');
   checkEvents(t, await busEvents(iso, org.id));
   t.equal(await consumedInState(iso, org.id), '1200');
   t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }]);
@@ -247,9 +262,9 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   t.equal((await sendBatch(ingress.url, org.live, signals(12, 'a'))).status, 202);
   const crash = await killedAt(t, pipeline, exited, 'after-events');
   t.equal(crash.events, 2);
-  const pin = (await stateKeys(iso, 'pin')).pin as { seq: number; config: { caps: Record<string, unknown> } };
-  t.equal(pin.seq, crash.seq, 'the crashed batch has its configuration pinned');
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < crash.seq, 'its state was not committed');
+  const pin = (await pinOf(iso, crash.seq))!;
+  t.ok(pin, 'the crashed batch has its configuration pinned');
+  t.notOk(pin.done, 'it was not committed');
 
   // Meanwhile: a top-up that covers the whole batch and a cap the batch alone would reach.
   await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools/${pool.id}/top-ups`, { credits: '100' });
@@ -280,7 +295,7 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
     const nc = await connect({ servers: NATS_URL });
     try {
       const jsm = await jetstreamManager(nc);
-      const a = await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE`, 'billing');
+      const a = await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE_P`, 'billing-p0');
       const b = await jsm.consumers.info(`${iso.natsPrefix}_BILLING_ROWS`, 'billing-rows');
       return [(a.config.ack_wait ?? 0) / 1e6, (b.config.ack_wait ?? 0) / 1e6];
     } finally {

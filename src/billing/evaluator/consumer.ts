@@ -19,7 +19,8 @@
  *                     revisions, config} while it is evaluated — the configuration of the
  *                     customers the batch names (and the plans they use), with the KV revision
  *                     of each document (the configuration bucket keeps one revision, so the pin
- *                     holds the documents themselves) — then {seq, done: true} once committed.
+ *                     holds the documents themselves) — then the same with `done: true`
+ *                     once committed.
  *   st.<org>.<mode>, pin   the former layout (one state per organization and mode, one pin):
  *                     read in place, never written (customer-state.ts, routeFormer).
  *
@@ -49,7 +50,7 @@
  *     {seq: S, before, after}, each with compare-and-set on the revision read in 3 (create
  *     when absent): a holder that lost S to an ack-wait expiry cannot overwrite a later
  *     batch's values; it fails and finds S committed.
- *  8. Write pin.<k> = {seq: S, done: true} with compare-and-set on the pin's revision. This is
+ *  8. Write pin.<k> marked `done: true` with compare-and-set on the pin's revision. This is
  *     the commit point. A failed compare-and-set means another holder finished S in between
  *     (an ack-wait expiry): the retry finds it done and acks.
  *  9. Ack.
@@ -98,9 +99,8 @@ export interface Pin {
   config: BillingConfig;
 }
 
-/** pin.<k> once its batch is committed (step 8). */
-export interface DonePin {
-  seq: number;
+/** pin.<k> once its batch is committed (step 8): the same pin, marked done. */
+export interface DonePin extends Pin {
   done: true;
 }
 
@@ -299,7 +299,7 @@ export class BillingEvaluator {
     await this.fault.at('before-state-write', fault);
 
     // 8. The commit point.
-    await this.state.update(pinKey(k), JSON.stringify({ seq: m.seq, done: true } satisfies DonePin), pinned.revision);
+    await this.state.update(pinKey(k), JSON.stringify({ ...pinned.pin, done: true } satisfies DonePin), pinned.revision);
     await this.fault.at('after-state-write', fault);
 
     // 9.

@@ -13,7 +13,8 @@
  * its one partition). No key: what the former layout's one document per organization and
  * mode (`st.<org>.<mode>`, no longer written) holds for the customer's pools and attributes,
  * else nothing. Such a document is read in place, never rewritten; since nothing writes it
- * any more, a process keeps what it read.
+ * any more, a process keeps one it found (an absent one costs a KV get per batch that names a
+ * customer without a key of its own: a new customer's first batch).
  */
 import type { KV, KvEntry } from '@nats-io/kv';
 import type { BillingConfig } from '../model.js';
@@ -49,20 +50,25 @@ export interface ReadStates {
 const FORMER_CACHE = 64;
 
 export class CustomerStates {
-  /** Documents of the former layout by key (null: none). They are never written any more. */
+  /** Documents of the former layout found, by key. They are never written any more. */
   private readonly former = new Map<string, Promise<BillingState | null>>();
 
   constructor(private readonly kv: KV) {}
 
   formerState(orgId: string, mode: Mode): Promise<BillingState | null> {
     const key = formerStateKey(orgId, mode);
-    let p = this.former.get(key);
-    if (!p) {
-      p = this.kv.get(key).then((e) => (present(e) ? (e.json() as BillingState) : null));
-      p.catch(() => this.former.delete(key));
-      if (this.former.size >= FORMER_CACHE) this.former.delete(this.former.keys().next().value!);
-      this.former.set(key, p);
-    }
+    const cached = this.former.get(key);
+    if (cached) return cached;
+    const p = this.kv.get(key).then((e) => (present(e) ? (e.json() as BillingState) : null));
+    // Only a document found is kept (it no longer changes); an absent one is asked again.
+    void p.then(
+      (doc) => {
+        if (doc === null) return;
+        if (this.former.size >= FORMER_CACHE) this.former.delete(this.former.keys().next().value!);
+        this.former.set(key, p);
+      },
+      () => undefined,
+    );
     return p;
   }
 
