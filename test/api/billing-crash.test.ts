@@ -10,11 +10,13 @@
  * a dead process comes back quickly.
  */
 import t, { type Test } from 'tap';
-import { connect } from '@nats-io/transport-node';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, headers as natsHeaders } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
 import { TcpProxy } from '../helpers/proxy.js';
+import { H_BATCH, H_MODE, H_ORG } from '../../src/pipeline/message.js';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
+import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
 const ACK_WAIT = { BILLING_ACK_WAIT_MS: '2000' };
@@ -310,4 +312,146 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
   }
   const bad = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_ACK_WAIT_MS: '500' });
   await t.rejects(bad.start(), /BILLING_ACK_WAIT_MS=500: must be between 1000 and 3600000/, 'a bad value stops the start with a message naming it');
+});
+
+// Many customers over few partitions, two pipeline processes, each killed once at a different
+// point, then both replaced. Each customer draws 1 credit per signal, so one serial run's
+// outcome per customer is arithmetic on its signal count n (whatever the order): consumed =
+// usage = n; the pool empties once when n ≥ granted, goes negative once when n > granted;
+// usage passes the included quantity once when n > included; the cap period totals n and
+// fires once, at exactly its amount, when n ≥ amount.
+const CUSTOMERS = 24;
+const MANY_BATCHES = 48;
+const MANY_PER = 10;
+const spec = (c: number) => ({ granted: 8 + (c % 12), included: 10 + (c % 8), cap: 12 + (c % 6) });
+
+t.test('two pipeline processes killed -9 at different points, many customers over partitions: exactly one serial run per customer', async (t) => {
+  const iso = isolation('billmany');
+  const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', BILLING_PARTITIONS: '4', ...ACK_WAIT };
+  let p1 = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
+  let p2 = new ServiceProcess(isoB, { ...env, BILLING_FAULT_POINT: 'before-state-write' });
+  t.teardown(async () => {
+    await ingress.stop();
+    await p1.stop();
+    await p2.stop();
+    await cleanup(iso);
+    await cleanup(isoB).catch(() => undefined);
+  });
+  await Promise.all([ingress.start(), p1.start(), p2.start()]);
+  const exited = [exitOf(p1), exitOf(p2)];
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const customers: { id: string; pool: string; ola: string }[] = [];
+  for (let c = 0; c < CUSTOMERS; c++) {
+    const s = spec(c);
+    const cus = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `ext-${c}` });
+    await call(ingress.url, org, 'PUT', `/api/v2/customers/${cus.id}/units/root`, {});
+    const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${cus.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.25', currency: 'EUR', includedQuantity: String(s.included), creditsCurrencyId: CUR, creditsPerUnit: '1' });
+    const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${cus.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: String(s.granted) });
+    await call(ingress.url, org, 'PUT', `/api/v2/customers/${cus.id}/units/root/credit-caps/${CUR}`, { amount: String(s.cap), frequency: 'YEARLY', effectiveFrom: '2026-01-01T00:00:00Z' });
+    customers.push({ id: cus.id, pool: pool.id, ola: ola.id });
+  }
+  // Signal i of batch b goes to customer (7b + i) mod CUSTOMERS, named by its externalId or
+  // its service id in turn (one customer either way: one partition).
+  const n = new Array<number>(CUSTOMERS).fill(0);
+  const batches = Array.from({ length: MANY_BATCHES }, (_, b) => ({
+    signals: Array.from({ length: MANY_PER }, (_, i) => {
+      const c = (7 * b + i) % CUSTOMERS;
+      n[c]!++;
+      return { eventName: 'e', customerId: (b + i) % 2 === 0 ? `ext-${c}` : customers[c]!.id, unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `m${b}-${i}` };
+    }),
+  }));
+  const sent = await Promise.all(batches.map((b) => sendBatch(ingress.url, org.live, b)));
+  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+
+  // (Each one's batch may already be finished by the other process when both have died.)
+  await Promise.all([killedAt(t, p1, exited[0]!, 'after-events'), killedAt(t, p2, exited[1]!, 'before-state-write')]);
+  p1 = new ServiceProcess(iso, env);
+  p2 = new ServiceProcess(isoB, env);
+  await Promise.all([p1.start(), p2.start()]);
+  await billed(iso);
+
+  const pins = Object.keys(await stateKeys(iso, 'pin.'));
+  t.ok(pins.length > 1, `the customers' batches went through several partitions (${pins.join(', ')})`);
+  const states = await customerStates(iso, org.id);
+  const periods = Object.values(await stateKeys(iso, `cp.${org.id}.live.`)) as { after: { used: string; reached: boolean } }[];
+  const events = await busEvents(iso, org.id);
+  t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');
+  const count = (event: string, customerId: string, type?: string): number =>
+    events.filter((e) => e.event === event && (e.data.credits?.customerId ?? e.data.customer?.id ?? e.data.overage?.customerId) === customerId && (type === undefined || e.data.overage?.eventType === type)).length;
+  const got: unknown[] = [];
+  const want: unknown[] = [];
+  customers.forEach((c, i) => {
+    const s = spec(i);
+    const st = states[`cs.${org.id}.live.${c.id}`];
+    got.push([i, st?.after.consumed[c.pool], st?.after.usage[c.ola], count('billing-credits-depleted', c.id), count('billing-overage-incurred', c.id, 'OverageCredit'), count('billing-overage-incurred', c.id, 'OverageUsage'), count('billing-credit-cap-reached', c.id)]);
+    want.push([i, String(n[i]), String(n[i]), n[i]! >= s.granted ? 1 : 0, n[i]! > s.granted ? 1 : 0, n[i]! > s.included ? 1 : 0, n[i]! >= s.cap ? 1 : 0]);
+  });
+  t.same(got, want, 'per customer: consumption, usage and events of one serial run');
+  t.same(periods.map((p) => p.after.used).sort(), n.map(String).sort(), 'one cap period per customer, totalling its signals');
+  t.equal(periods.filter((p) => p.after.reached).length, n.filter((x, i) => x >= spec(i).cap).length, 'reached where the total reaches the amount');
+  t.ok(events.filter((e) => e.event === 'billing-credit-cap-reached').every((e) => e.data.usedDecimal === e.data.cap.amountDecimal), 'each cap fired at its amount');
+  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${customers[0]!.id}/credit-pools`);
+  t.match(pools.creditPools, [{ consumedCredits: String(n[0]), balance: String(spec(0).granted - n[0]!) }], 'the listing reads the customer state');
+
+  // Rows: each process's engine holds what its rows inserter stored; together, one per signal.
+  await Promise.all([p1.stop(), p2.stop()]);
+  let totals = [0, 0, 0];
+  for (const dir of [iso, isoB]) {
+    const all = new ServiceProcess(dir, { ROLE: 'all' });
+    await all.start();
+    const r = (await http(all.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query: 'SELECT (SELECT count() FROM fact_cost), (SELECT count() FROM fact_credit_consumption), (SELECT toString(sum(credits)) FROM fact_credit_consumption)' } })).body;
+    await all.stop();
+    const [cost, cons, credits] = r.rows[0] as string[];
+    totals = [totals[0]! + Number(cost), totals[1]! + Number(cons), totals[2]! + Number(credits)];
+  }
+  const signals = MANY_BATCHES * MANY_PER;
+  t.same(totals, [signals, signals, signals], 'one cost and one consumption row per signal across both engines, credits exact');
+});
+
+t.test('the former single billing lane: on start, its messages are routed into the partitions, those the former state already records only acked', async (t) => {
+  const iso = isolation('billformer');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  let pipeline: ServiceProcess | null = null;
+  t.teardown(async () => {
+    await ingress.stop();
+    await pipeline?.stop();
+    await cleanup(iso);
+  });
+  await ingress.start(); // creates the streams
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
+  const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '100' });
+  // As a former pipeline left them: two billable messages (lines without a resolved customer),
+  // the first already applied to the former state (3 credits) before a crash lost its ack.
+  const line = (id: string, ref: string) => JSON.stringify({ i: id, e: 'e', c: ref, u: null, t: Date.parse('2026-05-01T00:00:00Z'), d: {} });
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const js = jetstream(nc);
+    const publish = async (batchId: string, lines: string[]) => {
+      const h = natsHeaders();
+      h.set(H_ORG, org.id);
+      h.set(H_MODE, 'live');
+      h.set(H_BATCH, batchId);
+      h.set('Nats-Msg-Id', batchId);
+      return (await js.publish(`${iso.natsPrefix}.billable.${org.id}`, lines.join('\n'), { headers: h })).seq;
+    };
+    const s1 = await publish('former-1', [line('sig_f1a', 'acme'), line('sig_f1b', 'acme'), line('sig_f1c', c.id)]);
+    await publish('former-2', [line('sig_f2a', 'acme'), line('sig_f2b', c.id), line('sig_f2c', 'nobody')]);
+    const kv = await new Kvm(js).open(`${iso.natsPrefix}_billing_state`);
+    await kv.create(`st.${org.id}.live`, JSON.stringify({ lastSeq: s1, consumed: { [pool.id]: '3' }, usage: { [ola.id]: '3' } }));
+  } finally {
+    await nc.close();
+  }
+  pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
+  await pipeline.start();
+  await billed(iso);
+  t.match(logLines(pipeline, 'billable messages of the former single lane routed into partitions'), [{ routed: 1 }], 'one message routed, the recorded one only acked');
+  t.match(Object.values(await customerStates(iso, org.id)), [{ after: { consumed: { [pool.id]: '5' }, usage: { [ola.id]: '5' } } }], 'the routed batch went on from the former state: its two signals of the customer, by externalId and by id');
+  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
+  t.match(pools.creditPools, [{ consumedCredits: '5', balance: '95' }]);
 });
