@@ -310,6 +310,19 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
     await p.stop();
     t.same(await ackWaits(), [expected, expected], JSON.stringify(env));
   }
+  // The partitions made by the first start stay: customers keep their partition.
+  const other = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_PARTITIONS: '4' });
+  await other.start();
+  await other.stop();
+  t.match(logLines(other, 'BILLING_PARTITIONS differs from the partitions in use; keeping those'), [{ configured: 4, inUse: 16 }], 'a different BILLING_PARTITIONS later is logged and not applied');
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const names: string[] = [];
+    for await (const ci of (await jetstreamManager(nc)).consumers.list(`${iso.natsPrefix}_BILLABLE_P`)) names.push(ci.name);
+    t.same(names.sort(), Array.from({ length: 16 }, (_, k) => `billing-p${k}`).sort(), 'the 16 partition consumers of the first start (BILLING_PARTITIONS default)');
+  } finally {
+    await nc.close();
+  }
   const bad = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_ACK_WAIT_MS: '500' });
   await t.rejects(bad.start(), /BILLING_ACK_WAIT_MS=500: must be between 1000 and 3600000/, 'a bad value stops the start with a message naming it');
 });
@@ -328,7 +341,8 @@ const spec = (c: number) => ({ granted: 8 + (c % 12), included: 10 + (c % 8), ca
 t.test('two pipeline processes killed -9 at different points, many customers over partitions: exactly one serial run per customer', async (t) => {
   const iso = isolation('billmany');
   const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
-  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  // Every role creates the partitions when it finds none: the same setting everywhere.
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress', BILLING_PARTITIONS: '4' });
   const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', BILLING_PARTITIONS: '4', ...ACK_WAIT };
   let p1 = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
   let p2 = new ServiceProcess(isoB, { ...env, BILLING_FAULT_POINT: 'before-state-write' });
@@ -373,8 +387,8 @@ t.test('two pipeline processes killed -9 at different points, many customers ove
   await Promise.all([p1.start(), p2.start()]);
   await billed(iso);
 
-  const pins = Object.keys(await stateKeys(iso, 'pin.'));
-  t.ok(pins.length > 1, `the customers' batches went through several partitions (${pins.join(', ')})`);
+  const pins = Object.keys(await stateKeys(iso, 'pin.')).sort();
+  t.ok(pins.length > 1 && pins.every((k) => /^pin\.[0-3]$/.test(k)), `the customers' batches went through several of the 4 partitions (${pins.join(', ')})`);
   const states = await customerStates(iso, org.id);
   const periods = Object.values(await stateKeys(iso, `cp.${org.id}.live.`)) as { after: { used: string; reached: boolean } }[];
   const events = await busEvents(iso, org.id);
