@@ -39,7 +39,8 @@
  *     is S, `after` otherwise; no key: the former document's values, or nothing), list the
  *     cap periods S touches (capPeriods, in the worker) and read their keys, by the same rule
  *     (no key: zero, or what a former document kept for that period).
- *  4. Evaluate in a piscina worker (evaluate.ts): pure and deterministic, so a replay, from
+ *  4. Evaluate in a piscina worker (evaluate.ts; a part of at most 16 signals on the main
+ *     thread, where the hop costs more than the work): pure and deterministic, so a replay, from
  *     the same state, period totals and pinned documents, computes the same rows and events.
  *  5. Publish the cost, credit-consumption and unpriced rows to `<P>_BILLING_ROWS` with
  *     Nats-Msg-Id = rows-<batch id>.p<k> (stored once); the rows inserter (rows.ts) stores them
@@ -75,7 +76,7 @@ import { billingEvents, billingLag } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../pipeline/message.js';
 import type { BillingConfig } from '../model.js';
 import type { BillableLine } from '../../../workers/rows.js';
-import { startingTotal, type BillableSignal, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodEntry, type PeriodTotal } from './evaluate.js';
+import { capPeriods, evaluate, startingTotal, type BillableSignal, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import { partitionConsumer, type BillingNames } from './streams.js';
 import { FaultHook, type FaultContext } from './fault.js';
 import { CustomerStates, formerStateKey } from './customer-state.js';
@@ -83,6 +84,8 @@ import type { BillablePartitioner } from './partition.js';
 import type { Mode } from '../../shared/mode.js';
 
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
+/** Parts of batches with at most this many signals are evaluated on the main thread (see run). */
+const INLINE_SIGNALS = 16;
 
 export interface ConfigSource {
   /** The configuration restricted to the customers `refs` name (ids or externalIds) and the plans they use. */
@@ -125,6 +128,8 @@ export class BillingEvaluator {
   private readonly subscriptions: ConsumerMessages[] = [];
   private readonly loops: Promise<void>[] = [];
   private readonly customers: CustomerStates;
+  /** Tasks of this evaluator on the shared pool, at most one per thread (its queue is sized for the pipeline). */
+  private readonly poolSlots: Slots;
   readonly stats: EvaluatorStats = { messages: 0, events: 0, costRows: 0 };
 
   constructor(
@@ -136,6 +141,17 @@ export class BillingEvaluator {
     private readonly opts: EvaluatorOptions,
   ) {
     this.customers = new CustomerStates(state);
+    this.poolSlots = new Slots(Math.max(1, pool.maxThreads));
+  }
+
+  /**
+   * A pure step (evaluate.ts) on the worker pool, or on this thread for a batch of at most
+   * INLINE_SIGNALS signals: a partition's part of a small batch is a signal or two, for which
+   * the hop to a worker (and the copies there and back) costs more than the work.
+   */
+  private run<T>(task: CapPeriodsInput | EvaluationInput, name?: 'capPeriods'): Promise<T> {
+    if (task.signals.length <= INLINE_SIGNALS) return Promise.resolve((name === 'capPeriods' ? capPeriods(task) : evaluate(task as EvaluationInput)) as T);
+    return this.poolSlots.with(() => this.pool.run(task, { filename: WORKER_FILE, ...(name ? { name } : {}) }) as Promise<T>);
   }
 
   private get fault(): FaultHook {
@@ -247,7 +263,7 @@ export class BillingEvaluator {
     // 3. The running state of the batch's customers and the totals of the cap periods S touches.
     const [read, refs] = await Promise.all([
       this.customers.read(orgId, mode, config, m.seq),
-      Object.keys(config.caps).length === 0 ? Promise.resolve([] as CapPeriodRef[]) : (this.pool.run({ orgId, mode, config, signals } satisfies CapPeriodsInput, { filename: WORKER_FILE, name: 'capPeriods' }) as Promise<CapPeriodRef[]>),
+      Object.keys(config.caps).length === 0 ? Promise.resolve([] as CapPeriodRef[]) : this.run<CapPeriodRef[]>({ orgId, mode, config, signals } satisfies CapPeriodsInput, 'capPeriods'),
     ]);
     const entries = await Promise.all(refs.map((r) => this.state.get(r.key)));
     const former = refs.length > 0 && entries.some((e) => !e) ? (read.former ?? (await this.customers.formerState(orgId, mode))) : null;
@@ -260,7 +276,7 @@ export class BillingEvaluator {
 
     // 4. Evaluate.
     const input: EvaluationInput = { orgId, mode, config, state: read.state, signals, evaluatedAt, periods };
-    const out = (await this.pool.run(input, { filename: WORKER_FILE })) as EvaluationOutput;
+    const out = await this.run<EvaluationOutput>(input);
     const fault: FaultContext = { seq: m.seq, orgId, mode, events: out.events.length };
     await this.fault.at('after-pin', fault);
 
@@ -330,6 +346,28 @@ export class BillingEvaluator {
     this.stopping = true;
     for (const s of this.subscriptions) s.stop();
     await Promise.all(this.loops);
+  }
+}
+
+/** At most `n` at once; the others wait their turn, in order. */
+class Slots {
+  private free: number;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(n: number) {
+    this.free = n;
+  }
+
+  async with<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.free > 0) this.free--;
+    else await new Promise<void>((r) => this.waiting.push(r));
+    try {
+      return await fn();
+    } finally {
+      const next = this.waiting.shift();
+      if (next) next();
+      else this.free++;
+    }
   }
 }
 
