@@ -24,6 +24,7 @@ import { Piscina } from 'piscina';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
+import { IdempotencyClaims } from './pipeline/dedupe.js';
 import { CustomerStates } from './billing/evaluator/customer-state.js';
 import { BillablePartitioner } from './billing/evaluator/partition.js';
 import { WebhookStore } from './webhooks/store.js';
@@ -183,7 +184,7 @@ export async function start(cfg: Config): Promise<Running> {
       if (routed > 0) log.info('billable messages of the former single lane routed into partitions', { routed });
       await pipeline.start();
       await evaluator.start();
-      billingRows = new BillingRowsInserter(nats, billing, store);
+      billingRows = new BillingRowsInserter(nats, billing, store, new IdempotencyClaims(await nats.dedupeBucket(cfg), nats.nc, nats.names.dedupeBucket, cfg.publishTimeoutMs));
       await billingRows.start();
       watchLag('SIGNALS', nats.names.signalStream, nats.names.pipelineConsumer);
       for (let k = 0; k < partitions; k++) watchLag('BILLABLE', billing.partitionStream, partitionConsumer(billing, k));
