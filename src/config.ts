@@ -88,6 +88,12 @@ export interface Config {
     /** Ack wait of the billing consumers (billable batches, billing rows): redelivery after a holder died. */
     ackWaitMs: number;
     /**
+     * Partitions of the billable stream (src/billing/evaluator/partition.ts): customers are
+     * spread over them by hash and each is evaluated one batch at a time, in order; the
+     * partitions run in parallel. Fixed by the first start (existing partitions win).
+     */
+    partitions: number;
+    /**
      * Test-only fault hook of the billing evaluator (src/billing/evaluator/fault.ts): the point
      * of the commit order where it acts, null (the default) for none.
      */
@@ -304,6 +310,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     },
     billing: {
       ackWaitMs: r.int('BILLING_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
+      partitions: r.int('BILLING_PARTITIONS', 16, 1, 256),
       faultPoint: r.optional('BILLING_FAULT_POINT') === null ? null : r.oneOf<BillingFaultPoint>('BILLING_FAULT_POINT', 'after-pin', BILLING_FAULT_POINTS),
       faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause'] as const),
       faultPauseMs: r.int('BILLING_FAULT_PAUSE_MS', 5_000, 10, 600_000),

@@ -31,7 +31,9 @@ import { createWorkerPool } from './shared/worker-pool.js';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
-import type { BillingState } from './billing/evaluator/evaluate.js';
+import { IdempotencyClaims } from './pipeline/dedupe.js';
+import { CustomerStates } from './billing/evaluator/customer-state.js';
+import { BillablePartitioner } from './billing/evaluator/partition.js';
 import { WebhookStore, webhookBucket } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
@@ -91,7 +93,7 @@ export async function start(cfg: Config): Promise<Running> {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, cfg.billing.ackWaitMs));
+    const billingStreams = once(() => ensureBillingStreams(n, cfg.billing.ackWaitMs, cfg.billing.partitions));
     const deliveryLog = once(async () => {
       const l = new DeliveryLog(n);
       await l.ensure();
@@ -138,7 +140,7 @@ export async function start(cfg: Config): Promise<Running> {
       const registry = new OrgRegistry(await orgBucket(nats), cfg.defaultLimits);
       await registry.start();
       await billingStreams();
-      const state = await billingState();
+      const customerStates = new CustomerStates(await billingState());
       routes.mountIngress({
         registry,
         signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs),
@@ -150,10 +152,7 @@ export async function start(cfg: Config): Promise<Running> {
           publishTimeoutMs: cfg.publishTimeoutMs,
         }),
         externalEvents: { nats, publishTimeoutMs: cfg.publishTimeoutMs },
-        billing: new BillingConfigApi(await configStore(), async (orgId, mode) => {
-          const e = await state.get(`st.${orgId}.${mode}`);
-          return e && e.length > 0 ? (e.json() as BillingState).consumed : {};
-        }),
+        billing: new BillingConfigApi(await configStore(), (orgId, mode, customerId) => customerStates.consumed(orgId, mode, customerId)),
       });
     }
 
@@ -165,22 +164,28 @@ export async function start(cfg: Config): Promise<Running> {
       routes.mountStore(store);
       await ensureDeadLetterStream(nats);
       await ensurePipelineConsumer(nats, cfg);
-      await billingStreams();
+      const partitions = await billingStreams();
+      const configs = await configStore();
+      const partitioner = new BillablePartitioner(nats, (orgId, mode, refs) => configs.resolveCustomers(orgId, mode, refs), partitions);
       // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
       // evaluator's evaluations (workers/billing.ts) run on it.
       pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
-      pipeline = new Pipeline(cfg, nats, store, await dedupeBucket(nats, cfg), pool);
-      await pipeline.start();
-      evaluator = new BillingEvaluator(nats, await configStore(), await billingState(), pool, {
+      pipeline = new Pipeline(cfg, nats, store, await dedupeBucket(nats, cfg), pool, partitioner);
+      evaluator = new BillingEvaluator(nats, configs, await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
+        partitions,
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
       });
+      // What a former version left on the single billing lane goes first into the partitions.
+      const routed = await evaluator.routeFormer(partitioner);
+      if (routed > 0) log.info('billable messages of the former single lane routed into partitions', { routed });
+      await pipeline.start();
       await evaluator.start();
-      billingRows = new BillingRowsInserter(nats, store);
+      billingRows = new BillingRowsInserter(nats, store, new IdempotencyClaims(await dedupeBucket(nats, cfg), nats.nc, topology.buckets.dedupe, cfg.publishTimeoutMs));
       await billingRows.start();
       watchLag('SIGNALS', topology.signals.stream, topology.signals.consumer);
-      watchLag('BILLABLE', topology.billable.stream, topology.billable.consumer);
+      for (let k = 0; k < partitions; k++) watchLag('BILLABLE', topology.billableParts.stream, topology.billableParts.consumer(k));
       watchLag('BILLING_ROWS', topology.billingRows.stream, topology.billingRows.consumer);
     }
 

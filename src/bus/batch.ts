@@ -41,6 +41,8 @@ export type ExactTexts = Record<string, string>;
 
 /** A signal as the billable stream carries it (compact: it must fit NATS max_payload). */
 export interface BillableLine {
+  /** The customer's service id, resolved by the pipeline from `c` when it splits a batch by partition (src/billing/evaluator/partition.ts); absent: no such customer. */
+  k?: string;
   i: string;
   e: string;
   c: string;

@@ -31,7 +31,18 @@ interface StreamNames<S extends unknown[]> {
 export interface Topology {
   signals: StreamNames<[orgId: string]> & { consumer: string };
   deadLetters: StreamNames<[orgId: string]>;
+  /** The former single billing lane: only read on start, to re-route what an older version left there. */
   billable: StreamNames<[orgId: string]> & { consumer: string };
+  /**
+   * The billing partitions (src/billing/evaluator/partition.ts): subject
+   * `<P>.billable-p.<k>.<org>`, one durable consumer `billing-p<k>` per partition k filtering
+   * `<P>.billable-p.<k>.>`.
+   */
+  billableParts: StreamNames<[k: number, orgId: string]> & {
+    consumerPrefix: string;
+    consumer(k: number): string;
+    filter(k: number): string;
+  };
   billingRows: StreamNames<[orgId: string]> & { consumer: string };
   events: StreamNames<[orgId: string, mode: Mode, event: string]> & { consumer: string };
   deliveries: StreamNames<[orgId: string, mode: Mode]>;
@@ -47,7 +58,7 @@ export interface Topology {
 }
 
 export function topology(prefix: string): Topology {
-  const stream = <S extends string[]>(name: string, subject: string): StreamNames<S> => ({
+  const stream = <S extends unknown[]>(name: string, subject: string): StreamNames<S> => ({
     stream: `${prefix}_${name}`,
     subjects: `${prefix}.${subject}.>`,
     subject: (...parts: S) => [prefix, subject, ...parts].join('.'),
@@ -56,6 +67,12 @@ export function topology(prefix: string): Topology {
     signals: { ...stream('SIGNALS', 'signals'), consumer: 'pipeline' },
     deadLetters: stream('SIGNALS_DLQ', 'dlq'),
     billable: { ...stream('BILLABLE', 'billable'), consumer: 'billing' },
+    billableParts: {
+      ...stream<[k: number, orgId: string]>('BILLABLE_P', 'billable-p'),
+      consumerPrefix: 'billing-p',
+      consumer: (k) => `billing-p${k}`,
+      filter: (k) => `${prefix}.billable-p.${k}.>`,
+    },
     billingRows: { ...stream('BILLING_ROWS', 'billing-rows'), consumer: 'billing-rows' },
     events: { ...stream('EVENTS', 'events'), consumer: 'dispatcher' },
     deliveries: stream('DELIVERIES', 'deliveries'),

@@ -28,7 +28,8 @@
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts.
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
  *     whether or not an earlier delivery already stored them) are published to the billable
- *     stream with Nats-Msg-Id = the batch id (stored once; src/billing/evaluator), then the
+ *     partitions of their customers with Nats-Msg-Id = <batch id>.p<k> (stored once;
+ *     src/billing/evaluator/partition.ts), then the
  *     messages are acked. A crash anywhere before this point means redelivery, and steps
  *     3–4 make the redelivery write exactly what is missing. A failed insert or publish naks
  *     the messages for a later retry.
@@ -55,6 +56,10 @@ import type { RowsResult, RowsTask } from './rows-task.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
+/** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
+export interface BillablePublisher {
+  publish(meta: BatchMeta, lines: string[], timeoutMs: number): Promise<void>;
+}
 
 const buildRows = workerTask<RowsTask, RowsResult>(new URL('../../workers/rows.js', import.meta.url).href);
 
@@ -117,6 +122,7 @@ export class Pipeline {
     claimsKv: KV,
     /** The process's worker pool (main.ts; the billing evaluator runs on it too), of cfg.pipeline.workers threads. */
     private readonly pool: WorkerPool,
+    private readonly billable: BillablePublisher,
   ) {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
     this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.topology.buckets.dedupe, cfg.publishTimeoutMs);
@@ -231,13 +237,9 @@ export class Pipeline {
     }
   }
 
+  /** Billable lines go to their customers' partitions (src/billing/evaluator/partition.ts). */
   private async publishBillable(meta: BatchMeta, lines: string[]): Promise<void> {
-    if (lines.length === 0) return;
-    const h = natsHeaders();
-    h.set(H_ORG, meta.orgId);
-    h.set(H_MODE, meta.mode);
-    h.set(H_BATCH, meta.batchId);
-    await publishDurable(this.nats.nc, this.nats.topology.billable.subject(meta.orgId), Buffer.from(lines.join('\n')), h, meta.batchId, this.cfg.publishTimeoutMs);
+    await this.billable.publish(meta, lines, this.cfg.publishTimeoutMs);
   }
 
   private async insert(lines: string[]): Promise<void> {

@@ -17,6 +17,8 @@ export interface TaskOptions {
 
 export interface WorkerPool {
   run(task: unknown, options: TaskOptions): Promise<unknown>;
+  /** Its number of threads (a stage may bound its own tasks to it). */
+  readonly maxThreads: number;
 }
 
 /** A pool of `threads` workers, queueing at most `maxQueue` tasks. Stopped with `destroy`. */

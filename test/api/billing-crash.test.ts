@@ -10,27 +10,42 @@
  * a dead process comes back quickly.
  */
 import t, { type Test } from 'tap';
-import { connect } from '@nats-io/transport-node';
-import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, headers as natsHeaders } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
 import { TcpProxy } from '../helpers/proxy.js';
+import { H_BATCH, H_MODE, H_ORG } from '../../src/bus/batch.js';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
+import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
 const ACK_WAIT = { BILLING_ACK_WAIT_MS: '2000' };
 
-interface State {
-  lastSeq: number;
-  consumed: Record<string, string>;
+interface CustomerEntry {
+  seq: number;
+  after: { consumed: Record<string, string>; usage: Record<string, string> };
 }
 
-async function stateOf(i: Isolation, orgId: string): Promise<State | undefined> {
-  return (await stateKeys(i, `st.${orgId}.live`))[`st.${orgId}.live`] as State | undefined;
+/** The running state of every customer of an organization (cs.<org>.live.<customer>), by key. */
+async function customerStates(i: Isolation, orgId: string): Promise<Record<string, CustomerEntry>> {
+  return (await stateKeys(i, `cs.${orgId}.live.`)) as Record<string, CustomerEntry>;
 }
 
+/** Credits consumed by the organization's (one) customer's pool. */
 async function consumedInState(i: Isolation, orgId: string): Promise<string | undefined> {
-  const state = await stateOf(i, orgId);
-  return state ? Object.values(state.consumed)[0] : undefined;
+  const [only] = Object.values(await customerStates(i, orgId));
+  return only ? Object.values(only.after.consumed)[0] : undefined;
+}
+
+/** Whether batch `seq` is committed: its partition's pin names it, done, or names a later batch. */
+async function committed(i: Isolation, seq: number): Promise<boolean> {
+  const pins = Object.values(await stateKeys(i, 'pin.')) as { seq: number; done?: boolean }[];
+  return pins.some((p) => p.seq > seq || (p.seq === seq && p.done === true));
+}
+
+/** The pin naming batch `seq`. */
+async function pinOf(i: Isolation, seq: number): Promise<{ seq: number; done?: boolean; config: { caps: Record<string, unknown> } } | undefined> {
+  return (Object.values(await stateKeys(i, 'pin.')) as { seq: number; done?: boolean; config: { caps: Record<string, unknown> } }[]).find((p) => p.seq === seq);
 }
 
 /** The cap period keys of an organization: {seq, before, after} by key. */
@@ -128,7 +143,8 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   const first = await killedAt(t, pipeline, exited, 'after-events');
   t.equal(first.orgId, org.id);
   t.equal((await busEvents(iso, org.id)).length, first.events, "the batch's events were on the bus when it died (it is the first batch with events)");
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < first.seq, 'its state was not committed');
+  t.notOk(await committed(iso, first.seq), 'it was not committed');
+  t.same(Object.values(await customerStates(iso, org.id)).filter((c) => c.seq === first.seq), [], 'nor its customer state written');
   t.same((await periodsOf(iso, org.id)).filter((p) => p.seq === first.seq), [], 'nor its cap period');
 
   // 2. The replay of that batch killed after writing its period key, before the state.
@@ -137,7 +153,8 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   exited = exitOf(pipeline);
   const second = await killedAt(t, pipeline, exited, 'before-state-write');
   t.equal(second.seq, first.seq, 'the held batch came back first and was replayed');
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < second.seq, 'its state was not committed');
+  t.notOk(await committed(iso, second.seq), 'it was not committed');
+  t.equal(Object.values(await customerStates(iso, org.id)).filter((c) => c.seq === second.seq).length, 1, 'its customer state key was written');
   const written = (await periodsOf(iso, org.id)).filter((p) => p.seq === second.seq);
   t.equal(written.length, 1, 'its cap period key was written');
   t.equal(written[0]?.after.reached, true, 'with the cap reached in it');
@@ -209,7 +226,7 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
   const seq = paused!.seq;
   await proxy.cut();
   t.equal((await busEvents(iso, org.id)).length, paused!.events, 'when NATS was cut its events were published');
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < seq, 'and its state was not committed');
+  t.notOk(await committed(iso, seq), 'and it was not committed');
   // A JSON log line (fields in any order) with that message and this seq.
   const retried = (l: string): boolean => l.includes('billing evaluation failed; retrying in place') && new RegExp(`"seq":${seq}\\b`).test(l);
   const sawRetry = await waitFor(async () => pipeline.output.slice(pipeline.output.indexOf('billing fault point reached')).split('\n').some(retried), (x) => x, 30_000);
@@ -217,7 +234,7 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
   await proxy.start(proxy.port);
   await billed(iso);
   t.match(pipeline.output, /nats disconnected[\s\S]*nats reconnected/, 'the pipeline process lost NATS and got it back');
-  t.equal(((await stateOf(iso, org.id))?.lastSeq ?? 0) >= seq, true, 'the held batch was committed after the reconnection');
+  t.ok(await committed(iso, seq), 'the held batch was committed after the reconnection');
   checkEvents(t, await busEvents(iso, org.id));
   t.equal(await consumedInState(iso, org.id), '1200');
   t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }]);
@@ -247,9 +264,9 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   t.equal((await sendBatch(ingress.url, org.live, signals(12, 'a'))).status, 202);
   const crash = await killedAt(t, pipeline, exited, 'after-events');
   t.equal(crash.events, 2);
-  const pin = (await stateKeys(iso, 'pin')).pin as { seq: number; config: { caps: Record<string, unknown> } };
-  t.equal(pin.seq, crash.seq, 'the crashed batch has its configuration pinned');
-  t.ok(((await stateOf(iso, org.id))?.lastSeq ?? 0) < crash.seq, 'its state was not committed');
+  const pin = (await pinOf(iso, crash.seq))!;
+  t.ok(pin, 'the crashed batch has its configuration pinned');
+  t.notOk(pin.done, 'it was not committed');
 
   // Meanwhile: a top-up that covers the whole batch and a cap the batch alone would reach.
   await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools/${pool.id}/top-ups`, { credits: '100' });
@@ -280,7 +297,7 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
     const nc = await connect({ servers: NATS_URL });
     try {
       const jsm = await jetstreamManager(nc);
-      const a = await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE`, 'billing');
+      const a = await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE_P`, 'billing-p0');
       const b = await jsm.consumers.info(`${iso.natsPrefix}_BILLING_ROWS`, 'billing-rows');
       return [(a.config.ack_wait ?? 0) / 1e6, (b.config.ack_wait ?? 0) / 1e6];
     } finally {
@@ -293,6 +310,179 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
     await p.stop();
     t.same(await ackWaits(), [expected, expected], JSON.stringify(env));
   }
+  // The partitions made by the first start stay: customers keep their partition.
+  const other = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_PARTITIONS: '4' });
+  await other.start();
+  await other.stop();
+  t.match(logLines(other, 'BILLING_PARTITIONS differs from the partitions in use; keeping those'), [{ configured: 4, inUse: 16 }], 'a different BILLING_PARTITIONS later is logged and not applied');
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const names: string[] = [];
+    for await (const ci of (await jetstreamManager(nc)).consumers.list(`${iso.natsPrefix}_BILLABLE_P`)) names.push(ci.name);
+    t.same(names.sort(), Array.from({ length: 16 }, (_, k) => `billing-p${k}`).sort(), 'the 16 partition consumers of the first start (BILLING_PARTITIONS default)');
+  } finally {
+    await nc.close();
+  }
   const bad = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_ACK_WAIT_MS: '500' });
   await t.rejects(bad.start(), /BILLING_ACK_WAIT_MS=500: must be between 1000 and 3600000/, 'a bad value stops the start with a message naming it');
+});
+
+// Many customers over few partitions, two pipeline processes, each killed once at a different
+// point, then both replaced. Each customer draws 1 credit per signal, so one serial run's
+// outcome per customer is arithmetic on its signal count n (whatever the order): consumed =
+// usage = n; the pool empties once when n ≥ granted, goes negative once when n > granted;
+// usage passes the included quantity once when n > included; the cap period totals n and
+// fires once, at exactly its amount, when n ≥ amount.
+const CUSTOMERS = 24;
+const MANY_BATCHES = 48;
+const MANY_PER = 10;
+const spec = (c: number) => ({ granted: 8 + (c % 12), included: 10 + (c % 8), cap: 12 + (c % 6) });
+
+t.test('two pipeline processes killed -9 at different points, many customers over partitions: exactly one serial run per customer', async (t) => {
+  const iso = isolation('billmany');
+  const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
+  // Every role creates the partitions when it finds none: the same setting everywhere.
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress', BILLING_PARTITIONS: '4' });
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', BILLING_PARTITIONS: '4', ...ACK_WAIT };
+  let p1 = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
+  let p2 = new ServiceProcess(isoB, { ...env, BILLING_FAULT_POINT: 'before-state-write' });
+  t.teardown(async () => {
+    await ingress.stop();
+    await p1.stop();
+    await p2.stop();
+    await cleanup(iso);
+    await cleanup(isoB).catch(() => undefined);
+  });
+  await Promise.all([ingress.start(), p1.start(), p2.start()]);
+  const exited = [exitOf(p1), exitOf(p2)];
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const customers: { id: string; pool: string; ola: string }[] = [];
+  for (let c = 0; c < CUSTOMERS; c++) {
+    const s = spec(c);
+    const cus = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `ext-${c}` });
+    await call(ingress.url, org, 'PUT', `/api/v2/customers/${cus.id}/units/root`, {});
+    const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${cus.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.25', currency: 'EUR', includedQuantity: String(s.included), creditsCurrencyId: CUR, creditsPerUnit: '1' });
+    const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${cus.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: String(s.granted) });
+    await call(ingress.url, org, 'PUT', `/api/v2/customers/${cus.id}/units/root/credit-caps/${CUR}`, { amount: String(s.cap), frequency: 'YEARLY', effectiveFrom: '2026-01-01T00:00:00Z' });
+    customers.push({ id: cus.id, pool: pool.id, ola: ola.id });
+  }
+  // Signal i of batch b goes to customer (7b + i) mod CUSTOMERS, named by its externalId or
+  // its service id in turn (one customer either way: one partition).
+  const n = new Array<number>(CUSTOMERS).fill(0);
+  const batches = Array.from({ length: MANY_BATCHES }, (_, b) => ({
+    signals: Array.from({ length: MANY_PER }, (_, i) => {
+      const c = (7 * b + i) % CUSTOMERS;
+      n[c]!++;
+      return { eventName: 'e', customerId: (b + i) % 2 === 0 ? `ext-${c}` : customers[c]!.id, unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `m${b}-${i}` };
+    }),
+  }));
+  const sent = await Promise.all(batches.map((b) => sendBatch(ingress.url, org.live, b)));
+  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+
+  // (Each one's batch may already be finished by the other process when both have died.)
+  await Promise.all([killedAt(t, p1, exited[0]!, 'after-events'), killedAt(t, p2, exited[1]!, 'before-state-write')]);
+  p1 = new ServiceProcess(iso, env);
+  p2 = new ServiceProcess(isoB, env);
+  await Promise.all([p1.start(), p2.start()]);
+  await billed(iso);
+
+  const pins = Object.keys(await stateKeys(iso, 'pin.')).sort();
+  t.ok(pins.length > 1 && pins.every((k) => /^pin\.[0-3]$/.test(k)), `the customers' batches went through several of the 4 partitions (${pins.join(', ')})`);
+  const states = await customerStates(iso, org.id);
+  const periods = Object.values(await stateKeys(iso, `cp.${org.id}.live.`)) as { after: { used: string; reached: boolean } }[];
+  const events = await busEvents(iso, org.id);
+  t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');
+  const count = (event: string, customerId: string, type?: string): number =>
+    events.filter((e) => e.event === event && (e.data.credits?.customerId ?? e.data.customer?.id ?? e.data.overage?.customerId) === customerId && (type === undefined || e.data.overage?.eventType === type)).length;
+  const got: unknown[] = [];
+  const want: unknown[] = [];
+  customers.forEach((c, i) => {
+    const s = spec(i);
+    const st = states[`cs.${org.id}.live.${c.id}`];
+    got.push([i, st?.after.consumed[c.pool], st?.after.usage[c.ola], count('billing-credits-depleted', c.id), count('billing-overage-incurred', c.id, 'OverageCredit'), count('billing-overage-incurred', c.id, 'OverageUsage'), count('billing-credit-cap-reached', c.id)]);
+    want.push([i, String(n[i]), String(n[i]), n[i]! >= s.granted ? 1 : 0, n[i]! > s.granted ? 1 : 0, n[i]! > s.included ? 1 : 0, n[i]! >= s.cap ? 1 : 0]);
+  });
+  t.same(got, want, 'per customer: consumption, usage and events of one serial run');
+  t.same(periods.map((p) => p.after.used).sort(), n.map(String).sort(), 'one cap period per customer, totalling its signals');
+  t.equal(periods.filter((p) => p.after.reached).length, n.filter((x, i) => x >= spec(i).cap).length, 'reached where the total reaches the amount');
+  t.ok(events.filter((e) => e.event === 'billing-credit-cap-reached').every((e) => e.data.usedDecimal === e.data.cap.amountDecimal), 'each cap fired at its amount');
+  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${customers[0]!.id}/credit-pools`);
+  t.match(pools.creditPools, [{ consumedCredits: String(n[0]), balance: String(spec(0).granted - n[0]!) }], 'the listing reads the customer state');
+
+  // Rows: each process's engine holds what its rows inserter stored. A rows message taken
+  // over from a killed process (its insert done, its ack not) is stored again by the other
+  // process's own engine: with one shared store it is stored once (rows.ts), here each
+  // process has its own, so the union is compared: one row per signal, identical copies.
+  await Promise.all([p1.stop(), p2.stop()]);
+  const cost = new Map<string, string>();
+  const consumption = new Map<string, string>();
+  let copiesDiffer = 0;
+  const merge = (into: Map<string, string>, rows: string[][]): void => {
+    for (const [id, value] of rows) {
+      if (into.has(id!) && into.get(id!) !== value) copiesDiffer++;
+      into.set(id!, value!);
+    }
+  };
+  for (const dir of [iso, isoB]) {
+    const all = new ServiceProcess(dir, { ROLE: 'all' });
+    await all.start();
+    const q = async (query: string): Promise<string[][]> => (await http(all.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query } })).body.rows;
+    const [c] = await q('SELECT toString(count()), toString(uniqExact(signal_id)), (SELECT toString(count()) FROM fact_credit_consumption), (SELECT toString(uniqExact(signal_id)) FROM fact_credit_consumption) FROM fact_cost');
+    t.same([c![0], c![2]], [c![1], c![3]], `no signal twice within one engine (${dir.dataDir})`);
+    merge(cost, await q("SELECT signal_id, concat(customer_id, ' ', toString(quantity), ' ', toString(cost_amount)) FROM fact_cost LIMIT 10000"));
+    merge(consumption, await q("SELECT signal_id, concat(pool_id, ' ', toString(credits)) FROM fact_credit_consumption LIMIT 10000"));
+    await all.stop();
+  }
+  const signals = MANY_BATCHES * MANY_PER;
+  t.same([cost.size, consumption.size, copiesDiffer], [signals, signals, 0], 'one cost and one consumption row per signal, copies across the engines identical');
+  t.equal([...consumption.values()].reduce((sum, v) => sum + Number(v.split(' ')[1]), 0), signals, 'credits exact');
+  const perCustomer = new Map<string, number>();
+  for (const v of cost.values()) perCustomer.set(v.split(' ')[0]!, (perCustomer.get(v.split(' ')[0]!) ?? 0) + 1);
+  t.same(customers.map((c) => perCustomer.get(c.id) ?? 0), n, 'cost rows per customer: its signals');
+});
+
+t.test('the former single billing lane: on start, its messages are routed into the partitions, those the former state already records only acked', async (t) => {
+  const iso = isolation('billformer');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  let pipeline: ServiceProcess | null = null;
+  t.teardown(async () => {
+    await ingress.stop();
+    await pipeline?.stop();
+    await cleanup(iso);
+  });
+  await ingress.start(); // creates the streams
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
+  const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '100' });
+  // As a former pipeline left them: two billable messages (lines without a resolved customer),
+  // the first already applied to the former state (3 credits) before a crash lost its ack.
+  const line = (id: string, ref: string) => JSON.stringify({ i: id, e: 'e', c: ref, u: null, t: Date.parse('2026-05-01T00:00:00Z'), d: {} });
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const js = jetstream(nc);
+    const publish = async (batchId: string, lines: string[]) => {
+      const h = natsHeaders();
+      h.set(H_ORG, org.id);
+      h.set(H_MODE, 'live');
+      h.set(H_BATCH, batchId);
+      h.set('Nats-Msg-Id', batchId);
+      return (await js.publish(`${iso.natsPrefix}.billable.${org.id}`, lines.join('\n'), { headers: h })).seq;
+    };
+    const s1 = await publish('former-1', [line('sig_f1a', 'acme'), line('sig_f1b', 'acme'), line('sig_f1c', c.id)]);
+    await publish('former-2', [line('sig_f2a', 'acme'), line('sig_f2b', c.id), line('sig_f2c', 'nobody')]);
+    const kv = await new Kvm(js).open(`${iso.natsPrefix}_billing_state`);
+    await kv.create(`st.${org.id}.live`, JSON.stringify({ lastSeq: s1, consumed: { [pool.id]: '3' }, usage: { [ola.id]: '3' } }));
+  } finally {
+    await nc.close();
+  }
+  pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
+  await pipeline.start();
+  await billed(iso);
+  t.match(logLines(pipeline, 'billable messages of the former single lane routed into partitions'), [{ routed: 1 }], 'one message routed, the recorded one only acked');
+  t.match(Object.values(await customerStates(iso, org.id)), [{ after: { consumed: { [pool.id]: '5' }, usage: { [ola.id]: '5' } } }], 'the routed batch went on from the former state: its two signals of the customer, by externalId and by id');
+  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
+  t.match(pools.creditPools, [{ consumedCredits: '5', balance: '95' }]);
 });

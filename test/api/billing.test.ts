@@ -130,11 +130,14 @@ t.test('a late signal in an old period reaches its cap, once, whatever came in b
   t.same(await query(s.org.live, "SELECT toString(sum(credits)) FROM fact_credit_consumption WHERE created_at < '2026-04-02 00:00:00'"), [['8']], 'the rows agree');
 });
 
-t.test('a state written by the former layout (periods inside the state) keeps its period totals and flags', async (t) => {
-  const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-06-01T00:00:00Z' });
+t.test('a state written by the former layouts (one document per organization, periods inside it) is read in place: consumption, usage, period totals and flags', async (t) => {
+  const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-06-01T00:00:00Z', included: '10' });
   const capKey = JSON.stringify([s.customerId, 'root', CUR]);
-  // As the former evaluator left it: day 1 at 4 credits, day 2 reached (and fired) at 5.
-  const legacy = { lastSeq: 0, consumed: {}, usage: {}, caps: { [capKey]: { '2026-06-01T00:00:00Z': { used: '4', reached: false }, '2026-06-02T00:00:00Z': { used: '5', reached: true } } } };
+  const pools = async () => (await ok(http(svc.url, 'GET', `/api/v2/customers/${s.customerId}/credit-pools`, { token: s.org.live }))).creditPools as { id: string; consumedCredits: string; balance: string }[];
+  const poolId = (await pools())[0]!.id;
+  // As the former evaluator left it: 7 credits drawn, usage 9 (the included 10 not yet
+  // passed), day 1 at 4 credits, day 2 reached (and fired) at 5.
+  const legacy = { lastSeq: 0, consumed: { [poolId]: '7' }, usage: { [s.olaId]: '9' }, caps: { [capKey]: { '2026-06-01T00:00:00Z': { used: '4', reached: false }, '2026-06-02T00:00:00Z': { used: '5', reached: true } } } };
   const nc = await connect({ servers: NATS_URL });
   try {
     const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing_state`);
@@ -142,6 +145,7 @@ t.test('a state written by the former layout (periods inside the state) keeps it
   } finally {
     await nc.close();
   }
+  t.match(await pools(), [{ id: poolId, consumedCredits: '7', balance: '993' }], 'the listing reads the former document while the customer has no state of its own');
   const at = (day: number, key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-06-0${day}T12:00:00Z`, idempotencyKey: key });
   await ok(sendBatch(svc.url, s.org.live, { signals: [at(1, 'a'), at(2, 'b'), at(3, 'c')] }), [202]);
   await billed(iso);
@@ -149,6 +153,12 @@ t.test('a state written by the former layout (periods inside the state) keeps it
   t.same(caps, [['2026-06-01T00:00:00Z', '5']], 'day 1 goes on from 4 and fires at 5; day 2 does not fire again; day 3 starts at 0');
   const totals = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: { used: string } }).after.used).sort();
   t.same(totals, ['1', '5', '6']);
+  const overage = (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-overage-incurred').map((e) => e.data.overage);
+  t.match(overage, [{ eventType: 'OverageUsage', threshold: 10, currentUsage: 11 }], 'usage went on from 9: the second signal crosses the included 10, once');
+  t.equal(overage.length, 1);
+  t.match(await pools(), [{ id: poolId, consumedCredits: '10', balance: '990' }], 'consumption went on from 7');
+  const own = (await stateKeys(iso, `cs.${s.org.id}.live.${s.customerId}`))[`cs.${s.org.id}.live.${s.customerId}`];
+  t.match(own, { after: { consumed: { [poolId]: '10' }, usage: { [s.olaId]: '12' } } }, "the customer's own state key carries the former values forward");
 });
 
 t.test('a batch is evaluated against (and pins) only the customers it names', async (t) => {
@@ -168,8 +178,9 @@ t.test('a batch is evaluated against (and pins) only the customers it names', as
   ];
   await ok(sendBatch(svc.url, s.org.live, { signals }), [202]);
   await billed(iso);
-  const pin = (await stateKeys(iso, 'pin')).pin as { orgId: string; config: { customers: Record<string, unknown>; attributes: Record<string, { customerId: string }>; plans: Record<string, unknown> }; revisions: Record<string, number> };
-  t.equal(pin.orgId, s.org.id, 'the last batch is this one');
+  const pins = Object.values(await stateKeys(iso, 'pin.')) as { orgId: string; seq: number }[];
+  const pin = pins.filter((p) => p.orgId === s.org.id).sort((a, b) => b.seq - a.seq)[0] as unknown as { orgId: string; config: { customers: Record<string, unknown>; attributes: Record<string, { customerId: string }>; plans: Record<string, unknown> }; revisions: Record<string, number> };
+  t.ok(pin, "the batch's pin");
   t.same(Object.keys(pin.config.customers), [s.customerId], 'only the named customer is pinned');
   t.same(Object.values(pin.config.attributes).map((a) => a.customerId), [s.customerId]);
   t.equal(Object.keys(pin.config.plans).length, 1, 'and only the plan its attributes use');

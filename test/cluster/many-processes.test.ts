@@ -204,8 +204,9 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
   t.equal(await waitFor(stored, (n) => n >= expectedSignals, 20_000), expectedSignals, `exactly ${expectedSignals} signal rows`);
 
   // Billing: the state, the events and the rows equal the model.
-  const state = (await stateKeys(iso, `st.${org.id}.live`))[`st.${org.id}.live`] as { consumed: Record<string, string> } | undefined;
-  t.same(Object.values(state?.consumed ?? {}), ['1200'], 'the pool consumed exactly 2,400 × 0.5 credits');
+  // The running state of each customer (cs.<org>.live.<customer>, src/billing/evaluator/customer-state.ts): one here.
+  const states = Object.values(await stateKeys(iso, `cs.${org.id}.live.`)) as { after: { consumed: Record<string, string> } }[];
+  t.same(states.flatMap((st) => Object.values(st.after.consumed)), ['1200'], 'the pool consumed exactly 2,400 × 0.5 credits');
   const events = await busEvents(iso, org.id);
   t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice on the bus');
   const dep = events.filter((e) => e.event === 'billing-credits-depleted');

@@ -44,10 +44,11 @@ export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
     const jsm = await jetstreamManager(nc);
     const end = Date.now() + timeoutMs;
     for (;;) {
-      const ci = await jsm.consumers.info(`${i.natsPrefix}_BILLABLE`, 'billing');
+      // Work queues: a stream's messages are those not yet acked, in every partition at once.
+      const [former, parts] = await Promise.all([`${i.natsPrefix}_BILLABLE`, `${i.natsPrefix}_BILLABLE_P`].map(async (s) => (await jsm.streams.info(s)).state.messages));
       const ri = await jsm.consumers.info(`${i.natsPrefix}_BILLING_ROWS`, 'billing-rows');
-      if (ci.num_pending + ci.num_ack_pending + ri.num_pending + ri.num_ack_pending === 0) return;
-      if (Date.now() > end) throw new Error(`billing not drained: ${ci.num_pending + ri.num_pending} pending, ${ci.num_ack_pending + ri.num_ack_pending} unacked`);
+      if (former! + parts! + ri.num_pending + ri.num_ack_pending === 0) return;
+      if (Date.now() > end) throw new Error(`billing not drained: ${former! + parts!} billable messages, ${ri.num_pending} rows pending, ${ri.num_ack_pending} unacked`);
       await sleep(100);
     }
   } finally {

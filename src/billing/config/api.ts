@@ -111,8 +111,8 @@ function checkNoCycle(c: Customer, unit: string, parent: string): void {
   }
 }
 
-/** Credits consumed per pool id so far, as the billing evaluator recorded them (decimal strings). */
-export type ConsumedSource = (orgId: string, mode: Principal['mode']) => Promise<Record<string, string>>;
+/** Credits consumed per pool id of one customer so far, as the billing evaluator recorded them (decimal strings). */
+export type ConsumedSource = (orgId: string, mode: Principal['mode'], customerId: string) => Promise<Record<string, string>>;
 
 /** Page size of every list: `limit` defaults to DEFAULT_LIMIT and is at most MAX_LIMIT. */
 export const DEFAULT_LIMIT = 100;
@@ -225,7 +225,7 @@ export class BillingConfigApi {
       r('post', `${customer}/credit-pools`, (req, p, who) => this.createPool(req, p, who)),
       r('get', `${customer}/credit-pools`, async (req, p, who) => {
         const page = pageRequest(req.query);
-        const [d, used] = await Promise.all([this.doc(who, p('customerId')), this.consumed(who.org.id, who.mode)]);
+        const [d, used] = await Promise.all([this.doc(who, p('customerId')), this.consumed(who.org.id, who.mode, p('customerId'))]);
         const { items, nextCursor } = pageOf(Object.entries(d.pools), page);
         const pools = items.map((x) => {
           const view = poolView(x);

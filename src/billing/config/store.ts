@@ -339,18 +339,29 @@ export class BillingConfigStore {
    * as signals do) and the plans their attributes use: one get per customer (two for an
    * externalId) and one per plan, whatever the organization's size.
    */
+  /** The customer a signal names: by service id, or else by externalId (through its claim). */
+  private async customerByRef(orgId: string, mode: Mode, ref: string): Promise<VersionedCustomer | null> {
+    if (CUSTOMER_ID.test(ref)) return this.getCustomer(orgId, mode, ref);
+    const owner = await this.externalIdOwner(orgId, mode, ref);
+    if (!owner) return null;
+    const c = await this.getCustomer(orgId, mode, owner.customerId);
+    return c && c.doc.customer.externalId === ref ? c : null;
+  }
+
+  /**
+   * The service id each reference names (billing partitions, evaluator/partition.ts): a
+   * service id is its own (whether or not the customer exists: evaluation finds it or not);
+   * an externalId is resolved; null when no customer has it.
+   */
+  async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
+    const ids = await Promise.all(refs.map(async (ref) => (CUSTOMER_ID.test(ref) ? ref : ((await this.customerByRef(orgId, mode, ref))?.doc.customer.id ?? null))));
+    return new Map(refs.map((r, i) => [r, ids[i]!]));
+  }
+
   async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
     const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
     const revisions: Record<string, number> = {};
-    const found = await Promise.all(
-      [...new Set(refs)].map(async (ref) => {
-        if (CUSTOMER_ID.test(ref)) return this.getCustomer(orgId, mode, ref);
-        const owner = await this.externalIdOwner(orgId, mode, ref);
-        if (!owner) return null;
-        const c = await this.getCustomer(orgId, mode, owner.customerId);
-        return c && c.doc.customer.externalId === ref ? c : null;
-      }),
-    );
+    const found = await Promise.all([...new Set(refs)].map((ref) => this.customerByRef(orgId, mode, ref)));
     const planIds = new Set<string>();
     for (const f of found) {
       if (!f) continue;

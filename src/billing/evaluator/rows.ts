@@ -4,8 +4,9 @@
  * pipeline:
  * messages are buffered (up to 10,000 rows or 200 ms), inserted with one statement per
  * table, then acked. On a redelivery (a crash after the insert, before the ack, or an ack wait
- * that ran out), rows of signals already in the tables are dropped first, so every row is
- * stored exactly once. That check is made in the flush, after every earlier flush of this
+ * that ran out: flagged by JetStream, or found by the message's mark in the dedupe bucket,
+ * taken before its first insert), rows of signals already in the tables are dropped first,
+ * so every row is stored exactly once. That check is made in the flush, after every earlier flush of this
  * process has finished (flushes run one after another): checked on arrival, a redelivery
  * could miss the rows of its own first delivery still being inserted here. Held messages are
  * marked in progress every {@link WORKING_MS} so that their ack wait does not run out while
@@ -16,8 +17,13 @@ import { PULL_EXPIRES_MS, type Nats } from '../../bus/connection.js';
 import type { Store } from '../../store/index.js';
 import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
-import { H_ORG } from '../../bus/batch.js';
+import { H_MODE, H_ORG } from '../../bus/batch.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
+
+/** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
+export interface BatchMarks {
+  takeBatch(orgId: string, mode: string, batchId: string): Promise<boolean>;
+}
 
 const FLUSH_ROWS = 10_000;
 const FLUSH_MS = 200;
@@ -44,6 +50,8 @@ export class BillingRowsInserter {
   constructor(
     private readonly nats: Nats,
     private readonly store: Store,
+    /** The pipeline's batch marks (src/pipeline/dedupe.ts): one per rows message, taken before its insert. */
+    private readonly marks: BatchMarks,
   ) {}
 
   async start(): Promise<void> {
@@ -97,8 +105,9 @@ export class BillingRowsInserter {
         const take = <R extends { signal_id: string }>(into: R[], from: R[], ids: Set<string>): void => {
           for (const r of from) if (!ids.has(r.signal_id)) (ids.add(r.signal_id), into.push(r));
         };
+        const first = await Promise.all(batch.msgs.map((m) => this.firstTake(m)));
         for (let i = 0; i < batch.msgs.length; i++) {
-          const rows = batch.msgs[i]!.redelivered ? await this.notYetStored(batch.msgs[i]!, batch.rows[i]!) : batch.rows[i]!;
+          const rows = batch.msgs[i]!.redelivered || !first[i] ? await this.notYetStored(batch.msgs[i]!, batch.rows[i]!) : batch.rows[i]!;
           take(costs, rows.costs, seen.costs);
           take(consumption, rows.consumption, seen.consumption);
           take(unpriced, rows.unpriced, seen.unpriced);
@@ -118,7 +127,21 @@ export class BillingRowsInserter {
     return this.flushing;
   }
 
-  /** The rows of a redelivered message whose signals are not in their tables yet. */
+  /**
+   * Whether no delivery of this message got as far as its insert before: its mark (by its
+   * Nats-Msg-Id) is taken now. JetStream's redelivery flag is not proof: after a kill -9 of
+   * the process holding a message, the next process can get it with deliveryCount 1
+   * (src/pipeline/dedupe.ts takeBatch), its rows possibly stored already.
+   */
+  private async firstTake(m: JsMsg): Promise<boolean> {
+    const orgId = m.headers?.get(H_ORG) ?? '';
+    const mode = m.headers?.get(H_MODE) ?? '';
+    const id = m.headers?.get('Nats-Msg-Id') ?? '';
+    if (!orgId || !mode || !id) return false;
+    return this.marks.takeBatch(orgId, mode, id);
+  }
+
+  /** The rows of a message whose signals are not in their tables yet. */
   private async notYetStored(m: JsMsg, rows: Held): Promise<Held> {
     const orgId = m.headers?.get(H_ORG) ?? '';
     const ids = [...new Set([...rows.costs, ...rows.consumption, ...rows.unpriced].map((r) => r.signal_id))];

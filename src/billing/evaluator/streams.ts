@@ -1,55 +1,79 @@
 /**
  * The JetStream resources of billing evaluation (names: src/bus/topology.ts), with their
  * configuration:
- *   billable      work queue, subject <P>.billable.<org>: per accepted batch, the signals
- *                 it contributes (idempotency duplicates excluded), published by the
- *                 pipeline after the rows are stored, with Nats-Msg-Id = the batch id.
- *   consumer `billing` with max_ack_pending 1: billable messages are evaluated one at a
- *                 time in stream order, whichever pipeline process takes them, so balances
- *                 and period totals are updated by exactly one writer at a time.
+ *   billable parts  work queue, subject <P>.billable-p.<k>.<org>: per accepted batch and
+ *                 partition k (partition.ts: hash of organization, mode and customer mod
+ *                 BILLING_PARTITIONS), the signals it contributes to k (idempotency
+ *                 duplicates excluded), published by the pipeline after the rows are
+ *                 stored, with Nats-Msg-Id = <batch id>.p<k>.
+ *   consumers `billing-p<k>`, one per partition, filter <P>.billable-p.<k>.>, each with
+ *                 max_ack_pending 1: a partition's messages are evaluated one at a time in
+ *                 stream order, whichever pipeline process takes them, so a customer's
+ *                 balances and period totals have exactly one writer at a time; partitions
+ *                 run in parallel.
+ *   billable      the former single lane (subject <P>.billable.<org>, consumer `billing`):
+ *                 what an older version left there is re-routed into the partitions on start
+ *                 (consumer.ts, routeFormer).
  *   events        the bus of billing events, subject <P>.events.<org>.<mode>.<event>,
  *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
  *                 days; the webhook dispatcher reads it.
- *   billing state KV: the evaluator's running state per organization and mode, the
- *                 cap period totals and the pin of the batch in flight (consumer.ts).
+ *   billing state KV: the evaluator's running state per customer, the cap period totals and
+ *                 the pin of each partition's batch in flight (consumer.ts).
  *   billing rows  work queue: fact_cost / fact_credit_consumption / fact_unpriced rows per evaluated
- *                 batch (Nats-Msg-Id rows-<batch id>), inserted in bulk by rows.ts.
+ *                 batch (Nats-Msg-Id rows-<batch id>.p<k>), inserted in bulk by rows.ts.
  */
 import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Nats } from '../../bus/connection.js';
 import { ensure } from '../../bus/topology.js';
 import { NS_PER_MS } from '../../shared/time.js';
+import { billingLog } from '../../log.js';
 
 const DAY_MS = 86_400_000;
 
-export async function ensureBillingStreams(nats: Nats, ackWaitMs: number): Promise<void> {
+/**
+ * Creates the billing streams and consumers and returns the number of partitions in use: the
+ * one found (partition consumers already there: customers must keep their partition, so a
+ * different BILLING_PARTITIONS is ignored and logged), else `partitions`.
+ */
+export async function ensureBillingStreams(nats: Nats, ackWaitMs: number, partitions: number): Promise<number> {
   const t = nats.topology;
   // Created once and left alone, except that their replicas are raised to NATS_REPLICAS.
   const keep = (s: { stream: string; subjects: string }, config: Record<string, unknown>): Promise<void> =>
     ensure(nats, { existing: 'keep', stream: { name: s.stream, subjects: [s.subjects], storage: StorageType.File, ...config } });
-  await keep(t.billable, {
-    retention: RetentionPolicy.Workqueue,
-    max_msg_size: nats.maxPayload,
-    // A batch re-published after a pipeline crash (same Nats-Msg-Id) is stored once.
-    duplicate_window: DAY_MS * NS_PER_MS,
-  });
+  // A batch (or a batch's part) re-published after a pipeline crash (same Nats-Msg-Id) is stored once.
+  const workQueue = { retention: RetentionPolicy.Workqueue, max_msg_size: nats.maxPayload, duplicate_window: DAY_MS * NS_PER_MS };
+  await keep(t.billable, workQueue);
+  await keep(t.billableParts, workQueue);
   await keep(t.events, {
     retention: RetentionPolicy.Limits,
     max_age: 30 * DAY_MS * NS_PER_MS,
     // An event re-published by a replay (same deterministic id) is stored once.
     duplicate_window: DAY_MS * NS_PER_MS,
   });
-  await keep(t.billingRows, { retention: RetentionPolicy.Workqueue, max_msg_size: nats.maxPayload, duplicate_window: DAY_MS * NS_PER_MS });
-  // Both billing consumers take BILLING_ACK_WAIT_MS; an existing consumer is updated to it.
-  await ensure(nats, {
-    of: t.billingRows.stream,
-    consumer: { durable_name: t.billingRows.consumer, ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_ack_pending: 1_000, max_deliver: -1 },
-  });
-  await ensure(nats, {
-    of: t.billable.stream,
-    consumer: { durable_name: t.billable.consumer, ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_ack_pending: 1, max_deliver: -1 },
-  });
+  await keep(t.billingRows, workQueue);
+  // Every billing consumer takes BILLING_ACK_WAIT_MS; an existing consumer is updated to it.
+  const consumer = { ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_deliver: -1 };
+  await ensure(nats, { of: t.billingRows.stream, consumer: { ...consumer, durable_name: t.billingRows.consumer, max_ack_pending: 1_000 } });
+  await ensure(nats, { of: t.billable.stream, consumer: { ...consumer, durable_name: t.billable.consumer, max_ack_pending: 1 } });
+  const existing = await existingPartitions(nats);
+  const p = existing > 0 ? existing : partitions;
+  if (existing > 0 && existing !== partitions) billingLog.warn('BILLING_PARTITIONS differs from the partitions in use; keeping those', { configured: partitions, inUse: existing });
+  for (let k = 0; k < p; k++) {
+    await ensure(nats, {
+      of: t.billableParts.stream,
+      consumer: { ...consumer, durable_name: t.billableParts.consumer(k), max_ack_pending: 1, filter_subject: t.billableParts.filter(k) },
+    });
+  }
+  return p;
+}
+
+/** The number of partition consumers on the partition stream (0: none yet). */
+async function existingPartitions(nats: Nats): Promise<number> {
+  const { stream, consumerPrefix } = nats.topology.billableParts;
+  let count = 0;
+  for await (const ci of nats.jsm.consumers.list(stream)) if (ci.name.startsWith(consumerPrefix) && /^\d+$/.test(ci.name.slice(consumerPrefix.length))) count++;
+  return count;
 }
 
 export function stateBucket(nats: Nats): Promise<KV> {

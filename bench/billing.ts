@@ -1,0 +1,249 @@
+/**
+ * Billing evaluation throughput and lag (issue 14, "Parallel evaluation").
+ *
+ * Starts the service (ROLE=all, plus --pipelines − 1 extra ROLE=pipeline processes with their
+ * own data directories), seeds --orgs organizations × --customers customers each (direct KV
+ * puts, bench/lib/billing-seed.ts: every customer has a credit-priced attribute for `tokens`,
+ * a pool and a monthly cap on its root unit, so every signal is priced, draws credits and
+ * counts against a cap), then runs two scenarios of --duration seconds each: batches of 10
+ * signals, then of 500, posted by --in-flight concurrent producers, each batch from a random
+ * organization, each signal for a random customer of it (by externalId or service id in turn).
+ *
+ * It watches the service's own subjects with plain NATS subscriptions (no JetStream consumer,
+ * nothing taken from the service): a billable message (one per batch and partition it
+ * touches, Nats-Msg-Id `<batch>.p<k>`) is *stored* when the pipeline publishes it, and
+ * *evaluated* when the evaluator publishes its rows (Nats-Msg-Id `rows-<batch>.p<k>`).
+ * Prints, per scenario: batches accepted/s, billable batches evaluated/s (a batch counts once
+ * all its partitions are evaluated), partition messages/s, and billing lag stored → evaluated
+ * p50/p99 (hdr-histogram, per partition message and per batch: first part stored → last part
+ * evaluated). After the producers stop it waits until every stored message is evaluated.
+ * Target (issue): billing keeps up (the backlog drains with the producers) with lag p99 ≤ 1 s.
+ *
+ *   node dist/bench/billing.js [--orgs N (100)] [--customers N (100)] [--duration S (30)]
+ *     [--in-flight N (8)] [--pipelines N (1)] [--partitions N (service default)] [--sizes 10,500]
+ */
+import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Args } from './lib/args.js';
+import { seed, seedId } from './lib/billing-seed.js';
+import { CpuMeter, LatencyHistogram, appendHistory, fmt, hostInfo, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg, http, type BenchOrg } from './lib/api.js';
+import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService, type BenchService as Service } from '../harness/service.js';
+
+const args = new Args('node dist/bench/billing.js [options]', {
+  orgs: { help: 'organizations (default 100)' },
+  customers: { help: 'customers per organization (default 100)' },
+  duration: { help: 'seconds each scenario sends for (default 30)' },
+  'in-flight': { help: 'concurrent batch POSTs (default 8)' },
+  pipelines: { help: 'pipeline processes: the ROLE=all one plus N − 1 ROLE=pipeline (default 1)' },
+  partitions: { help: 'BILLING_PARTITIONS (default: the service default)' },
+  sizes: { help: 'signals per batch of each scenario, comma-separated (default 10,500)' },
+  'drain-timeout': { help: 'seconds to wait for billing to catch up after a scenario (default 300)' },
+});
+const ORGS = args.num('orgs', 100, 1, 10_000);
+const CUSTOMERS = args.num('customers', 100, 1, 1_000_000);
+const DURATION = args.num('duration', 30, 1, 3_600);
+const IN_FLIGHT = args.num('in-flight', 8, 1, 1_024);
+const PIPELINES = args.num('pipelines', 1, 1, 8);
+const PARTITIONS = args.str('partitions') ?? '';
+const SIZES = (args.str('sizes') ?? '10,500').split(',').map((x) => Number(x.trim()));
+if (SIZES.some((n) => !Number.isInteger(n) || n < 1 || n > 10_000)) {
+  process.stderr.write(`--sizes: whole numbers from 1 to 10000, comma-separated\n`);
+  process.exit(2);
+}
+const DRAIN_S = args.num('drain-timeout', 300, 1, 36_000);
+const TARGET_LAG_P99_MS = 1_000;
+
+interface Result {
+  size: number;
+  accepted: number;
+  acceptedPerS: number;
+  /** Batches whose every partition message was evaluated. */
+  batchesEvaluated: number;
+  /** Billable batches evaluated per second while the producers ran. */
+  batchesPerSDuring: number;
+  /** All batches / (last evaluation − start). */
+  batchesPerSOverall: number;
+  parts: number;
+  partsPerS: number;
+  lagPart: Percentiles;
+  lagBatch: Percentiles;
+  drainS: number;
+  cpu: Record<string, number | null>;
+}
+
+/** What the service publishes, seen on plain subscriptions. */
+class Watch {
+  readonly stored = new Map<string, number>();
+  readonly evaluated = new Map<string, number>();
+  private readonly subs: { unsubscribe(): void }[] = [];
+
+  constructor(nc: NatsConnection, prefix: string) {
+    const id = (m: Msg): string => m.headers?.get('Nats-Msg-Id') ?? '';
+    this.subs.push(
+      nc.subscribe(`${prefix}.billable-p.>`, {
+        callback: (_err, m) => {
+          const k = id(m);
+          if (!this.stored.has(k)) this.stored.set(k, performance.now());
+        },
+      }),
+      nc.subscribe(`${prefix}.billing-rows.>`, {
+        callback: (_err, m) => {
+          const k = id(m).replace(/^rows-/, '');
+          if (!this.evaluated.has(k)) this.evaluated.set(k, performance.now());
+        },
+      }),
+    );
+  }
+
+  reset(): void {
+    this.stored.clear();
+    this.evaluated.clear();
+  }
+
+  close(): void {
+    for (const s of this.subs) s.unsubscribe();
+  }
+}
+
+async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>): Promise<Result> {
+  watch.reset();
+  const cpu = new CpuMeter(pids);
+  const t0 = performance.now();
+  const end = t0 + DURATION * 1000;
+  let accepted = 0;
+  let refused = 0;
+  let n = 0;
+  const producer = async (): Promise<void> => {
+    while (performance.now() < end) {
+      const o = orgs[Math.floor(Math.random() * orgs.length)]!;
+      const b = n++;
+      const signals = Array.from({ length: size }, (_, i) => {
+        const c = Math.floor(Math.random() * o.ids.length);
+        return { eventName: 'tokens', customerId: i % 2 === 0 ? `ext-${c + 1}` : o.ids[c]!, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
+      });
+      const r = await http(`${svc.url}/api/v2/signals/bulk`, 'POST', o.org.liveKey, { signals });
+      if (r.status === 202) accepted++;
+      else refused++;
+    }
+  };
+  await Promise.all(Array.from({ length: IN_FLIGHT }, producer));
+  const sent = performance.now();
+  // Until the pipeline has published every accepted batch's billable parts and billing has
+  // evaluated them all (the billable stream empty and every stored part evaluated).
+  const deadline = sent + DRAIN_S * 1000;
+  for (;;) {
+    const pending = await billable();
+    if (pending === 0 && watch.stored.size > 0 && [...watch.stored.keys()].every((k) => watch.evaluated.has(k))) break;
+    if (performance.now() > deadline) break;
+    await sleep(100);
+  }
+  const drained = performance.now();
+  const usage = cpu.read();
+
+  const lagPart = new LatencyHistogram();
+  const batches = new Map<string, { first: number; last: number; parts: number; done: number }>();
+  let lastEval = t0;
+  for (const [k, at] of watch.stored) {
+    const batch = k.slice(0, k.lastIndexOf('.p'));
+    const b = batches.get(batch) ?? batches.set(batch, { first: at, last: 0, parts: 0, done: 0 }).get(batch)!;
+    b.first = Math.min(b.first, at);
+    b.parts++;
+    const ev = watch.evaluated.get(k);
+    if (ev === undefined) continue;
+    lagPart.record(ev - at);
+    b.last = Math.max(b.last, ev);
+    b.done++;
+    lastEval = Math.max(lastEval, ev);
+  }
+  const lagBatch = new LatencyHistogram();
+  let complete = 0;
+  let completeDuring = 0;
+  for (const b of batches.values()) {
+    if (b.done !== b.parts) continue;
+    complete++;
+    if (b.last <= sent) completeDuring++;
+    lagBatch.record(b.last - b.first);
+  }
+  if (refused > 0) console.log(`  (${refused} batches refused)`);
+  const seconds = (sent - t0) / 1000;
+  return {
+    size,
+    accepted,
+    acceptedPerS: round(accepted / seconds),
+    batchesEvaluated: complete,
+    batchesPerSDuring: round(completeDuring / seconds),
+    batchesPerSOverall: round(complete / ((lastEval - t0) / 1000)),
+    parts: watch.evaluated.size,
+    partsPerS: round(watch.evaluated.size / ((lastEval - t0) / 1000)),
+    lagPart: lagPart.summary(),
+    lagBatch: lagBatch.summary(),
+    drainS: round((drained - sent) / 1000, 1),
+    cpu: usage,
+  };
+}
+
+async function main(): Promise<void> {
+  const host = hostInfo();
+  printHeader('billing evaluation: billable batches/s and billing lag (stored → evaluated)', host, { orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, pipelines: PIPELINES, partitions: PARTITIONS || 'default', sizes: SIZES });
+  const problems: string[] = [];
+  const iso = isolation('billing', 'bench');
+  onInterrupt(async () => void (await cleanup(iso)));
+  const env: Record<string, string> = PARTITIONS ? { BILLING_PARTITIONS: PARTITIONS } : {};
+  const svc = await startService({ role: 'all', operatorToken: OPERATOR_TOKEN, iso, env });
+  const extra: Service[] = [];
+  const extraDirs: string[] = [];
+  for (let p = 1; p < PIPELINES; p++) {
+    const dataDir = mkdtempSync(path.join(tmpdir(), 'bench-billing-p-'));
+    extraDirs.push(dataDir);
+    extra.push(await startService({ role: 'pipeline', operatorToken: OPERATOR_TOKEN, iso: { ...iso, dataDir }, env }));
+  }
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing`);
+    const jsm = await jetstreamManager(nc);
+    console.log(`seeding ${ORGS} organizations × ${CUSTOMERS} customers …`);
+    const s0 = performance.now();
+    const orgs: { org: BenchOrg; ids: string[] }[] = [];
+    for (let o = 0; o < ORGS; o++) {
+      const org = await createUnlimitedOrg(svc.url, OPERATOR_TOKEN);
+      await seed(kv, org.id, CUSTOMERS, 96, false);
+      orgs.push({ org, ids: Array.from({ length: CUSTOMERS }, (_, i) => seedId(org.id, 'cus', i + 1)) });
+    }
+    console.log(`  ${round((performance.now() - s0) / 1000, 1)} s`);
+    const watch = new Watch(nc, iso.natsPrefix);
+    const billable = async (): Promise<number> => (await jsm.streams.info(`${iso.natsPrefix}_BILLABLE_P`)).state.messages;
+    const pids: Record<string, number> = { service: svc.child.pid, ...Object.fromEntries(extra.map((e, i) => [`pipeline${i + 2}`, e.child.pid])) };
+    const results: Result[] = [];
+    for (const size of SIZES) {
+      console.log(`\n${size}-signal batches, ${IN_FLIGHT} in flight, ${DURATION} s …`);
+      const r = await scenario(size, svc, orgs, watch, billable, pids);
+      results.push(r);
+      console.log(`  accepted            ${fmt(r.accepted)} batches (${fmt(r.acceptedPerS, 1)}/s, ${fmt(r.acceptedPerS * size)} signals/s)`);
+      console.log(`  billable evaluated  ${fmt(r.batchesEvaluated)} batches: ${fmt(r.batchesPerSDuring, 1)}/s while sending, ${fmt(r.batchesPerSOverall, 1)}/s until the last (${fmt(r.parts)} partition messages, ${fmt(r.partsPerS, 1)}/s)`);
+      console.log(`  billing lag (ms)    per partition message p50 ${r.lagPart.p50} p99 ${r.lagPart.p99} max ${r.lagPart.max} | per batch p50 ${r.lagBatch.p50} p99 ${r.lagBatch.p99} max ${r.lagBatch.max}`);
+      console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
+      if (r.batchesEvaluated !== r.accepted) problems.push(`${size}-signal batches: ${r.accepted} accepted, ${r.batchesEvaluated} evaluated in full`);
+      if (r.lagPart.p99 > TARGET_LAG_P99_MS) problems.push(`${size}-signal batches: billing lag p99 ${r.lagPart.p99} ms is above the target ${TARGET_LAG_P99_MS} ms`);
+    }
+    watch.close();
+    for (const l of [svc, ...extra].flatMap((s) => s.problems())) if (!/billing fault|BILLING_PARTITIONS/.test(l)) problems.push(`service: ${l.slice(0, 300)}`);
+    appendHistory({ bench: 'billing', at: new Date().toISOString(), host, orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, pipelines: PIPELINES, partitions: PARTITIONS || 'default', results });
+    printProblems(problems.slice(0, 20));
+  } finally {
+    await nc.close();
+    for (const e of extra) await e.child.stop(10_000);
+    await svc.child.stop(10_000);
+    await cleanup(iso);
+    for (const d of extraDirs) await cleanup({ ...iso, dataDir: d }).catch(() => undefined);
+  }
+}
+
+main().catch((err) => {
+  console.error(err);
+  process.exit(1);
+});

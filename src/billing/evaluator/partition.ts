@@ -1,0 +1,96 @@
+/**
+ * Partitions of billing evaluation. Everything the evaluator writes — a pool's consumption,
+ * an attribute's cumulative usage, a cap's period totals — belongs to one customer (pools,
+ * attributes and caps are a customer's own, model.ts), so the customer is the unit of order:
+ * a customer's signals must be applied one batch at a time, in order; different customers
+ * need not. Customer c of organization O and mode M belongs to partition
+ * `hash(O, M, c) mod P` (P = BILLING_PARTITIONS); each partition is one JetStream consumer with
+ * max_ack_pending 1 (streams.ts), and the partitions are evaluated in parallel.
+ *
+ * Signals name a customer by its service id or its externalId, so the pipeline resolves each
+ * reference to the service id before it splits a batch (an externalId through its claim key,
+ * confirmed by the customer document; the answer never changes once found — an externalId is
+ * set at creation and customers are never deleted — so found ones are cached). The resolved
+ * id travels with the signal (BillableLine `k`) and the evaluator prices the signal for that
+ * customer only. A reference that names no customer when the batch is stored is not billed
+ * (no customer, nothing priced, as before); it goes to the partition of the reference itself.
+ */
+import { createHash } from 'node:crypto';
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import type { Nats } from '../../bus/connection.js';
+import { publishDurable } from '../../bus/publish.js';
+import { H_BATCH, H_MODE, H_ORG } from '../../bus/batch.js';
+import type { Mode } from '../../shared/mode.js';
+
+export function partitionOf(orgId: string, mode: Mode, customerId: string, partitions: number): number {
+  if (partitions <= 1) return 0;
+  const h = createHash('sha1').update(`${orgId}\u0000${mode}\u0000${customerId}`).digest();
+  return h.readUInt32BE(0) % partitions;
+}
+
+/** Resolves customer references (service ids or externalIds) to service ids; null: no such customer. */
+export type CustomerResolver = (orgId: string, mode: Mode, refs: string[]) => Promise<Map<string, string | null>>;
+
+/** The billable lines of one batch, split by partition, each line with its resolved customer (`k`). */
+export interface PartitionedLines {
+  partition: number;
+  lines: string[];
+}
+
+const CACHE_MAX = 200_000;
+
+export class BillablePartitioner {
+  /** `${org}\0${mode}\0${ref}` → service id, for references found. */
+  private readonly cache = new Map<string, string>();
+
+  constructor(
+    private readonly nats: Nats,
+    private readonly resolver: CustomerResolver,
+    readonly partitions: number,
+  ) {}
+
+  /**
+   * Publishes one batch's billable lines, one message per partition it touches, with
+   * Nats-Msg-Id = <batch id>.p<k>: a batch published again (a pipeline crash before its ack)
+   * is stored once per partition.
+   */
+  async publish(meta: { orgId: string; mode: Mode; batchId: string }, lines: string[], timeoutMs: number): Promise<void> {
+    if (lines.length === 0) return;
+    const parts = await this.split(meta.orgId, meta.mode, lines);
+    await Promise.all(
+      parts.map((p) => {
+        const h = natsHeaders();
+        h.set(H_ORG, meta.orgId);
+        h.set(H_MODE, meta.mode);
+        h.set(H_BATCH, meta.batchId);
+        return publishDurable(this.nats.nc, this.nats.topology.billableParts.subject(p.partition, meta.orgId), Buffer.from(p.lines.join('\n')), h, `${meta.batchId}.p${p.partition}`, timeoutMs);
+      }),
+    );
+  }
+
+  async split(orgId: string, mode: Mode, lines: string[]): Promise<PartitionedLines[]> {
+    const refs = lines.map((l) => (JSON.parse(l) as { c: string }).c);
+    const missing = [...new Set(refs.filter((r) => !this.cache.has(cacheKey(orgId, mode, r))))];
+    const found = missing.length > 0 ? await this.resolver(orgId, mode, missing) : new Map<string, string | null>();
+    for (const [ref, id] of found) if (id !== null) this.remember(cacheKey(orgId, mode, ref), id);
+    const byPartition = new Map<number, string[]>();
+    lines.forEach((line, i) => {
+      const ref = refs[i]!;
+      const id = this.cache.get(cacheKey(orgId, mode, ref)) ?? found.get(ref) ?? null;
+      const k = partitionOf(orgId, mode, id ?? ref, this.partitions);
+      // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
+      const out = id === null ? line : `{"k":${JSON.stringify(id)},${line.slice(1)}`;
+      const list = byPartition.get(k);
+      if (list) list.push(out);
+      else byPartition.set(k, [out]);
+    });
+    return [...byPartition].sort((a, b) => a[0] - b[0]).map(([partition, l]) => ({ partition, lines: l }));
+  }
+
+  private remember(key: string, id: string): void {
+    if (this.cache.size >= CACHE_MAX) this.cache.delete(this.cache.keys().next().value!);
+    this.cache.set(key, id);
+  }
+}
+
+const cacheKey = (orgId: string, mode: Mode, ref: string): string => `${orgId}\u0000${mode}\u0000${ref}`;

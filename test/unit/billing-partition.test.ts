@@ -1,0 +1,60 @@
+/**
+ * Billing partitions (src/billing/evaluator/partition.ts): a customer's partition depends on
+ * its organization, mode and service id only; a batch's lines are split by partition with the
+ * resolved service id in each line (`k`), a customer named by externalId and by service id
+ * landing in the same partition; references that name no customer carry no `k` and are asked
+ * again next time, found ones are not. And a customer's slice of a state (customer-state.ts).
+ */
+import t from 'tap';
+import { BillablePartitioner, partitionOf, type CustomerResolver } from '../../src/billing/evaluator/partition.js';
+import { sliceOf } from '../../src/billing/evaluator/customer-state.js';
+import { emptyConfig } from '../../src/billing/model.js';
+import type { Nats } from '../../src/bus/connection.js';
+
+t.test('partitionOf: stable, in range, spread, and depends on organization, mode and customer', async (t) => {
+  t.equal(partitionOf('org_a', 'live', 'cus_1', 1), 0, 'one partition: always 0');
+  const ks = Array.from({ length: 400 }, (_, i) => partitionOf('org_a', 'live', `cus_${i}`, 16));
+  t.ok(ks.every((k) => Number.isInteger(k) && k >= 0 && k < 16), 'in range');
+  t.same(Array.from({ length: 400 }, (_, i) => partitionOf('org_a', 'live', `cus_${i}`, 16)), ks, 'the same every time');
+  t.equal(new Set(ks).size, 16, '400 customers reach all 16 partitions');
+  const differs = (f: (i: number) => [string, 'live' | 'test', string]) => Array.from({ length: 64 }, (_, i) => f(i)).some(([o, m, c], i) => partitionOf(o, m, c, 16) !== partitionOf('org_a', 'live', `cus_${i}`, 16));
+  t.ok(differs((i) => ['org_b', 'live', `cus_${i}`]), 'another organization spreads differently');
+  t.ok(differs((i) => ['org_a', 'test', `cus_${i}`]), 'so does the other mode');
+});
+
+t.test('split: by resolved customer, with k; unresolved references without it', async (t) => {
+  const asked: string[][] = [];
+  const resolver: CustomerResolver = async (_org, _mode, refs) => {
+    asked.push([...refs]);
+    return new Map(refs.map((r) => [r, r.startsWith('cus_') ? r : r === 'acme' ? 'cus_acme' : null]));
+  };
+  // split() never publishes: no connection is needed.
+  const p = new BillablePartitioner(null as unknown as Nats, resolver, 8);
+  const line = (i: string, c: string) => JSON.stringify({ i, e: 'e', c, u: null, t: 0, d: { q: 1 } });
+  const lines = [line('s1', 'acme'), line('s2', 'cus_acme'), line('s3', 'nobody'), line('s4', 'cus_other')];
+  const parts = await p.split('org_a', 'live', lines);
+  const byId = new Map(parts.flatMap((x) => x.lines.map((l) => [JSON.parse(l).i as string, { k: JSON.parse(l).k as string | undefined, c: JSON.parse(l).c as string, partition: x.partition }])));
+  t.same(byId.get('s1'), { k: 'cus_acme', c: 'acme', partition: partitionOf('org_a', 'live', 'cus_acme', 8) }, 'an externalId resolves to its customer');
+  t.same(byId.get('s2'), { k: 'cus_acme', c: 'cus_acme', partition: partitionOf('org_a', 'live', 'cus_acme', 8) }, 'the service id: same customer, same partition');
+  t.same(byId.get('s3'), { k: undefined, c: 'nobody', partition: partitionOf('org_a', 'live', 'nobody', 8) }, 'no such customer: no k');
+  t.equal(byId.get('s4')?.k, 'cus_other');
+  t.same(parts.map((x) => x.partition), [...parts.map((x) => x.partition)].sort((a, b) => a - b), 'partitions in order');
+  t.equal(parts.reduce((n, x) => n + x.lines.length, 0), 4, 'every line once');
+  t.same(byId.get('s1') && JSON.parse(parts.flatMap((x) => x.lines).find((l) => JSON.parse(l).i === 's1')!).d, { q: 1 }, 'the rest of the line kept');
+  await p.split('org_a', 'live', lines);
+  t.same(asked, [['acme', 'cus_acme', 'nobody', 'cus_other'], ['nobody']], 'found references are cached, a missing one is asked again');
+  await p.split('org_a', 'test', [line('s5', 'acme')]);
+  t.same(asked.at(-1), ['acme'], 'per mode');
+});
+
+t.test("sliceOf: a customer's pools and attributes only", async (t) => {
+  const c = emptyConfig();
+  const now = '2026-01-01T00:00:00Z';
+  for (const id of ['cus_1', 'cus_2']) {
+    c.attributes[`ola_${id}`] = { id: `ola_${id}`, customerId: id, planId: 'plan_1', eventName: 'e', quantity: { kind: 'count' }, unitPrice: '1', currency: 'EUR', includedQuantity: null, creditsCurrencyId: null, creditsPerUnit: null, createdAt: now };
+    c.pools[`cp_${id}`] = { id: `cp_${id}`, customerId: id, orderLineAttributeId: `ola_${id}`, creditsCurrencyId: null, granted: '1', topUps: [], createdAt: now };
+  }
+  const state = { consumed: { cp_cus_1: '1.5', cp_cus_2: '2', cp_gone: '9' }, usage: { ola_cus_1: '3', ola_cus_2: '4' } };
+  t.same(sliceOf(state, c, 'cus_1'), { consumed: { cp_cus_1: '1.5' }, usage: { ola_cus_1: '3' } });
+  t.same(sliceOf(state, c, 'cus_3'), { consumed: {}, usage: {} });
+});
