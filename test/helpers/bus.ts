@@ -7,24 +7,22 @@ import { connect } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { NATS_URL, drained, sleep, type Isolation } from './service.js';
+import { topology } from '../../src/bus/topology.js';
+import type { BusEvent as TypedBusEvent } from '../../src/bus/events.js';
 
-export interface BusEvent {
-  id: string;
-  event: string;
-  organizationId: string;
-  livemode: boolean;
-  data: any;
-}
+/** An event as the bus carries it (src/bus/events.ts), its payload left open for the tests' own checks. */
+export type BusEvent = Omit<TypedBusEvent, 'data' | 'event'> & { event: string; data: any };
 
 /** Every event on the bus of this isolation (of one organization when given), in order. */
 export async function busEvents(i: Isolation, orgId?: string): Promise<BusEvent[]> {
   const nc = await connect({ servers: NATS_URL });
   try {
     const jsm = await jetstreamManager(nc);
-    const info = await jsm.streams.info(`${i.natsPrefix}_EVENTS`);
+    const { events } = topology(i.natsPrefix);
+    const info = await jsm.streams.info(events.stream);
     const out: BusEvent[] = [];
     if (info.state.messages > 0) {
-      const c = await jetstream(nc).consumers.get(`${i.natsPrefix}_EVENTS`);
+      const c = await jetstream(nc).consumers.get(events.stream);
       for await (const m of await c.fetch({ max_messages: info.state.messages, expires: 5_000 })) {
         out.push(m.json<BusEvent>());
         if (out.length === info.state.messages) break;
@@ -42,11 +40,12 @@ export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
   const nc = await connect({ servers: NATS_URL });
   try {
     const jsm = await jetstreamManager(nc);
+    const t = topology(i.natsPrefix);
     const end = Date.now() + timeoutMs;
     for (;;) {
       // Work queues: a stream's messages are those not yet acked, in every partition at once.
-      const [former, parts] = await Promise.all([`${i.natsPrefix}_BILLABLE`, `${i.natsPrefix}_BILLABLE_P`].map(async (s) => (await jsm.streams.info(s)).state.messages));
-      const ri = await jsm.consumers.info(`${i.natsPrefix}_BILLING_ROWS`, 'billing-rows');
+      const [former, parts] = await Promise.all([t.billable.stream, t.billableParts.stream].map(async (s) => (await jsm.streams.info(s)).state.messages));
+      const ri = await jsm.consumers.info(t.billingRows.stream, t.billingRows.consumer);
       if (former! + parts! + ri.num_pending + ri.num_ack_pending === 0) return;
       if (Date.now() > end) throw new Error(`billing not drained: ${former! + parts!} billable messages, ${ri.num_pending} rows pending, ${ri.num_ack_pending} unacked`);
       await sleep(100);
@@ -60,7 +59,7 @@ export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
 export async function stateKeys(i: Isolation, prefix: string): Promise<Record<string, unknown>> {
   const nc = await connect({ servers: NATS_URL });
   try {
-    const kv = await new Kvm(jetstream(nc)).open(`${i.natsPrefix}_billing_state`);
+    const kv = await new Kvm(jetstream(nc)).open(topology(i.natsPrefix).buckets.billingState);
     const out: Record<string, unknown> = {};
     for await (const k of await kv.keys()) {
       if (!k.startsWith(prefix)) continue;
