@@ -61,7 +61,9 @@ export interface Child {
 const MAX_OUTPUT = 4 * 1024 * 1024;
 
 export function startChild(file: string, args: string[], env: Record<string, string | undefined>): Child {
-  const proc = spawn(process.execPath, [file, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  // SERVICE_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof": node options for the started processes (profiling a bench).
+  const nodeArgs = process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  const proc = spawn(process.execPath, [...nodeArgs, file, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   children.add(proc);
   let out = '';
   const listeners = new Set<() => void>();

@@ -155,7 +155,7 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await this.pool.run({ body, meta }, { transferList: [body.buffer as ArrayBuffer] });
-      const [{ keep, reclaimed }, first] = await Promise.all([this.claims.claimAll(r.claimKeys, r.ids), this.claims.takeBatch(meta.orgId, meta.mode, meta.batchId)]);
+      const { claims: { keep, reclaimed }, first } = await this.claims.claimBatch(r.claimKeys, r.ids, meta);
       const billable = r.billable.filter((_, i) => keep[i]);
       // Rows may be stored already when some delivery of this batch got this far before (see 4.).
       if (m.redelivered || !first || reclaimed) {
