@@ -14,6 +14,45 @@ export interface RowsTask {
   meta: BatchMeta;
 }
 
+/**
+ * The pipeline's form of RowsResult (`packed`): rows and billable lines as UTF-8 bytes, each
+ * line ending in '\n', instead of one string per signal. The main thread then never holds
+ * per-signal strings: a batch whose signals are all kept goes to the insert and to the billable
+ * stream as these bytes (a structured clone of two byte arrays instead of 1,000 strings, and
+ * no join and re-encoding of 10,000-row inserts there). JSON text never holds a raw newline,
+ * so the '\n' bytes are exactly the line ends (src/pipeline/lines.ts).
+ */
+export interface PackedRows {
+  rows: Uint8Array;
+  billable: Uint8Array;
+  ids: string[];
+  claimKeys: (string | null)[];
+}
+
+export function packed(task: RowsTask): PackedRows {
+  const r = rows(task);
+  return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys };
+}
+
+/** The lines as UTF-8, each followed by '\n', written straight into one buffer (no joined string to flatten and encode). */
+function joinLines(lines: string[]): Uint8Array {
+  let cap = 0;
+  for (const l of lines) cap += l.length;
+  let buf = Buffer.allocUnsafeSlow(cap + lines.length + 1024);
+  let off = 0;
+  for (const l of lines) {
+    // UTF-8 takes at most 3 bytes per UTF-16 unit.
+    if (off + 3 * l.length + 1 > buf.length) {
+      const bigger = Buffer.allocUnsafeSlow(Math.max(2 * buf.length, off + 3 * l.length + 1));
+      buf.copy(bigger, 0, 0, off);
+      buf = bigger;
+    }
+    off += buf.write(l, off);
+    buf[off++] = 0x0a;
+  }
+  return buf.subarray(0, off);
+}
+
 export interface RowsResult {
   /** One JSONEachRow line per signal (no trailing newline), in batch order. */
   lines: string[];
