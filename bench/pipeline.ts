@@ -63,6 +63,9 @@ const args = new Args('node dist/bench/pipeline.js [options]', {
   'drain-timeout': { help: 'seconds to wait for the stored count to reach the accepted total (default max(120, 2×duration))' },
   'skip-raw': { help: 'do not measure the raw embedded-engine insert rate', flag: true },
   'skip-service': { help: 'do not run the ROLE=all phase (e.g. to measure only the raw engine or the backlog)', flag: true },
+  freshness: { help: 'also measure freshness: open-loop POSTs at a fixed rate (ROLE=all), time from each 202 until the stored count covers the batch', flag: true },
+  'freshness-rate': { help: 'batches/s of the freshness phase (default: half the steady stored rate of the service phase, else 10)' },
+  'freshness-seconds': { help: 'seconds the freshness phase sends (default 20)' },
   backlog: { help: 'also measure the pipeline alone: fill the stream with N batches (ROLE=ingress), then drain it (ROLE=pipeline); default 1000, 0 = off' },
 });
 const duration = args.num('duration', 60, 1, 24 * 3600);
@@ -71,6 +74,11 @@ const rawSeconds = args.num('raw-seconds', 15, 1, 3600);
 const drainTimeout = args.num('drain-timeout', Math.max(120, 2 * duration), 1, 24 * 3600);
 const steadySkip = Math.min(10, Math.floor(duration / 5));
 const backlogBatches = args.num('backlog', 1000, 0, 1_000_000);
+const freshnessSeconds = args.num('freshness-seconds', 20, 1, 3600);
+/** Issue 13: freshness at half the sustained maximum, p50 ≤ 300 ms and p99 ≤ 1 s. */
+const FRESHNESS_TARGET = { p50: 300, p99: 1_000 };
+/** How often the freshness phase reads the stored count. */
+const FRESHNESS_POLL_MS = 50;
 
 // ---------------------------------------------------------------- producer
 
@@ -370,6 +378,141 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
   }
 }
 
+// ---------------------------------------------------------------- freshness (optional)
+
+interface FreshnessResult {
+  batchesPerSec: number;
+  seconds: number;
+  sent: number;
+  accepted: number;
+  statuses: Record<string, number>;
+  /** POST latency from each batch's scheduled send time (open loop: coordinated omission corrected). */
+  postMs: Percentiles;
+  /** From each 202 until the stored count first covered the batch. */
+  freshnessMs: Percentiles;
+  /** From each batch's scheduled send time until the stored count covered it. */
+  scheduledToCountedMs: Percentiles;
+  notCounted: number;
+  pollMs: Percentiles;
+  match: boolean;
+  targetMet: boolean;
+}
+
+/**
+ * Open loop: batch k is sent at t0 + k / rate whether or not earlier ones were answered, so a
+ * slow answer does not slow the arrivals (no coordinated omission); POST latency is measured
+ * from the scheduled time. The stored count (the analytics store, GET .../stats) is read every
+ * FRESHNESS_POLL_MS; a batch counts as stored at the first read whose count covers every
+ * accepted batch up to it in the order of their 202s (the pipeline stores batches roughly in
+ * that order, so this is the time all of them, it included, were visible).
+ */
+async function freshnessPhase(template: BatchTemplate, runTag: string, rate: number, bodyBytes: number, problems: string[]): Promise<FreshnessResult> {
+  const iso = isolation();
+  let svc: Service | null = null;
+  onInterrupt(async () => {
+    await svc?.child.stop(5_000);
+    await cleanup(iso);
+  });
+  try {
+    svc = await startService({ role: 'all', operatorToken: OPERATOR_TOKEN, iso, env: { STREAM_MAX_BYTES: String(streamMaxBytes(bodyBytes)) } });
+    const org = await createUnlimitedOrg(svc.url, OPERATOR_TOKEN);
+    const url = svc.url;
+    const total = Math.max(1, Math.round(rate * freshnessSeconds));
+    const interval = 1000 / rate;
+    console.log(`[freshness] ROLE=all, open loop: ${fmt(total)} batches at ${rate} batches/s (${fmt(rate * SIGNALS_PER_BATCH)} signals/s) for ${freshnessSeconds} s; stored count read every ${FRESHNESS_POLL_MS} ms`);
+    const post = new LatencyHistogram();
+    const fresh = new LatencyHistogram();
+    const scheduledToCounted = new LatencyHistogram();
+    const polls = new LatencyHistogram();
+    const statuses = new Map<string, number>();
+    /** Accepted batches in the order of their 202s, waiting to be covered by the stored count. */
+    const waiting: { cumulative: number; scheduledAt: number; acceptedAt: number }[] = [];
+    let head = 0;
+    let acceptedTotal = 0;
+    let stored = 0;
+    let sending = true;
+    let lastAcceptAt = performance.now();
+    const poller = (async () => {
+      while (sending || head < waiting.length) {
+        const q0 = performance.now();
+        try {
+          stored = await storedCount(url, org.id);
+        } catch (err) {
+          if (exitedEarly(svc!)) throw err;
+        }
+        const at = performance.now();
+        polls.record(at - q0);
+        while (head < waiting.length && waiting[head]!.cumulative <= stored) {
+          const w = waiting[head++]!;
+          fresh.record(Math.max(0, at - w.acceptedAt));
+          scheduledToCounted.record(at - w.scheduledAt);
+        }
+        if (!sending && at - lastAcceptAt > 60_000) break;
+        await sleep(Math.max(0, FRESHNESS_POLL_MS - (performance.now() - q0)));
+      }
+    })();
+    const inflight = new Set<Promise<void>>();
+    const t0 = performance.now() + 100;
+    for (let k = 0; k < total; k++) {
+      const scheduledAt = t0 + k * interval;
+      const wait = scheduledAt - performance.now();
+      if (wait > 0) await sleep(wait);
+      const body = template.render((i) => `${runTag}f-${k}-${i}`);
+      const p: Promise<void> = (async () => {
+        let status = 'error';
+        try {
+          const res = await fetch(`${url}/api/v2/signals/bulk`, { method: 'POST', headers: { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(30_000) });
+          const text = await res.text();
+          status = String(res.status);
+          const now = performance.now();
+          post.record(now - scheduledAt);
+          if (res.status === 202) {
+            acceptedTotal += (JSON.parse(text) as { accepted: number }).accepted;
+            waiting.push({ cumulative: acceptedTotal, scheduledAt, acceptedAt: now });
+            lastAcceptAt = now;
+          }
+        } catch {
+          post.record(performance.now() - scheduledAt);
+        }
+        statuses.set(status, (statuses.get(status) ?? 0) + 1);
+      })().finally(() => inflight.delete(p));
+      inflight.add(p);
+    }
+    await Promise.all([...inflight]);
+    sending = false;
+    await poller;
+    await sleep(2_000);
+    const finalStored = await storedCount(url, org.id);
+    const r: FreshnessResult = {
+      batchesPerSec: rate,
+      seconds: freshnessSeconds,
+      sent: total,
+      accepted: waiting.length,
+      statuses: Object.fromEntries(statuses),
+      postMs: post.summary(),
+      freshnessMs: fresh.summary(),
+      scheduledToCountedMs: scheduledToCounted.summary(),
+      notCounted: waiting.length - head,
+      pollMs: polls.summary(),
+      match: finalStored === acceptedTotal,
+      targetMet: false,
+    };
+    r.targetMet = r.notCounted === 0 && r.freshnessMs.p50 <= FRESHNESS_TARGET.p50 && r.freshnessMs.p99 <= FRESHNESS_TARGET.p99;
+    if (r.accepted !== total) problems.push(`freshness: ${total - r.accepted} of ${total} POSTs not answered 202 ${JSON.stringify(r.statuses)}`);
+    if (r.notCounted > 0) problems.push(`freshness: ${r.notCounted} accepted batches never covered by the stored count`);
+    if (!r.match) problems.push(`freshness MISMATCH: ${fmt(finalStored)} rows stored, ${fmt(acceptedTotal)} accepted`);
+    const logged = svc.problems();
+    if (logged.length > 0) problems.push(`freshness: service logged ${logged.length} warn/error line(s); first: ${logged[0]!.slice(0, 400)}`);
+    return r;
+  } finally {
+    if (svc) {
+      const exit = await svc.child.stop();
+      if (exit.code !== 0) problems.push(`freshness: service exited with ${exit.code ?? exit.signal} on SIGTERM`);
+    }
+    await cleanup(iso);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 function streamMaxBytes(bodyBytes: number): number {
@@ -637,6 +780,7 @@ async function main(): Promise<void> {
     raw: args.flag('skip-raw') ? 'skipped' : `chdb Session in this process after the service phase, ${fmt(FLUSH_ROWS)}-row JSONEachRow inserts, one at a time, ${rawSeconds} s`,
     steady: `stored rate measured from t=${steadySkip} s to the end of the producer`,
     backlog: backlogBatches > 0 ? `${fmt(backlogBatches)} batches filled by ROLE=ingress, then drained by ROLE=pipeline alone` : 'off (--backlog N)',
+    freshness: args.flag('freshness') ? `open loop, ROLE=all, ${freshnessSeconds} s at ${args.num('freshness-rate', undefined, 0.1, 10_000) !== undefined ? `${args.num('freshness-rate', 10, 0.1, 10_000)} batches/s` : 'half the steady stored rate'}` : 'off (--freshness)',
   });
 
   const problems: string[] = [];
@@ -651,6 +795,21 @@ async function main(): Promise<void> {
     console.log(`  cpu %          ${cpuLine(backlog.cpuPercent)}`);
     console.log(`  CPU-s / 1M     ${perMillionLine(backlog.cpuPerMillion)}   (per million signals drained)`);
     console.log(`  exact count    ${backlog.match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(backlog.finalStored)}, accepted ${fmt(backlog.signals)}`);
+  }
+
+  let freshness: FreshnessResult | null = null;
+  if (args.flag('freshness')) {
+    console.log('');
+    const half = service?.steadyStoredPerSec ? Math.max(1, Math.round(service.steadyStoredPerSec / 2 / SIGNALS_PER_BATCH)) : 10;
+    freshness = await freshnessPhase(template, runTag, args.num('freshness-rate', half, 0.1, 10_000), bodyBytes, problems);
+    const f = freshness;
+    console.log('\n--- freshness (ROLE=all, open loop)');
+    console.log(`  rate           ${f.batchesPerSec} batches/s = ${fmt(f.batchesPerSec * SIGNALS_PER_BATCH)} signals/s for ${f.seconds} s; ${fmt(f.accepted)} of ${fmt(f.sent)} accepted ${JSON.stringify(f.statuses)}`);
+    console.log(`  POST ms        p50 ${f.postMs.p50}   p99 ${f.postMs.p99}   max ${f.postMs.max}   (from the scheduled send time)`);
+    console.log(`  202 → counted  p50 ${f.freshnessMs.p50}   p99 ${f.freshnessMs.p99}   max ${f.freshnessMs.max} ms   target p50 ≤ ${FRESHNESS_TARGET.p50}, p99 ≤ ${FRESHNESS_TARGET.p99}: ${f.targetMet ? 'MET' : 'NOT MET'}`);
+    console.log(`  sent → counted p50 ${f.scheduledToCountedMs.p50}   p99 ${f.scheduledToCountedMs.p99}   max ${f.scheduledToCountedMs.max} ms`);
+    console.log(`  count read     p50 ${f.pollMs.p50}   p99 ${f.pollMs.p99} ms (every ${FRESHNESS_POLL_MS} ms; a batch's time includes up to one read)`);
+    console.log(`  exact count    ${f.match ? 'MATCH' : 'MISMATCH'}`);
   }
 
   let raw: RawResult | null = null;
@@ -698,6 +857,7 @@ async function main(): Promise<void> {
     service,
     backlog,
     raw,
+    freshness,
     ratio,
     backlogRatio,
     targetRatio: TARGET_RATIO,
