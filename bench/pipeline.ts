@@ -30,6 +30,7 @@ import { jetstreamManager, type JetStreamManager } from '@nats-io/jetstream';
 import rowsOf from '../workers/rows.js';
 import { schemaStatements } from '../src/store/schema.js';
 import { newBatchId } from '../src/pipeline/message.js';
+import { billingNames } from '../src/billing/evaluator/streams.js';
 import { Args } from './lib/args.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from './lib/signals.js';
 import {
@@ -155,9 +156,9 @@ async function storedCount(svcUrl: string, orgId: string): Promise<number> {
   return r.body.signals.live + r.body.signals.test;
 }
 
-async function consumerState(jsm: JetStreamManager, stream: string): Promise<{ pending: number; ackPending: number } | null> {
+async function consumerState(jsm: JetStreamManager, stream: string, consumer = 'pipeline'): Promise<{ pending: number; ackPending: number } | null> {
   try {
-    const ci = await jsm.consumers.info(stream, 'pipeline');
+    const ci = await jsm.consumers.info(stream, consumer);
     return { pending: ci.num_pending, ackPending: ci.num_ack_pending };
   } catch {
     return null;
@@ -266,6 +267,10 @@ interface BacklogResult {
   /** CPU-seconds of each process during the drain. */
   cpuSeconds: Record<string, number | null>;
   cpuPerMillion: CpuPerMillion;
+  /** Seconds from readiness until the billing evaluator had evaluated every batch (its consumer drained). */
+  billingDoneSeconds: number | null;
+  /** As cpuPerMillion, until billing was done too. */
+  cpuPerMillionWithBilling: CpuPerMillion;
 }
 
 /**
@@ -340,6 +345,29 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
     }
     const cpuPercent = whole.read();
     const cpuSeconds = whole.seconds();
+    // Billing on: the evaluator works through the billable stream after the rows are stored.
+    // Wait until it has evaluated every batch, for the CPU of the whole work per signal.
+    let billingDoneSeconds: number | null = null;
+    let cpuSecondsWithBilling: Record<string, number | null> = {};
+    const bnc = await connect({ servers: NATS_URL });
+    try {
+      const bjsm = await jetstreamManager(bnc);
+      const names = billingNames(iso.natsPrefix);
+      const b0 = performance.now();
+      while (performance.now() - b0 < drainTimeout * 1000 && !exitedEarly(svc)) {
+        const bs = await consumerState(bjsm, names.billableStream, names.billingConsumer);
+        if (bs && bs.pending === 0 && bs.ackPending === 0) {
+          billingDoneSeconds = round((performance.now() - readyAt) / 1000, 2);
+          break;
+        }
+        await sleep(250);
+      }
+      cpuSecondsWithBilling = whole.seconds();
+      if (billingDoneSeconds === null) problems.push(`backlog: billing evaluation not done within ${drainTimeout} s after the rows`);
+      else console.log(`[backlog] billing evaluated every batch at t=${billingDoneSeconds} s`);
+    } finally {
+      await bnc.close();
+    }
     if ((cpuPercent.other ?? 0) > OTHER_CPU_LIMIT) problems.push(`backlog drain: other processes used ${cpuPercent.other}% of a core (machine not idle; figures perturbed)`);
     let finalStored = samples.at(-1)?.stored ?? 0;
     if (!exitedEarly(svc)) {
@@ -368,6 +396,8 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
       cpuPercent,
       cpuSeconds,
       cpuPerMillion: perMillion(cpuSeconds, st.acceptedSignals),
+      billingDoneSeconds,
+      cpuPerMillionWithBilling: perMillion(cpuSecondsWithBilling, st.acceptedSignals),
     };
   } finally {
     if (svc) {
@@ -793,7 +823,8 @@ async function main(): Promise<void> {
     console.log('\n--- pipeline alone (ROLE=pipeline draining a backlog)');
     console.log(`  drained        ${fmt(backlog.signals)} signals in ${backlog.drainSeconds ?? '?'} s after readiness → ${backlog.drainPerSec !== null ? fmt(backlog.drainPerSec) : '?'} signals/s (steady ${backlog.steadyPerSec !== null ? fmt(backlog.steadyPerSec) : '?'}/s)`);
     console.log(`  cpu %          ${cpuLine(backlog.cpuPercent)}`);
-    console.log(`  CPU-s / 1M     ${perMillionLine(backlog.cpuPerMillion)}   (per million signals drained)`);
+    console.log(`  CPU-s / 1M     ${perMillionLine(backlog.cpuPerMillion)}   (per million signals drained, until the rows were stored)`);
+    console.log(`  with billing   ${perMillionLine(backlog.cpuPerMillionWithBilling)}   (until billing evaluated every batch, t=${backlog.billingDoneSeconds ?? '?'} s)`);
     console.log(`  exact count    ${backlog.match ? 'MATCH' : 'MISMATCH'}: stored ${fmt(backlog.finalStored)}, accepted ${fmt(backlog.signals)}`);
   }
 
@@ -844,6 +875,7 @@ async function main(): Promise<void> {
   console.log('CPU-s per million signals (service = node process with its worker threads; engine host = its chdb child):');
   if (service) console.log(`  ROLE=all              ${perMillionLine(service.cpuPerMillion)}`);
   if (backlog) console.log(`  pipeline alone        ${perMillionLine(backlog.cpuPerMillion)}`);
+  if (backlog) console.log(`  alone, with billing   ${perMillionLine(backlog.cpuPerMillionWithBilling)}   (billing done at t=${backlog.billingDoneSeconds ?? '?'} s)`);
   if (raw) console.log(`  raw chdb insert       ${raw.cpuSecondsPerMillion} (per million rows)`);
   const cpuRatio = (c: CpuPerMillion | undefined): number | null => (raw && c?.total ? round(raw.cpuSecondsPerMillion / c.total, 3) : null);
   if (raw && (service || backlog)) console.log(`  raw / pipeline CPU    ROLE=all ${cpuRatio(service?.cpuPerMillion) ?? '?'}   alone ${cpuRatio(backlog?.cpuPerMillion) ?? '?'}   (1 = the pipeline costs what the engine costs)`);
