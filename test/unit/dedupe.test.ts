@@ -154,7 +154,7 @@ t.test('a bucket without its stream: the claim rejects (no responders), nothing 
 t.test('no answer within the timeout: the claim rejects; a late answer is ignored', async (t) => {
   const silent = `TUNIT${randomBytes(4).toString('hex')}_silent`;
   const held: { respond(data: Uint8Array): boolean }[] = [];
-  const sub = nc.subscribe(`$KV.${silent}.>`, { callback: (_err, m) => held.push(m) });
+  const sub = nc.subscribe(`$KV.${silent}.>`, { callback: (_err, m) => void held.push(m) });
   t.teardown(() => sub.unsubscribe());
   const c = new IdempotencyClaims(kv, nc, silent, 300);
   await t.rejects(c.claimBatch([key(), key()], ['sig_s_0', 'sig_s_1'], null), /no answer from JetStream within 300 ms/);
