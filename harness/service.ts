@@ -184,7 +184,9 @@ const MAX_OUTPUT = 4 * 1024 * 1024;
 /** Starts `node file args` in its own process group, its output collected. */
 export function startChild(file: string, args: string[], env: Record<string, string | undefined>): Child {
   hookProcess();
-  const proc = spawn(process.execPath, [file, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  // SERVICE_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof": node options for the started processes (profiling a bench).
+  const nodeArgs = process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  const proc = spawn(process.execPath, [...nodeArgs, file, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   children.add(proc);
   let out = '';
   const listeners = new Set<() => void>();

@@ -7,8 +7,32 @@ import { createHash } from 'node:crypto';
 import { signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
 import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
-import type { RowsResult, RowsTask } from '../src/pipeline/rows-task.js';
-export type { RowsResult, RowsTask };
+import type { PackedRows, RowsResult, RowsTask } from '../src/pipeline/rows-task.js';
+export type { PackedRows, RowsResult, RowsTask };
+
+export function packed(task: RowsTask): PackedRows {
+  const r = rows(task);
+  return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys };
+}
+
+/** The lines as UTF-8, each followed by '\n', written straight into one buffer (no joined string to flatten and encode). */
+function joinLines(lines: string[]): Uint8Array {
+  let cap = 0;
+  for (const l of lines) cap += l.length;
+  let buf = Buffer.allocUnsafeSlow(cap + lines.length + 1024);
+  let off = 0;
+  for (const l of lines) {
+    // UTF-8 takes at most 3 bytes per UTF-16 unit.
+    if (off + 3 * l.length + 1 > buf.length) {
+      const bigger = Buffer.allocUnsafeSlow(Math.max(2 * buf.length, off + 3 * l.length + 1));
+      buf.copy(bigger, 0, 0, off);
+      buf = bigger;
+    }
+    off += buf.write(l, off);
+    buf[off++] = 0x0a;
+  }
+  return buf.subarray(0, off);
+}
 
 
 interface Signal {

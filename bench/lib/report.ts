@@ -180,6 +180,15 @@ export function pidsByName(names: string[]): Record<string, number | undefined> 
   return out;
 }
 
+/** Pids of the direct children of a process (e.g. the service's engine host), from /proc (Linux); [] elsewhere. */
+export function childPids(pid: number): number[] {
+  try {
+    return readdirSync(`/proc/${pid}/task`).flatMap((tid) => readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number));
+  } catch {
+    return [];
+  }
+}
+
 /** Busy and total jiffies of the whole machine (all cores), from /proc/stat; null elsewhere. */
 function systemTicks(): { busy: number; total: number } | null {
   try {
@@ -210,6 +219,17 @@ export class CpuMeter {
         .filter((e): e is [string, number] => e[1] !== undefined)
         .map(([name, pid]) => [name, { pid, cpu: processCpuSeconds(pid) }]),
     );
+  }
+
+  /** name → CPU-seconds used since construction; "bench" is this process. */
+  seconds(): Record<string, number | null> {
+    const self = process.cpuUsage(this.startSelf);
+    const out: Record<string, number | null> = { bench: round((self.user + self.system) / 1e6, 2) };
+    for (const [name, { pid, cpu }] of this.startOthers) {
+      const now = processCpuSeconds(pid);
+      out[name] = now === null || cpu === null ? null : round(now - cpu, 2);
+    }
+    return out;
   }
 
   /** name → percent of one core since construction; "bench" is this process. */

@@ -52,16 +52,18 @@ import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
 import { publishDurable } from '../bus/publish.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
-import type { RowsResult, RowsTask } from './rows-task.js';
+import type { PackedRows, RowsTask } from './rows-task.js';
+import { keptLines } from './lines.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
 export interface BillablePublisher {
-  publish(meta: BatchMeta, lines: string[], timeoutMs: number): Promise<void>;
+  /** `lines`: BillableLine JSON texts as UTF-8, each ending in '\n' (src/pipeline/lines.ts); never empty. */
+  publishPacked(meta: BatchMeta, lines: Uint8Array, timeoutMs: number): Promise<void>;
 }
 
-const buildRows = workerTask<RowsTask, RowsResult>(new URL('../../workers/rows.js', import.meta.url).href);
+const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.js', import.meta.url).href, 'packed');
 
 /** Batches processed at once (held by the loop) with `threads` workers; the pool queues twice as many tasks. */
 export const maxInflight = (threads: number): number => Math.max(4, threads * 4);
@@ -83,14 +85,16 @@ export function isDataError(err: unknown): boolean {
 
 interface Buffered {
   msgs: JsMsg[];
-  /** Per message: its billable signals (BillableLine JSON), and its metadata. */
-  billable: { meta: BatchMeta; lines: string[] }[];
-  lines: string[];
-  /** Rows of each message: lines[offsets[i] .. offsets[i+1]) belong to msgs[i]. */
-  offsets: number[];
+  /** Per message: its billable signals (BillableLine JSON lines, each ending in '\n'), and its metadata. */
+  billable: { meta: BatchMeta; lines: Uint8Array }[];
+  /** Per message: its rows to insert (JSONEachRow lines, each ending in '\n') and how many. */
+  rows: Uint8Array[];
+  rowCounts: number[];
+  /** Rows in `rows` altogether. */
+  rowTotal: number;
 }
 
-const emptyBuffer = (): Buffered => ({ msgs: [], billable: [], lines: [], offsets: [] });
+const emptyBuffer = (): Buffered => ({ msgs: [], billable: [], rows: [], rowCounts: [], rowTotal: 0 });
 
 export function batchMeta(m: JsMsg): BatchMeta {
   const h = m.headers;
@@ -140,7 +144,7 @@ export class Pipeline {
       this.inflight.add(p);
       if (this.inflight.size >= this.maxInflight) await Promise.race(this.inflight);
       // Back-pressure: stop taking messages while two flushes' worth of rows wait.
-      while (this.buffer.lines.length >= 2 * this.cfg.pipeline.flushRows && this.flushing) await this.flushing;
+      while (this.buffer.rowTotal >= 2 * this.cfg.pipeline.flushRows && this.flushing) await this.flushing;
     }
   }
 
@@ -153,15 +157,18 @@ export class Pipeline {
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
       const r = await buildRows(this.pool, { body, meta }, [body.buffer as ArrayBuffer]);
-      const [{ keep, reclaimed }, first] = await Promise.all([this.claims.claimAll(r.claimKeys, r.ids), this.claims.takeBatch(meta.orgId, meta.mode, meta.batchId)]);
-      const billable = r.billable.filter((_, i) => keep[i]);
+      const { claims: { keep, reclaimed }, first } = await this.claims.claimBatch(r.claimKeys, r.ids, meta);
+      const billable = keptLines(r.billable, keep);
       // Rows may be stored already when some delivery of this batch got this far before (see 4.).
       if (m.redelivered || !first || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
         for (let i = 0; i < r.ids.length; i++) if (existing.has(r.ids[i]!)) keep[i] = false;
       }
-      this.buffer.offsets.push(this.buffer.lines.length);
-      for (let i = 0; i < r.lines.length; i++) if (keep[i]) this.buffer.lines.push(r.lines[i]!);
+      let kept = 0;
+      for (const k of keep) if (k) kept++;
+      this.buffer.rows.push(keptLines(r.rows, keep));
+      this.buffer.rowCounts.push(kept);
+      this.buffer.rowTotal += kept;
       this.buffer.msgs.push(m);
       this.buffer.billable.push({ meta, lines: billable });
     } catch (err) {
@@ -180,7 +187,7 @@ export class Pipeline {
    * keep coming and the buffer grows into large inserts).
    */
   private scheduleFlush(): void {
-    if (this.buffer.lines.length >= this.cfg.pipeline.flushRows) {
+    if (this.buffer.rowTotal >= this.cfg.pipeline.flushRows) {
       void this.flush();
       return;
     }
@@ -225,7 +232,7 @@ export class Pipeline {
 
   private async insertAndAck(batch: Buffered): Promise<void> {
     try {
-      await this.insert(batch.lines);
+      await this.insert(batch.rows, batch.rowTotal);
       for (const b of batch.billable) observeFreshness(b.meta.receivedAtMs);
       await Promise.all(batch.billable.map((b) => this.publishBillable(b.meta, b.lines)));
       for (const m of batch.msgs) m.ack();
@@ -237,14 +244,16 @@ export class Pipeline {
     }
   }
 
-  /** Billable lines go to their customers' partitions (src/billing/evaluator/partition.ts). */
-  private async publishBillable(meta: BatchMeta, lines: string[]): Promise<void> {
-    await this.billable.publish(meta, lines, this.cfg.publishTimeoutMs);
+  /** Billable lines (newline-terminated) go to their customers' partitions (src/billing/evaluator/partition.ts). */
+  private async publishBillable(meta: BatchMeta, lines: Uint8Array): Promise<void> {
+    if (lines.length === 0) return;
+    await this.billable.publishPacked(meta, lines, this.cfg.publishTimeoutMs);
   }
 
-  private async insert(lines: string[]): Promise<void> {
-    if (lines.length === 0) return;
-    await observeInsert('signals', lines.length, () => this.store.insertSignals(Buffer.from(`${lines.join('\n')}\n`)));
+  /** Inserts the rows of some messages (`count` rows in all) as one JSONEachRow body. */
+  private async insert(rows: Uint8Array[], count: number): Promise<void> {
+    if (count === 0) return;
+    await observeInsert('signals', count, () => this.store.insertSignals(rows.length === 1 ? Buffer.from(rows[0]!.buffer, rows[0]!.byteOffset, rows[0]!.byteLength) : Buffer.concat(rows)));
   }
 
   /** A flush the engine refused for its content: find the message(s) responsible. */
@@ -252,9 +261,8 @@ export class Pipeline {
     log.warn('insert refused for its content; inserting batch by batch', { messages: batch.msgs.length });
     for (let i = 0; i < batch.msgs.length; i++) {
       const m = batch.msgs[i]!;
-      const lines = batch.lines.slice(batch.offsets[i], batch.offsets[i + 1] ?? batch.lines.length);
       try {
-        await this.insert(lines);
+        await this.insert([batch.rows[i]!], batch.rowCounts[i]!);
         observeFreshness(batch.billable[i]!.meta.receivedAtMs);
         await this.publishBillable(batch.billable[i]!.meta, batch.billable[i]!.lines);
         m.ack();

@@ -19,3 +19,18 @@ export interface RowsResult {
   /** What the billing evaluator needs of each signal, one JSON object per signal (BillableLine). */
   billable: string[];
 }
+
+/**
+ * The pipeline's form of RowsResult (`packed`): rows and billable lines as UTF-8 bytes, each
+ * line ending in '\n', instead of one string per signal. The main thread then never holds
+ * per-signal strings: a batch whose signals are all kept goes to the insert and to the billable
+ * stream as these bytes (a structured clone of two byte arrays instead of 1,000 strings, and
+ * no join and re-encoding of 10,000-row inserts there). JSON text never holds a raw newline,
+ * so the '\n' bytes are exactly the line ends (src/pipeline/lines.ts).
+ */
+export interface PackedRows {
+  rows: Uint8Array;
+  billable: Uint8Array;
+  ids: string[];
+  claimKeys: (string | null)[];
+}

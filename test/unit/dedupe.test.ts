@@ -134,3 +134,33 @@ t.test('takeBatch: true the first time a batch is taken up, false ever after', a
   await kv.delete(`org_TESTTESTTESTTESTTEST.live.batch_${batchId}`);
   t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), false, 'a mark an operator deleted still counts as taken (the row check runs)');
 });
+
+t.test('claimBatch: the claims and the batch mark in one round', async (t) => {
+  const batchId = `bat_${randomBytes(8).toString('hex')}`;
+  const meta = { orgId: 'org_TESTTESTTESTTESTTEST', mode: 'live', batchId };
+  const [a, b] = [key(), key()];
+  t.same(await claims.claim([b], ['sig_other_0']), [true], 'b is held by another signal beforehand');
+  t.same(await claims.claimBatch([a, null, b, a], ['sig_g_0', 'sig_g_1', 'sig_g_2', 'sig_g_3'], meta), { claims: { keep: [true, true, false, false], reclaimed: false }, first: true }, 'first delivery');
+  t.same(await claims.claimBatch([a, null, b, a], ['sig_g_0', 'sig_g_1', 'sig_g_2', 'sig_g_3'], meta), { claims: { keep: [true, true, false, false], reclaimed: true }, first: false }, 'a repeat: same decisions, mark taken before, own key reclaimed');
+  t.same(await claims.claimBatch([null], ['sig_h_0'], { ...meta, batchId: `${batchId}h` }), { claims: { keep: [true], reclaimed: false }, first: true }, 'a keyless batch still takes its mark');
+});
+
+t.test('a bucket without its stream: the claim rejects (no responders), nothing is kept or dropped', async (t) => {
+  const missing = new IdempotencyClaims(kv, nc, `TUNIT${randomBytes(4).toString('hex')}_missing`, 2_000);
+  await t.rejects(missing.claimBatch([key()], ['sig_n_0'], null), /503|no responders/i);
+  await t.rejects(missing.takeBatch('org_TESTTESTTESTTESTTEST', 'live', 'bat_x'), /503|no responders/i);
+});
+
+t.test('no answer within the timeout: the claim rejects; a late answer is ignored', async (t) => {
+  const silent = `TUNIT${randomBytes(4).toString('hex')}_silent`;
+  const held: { respond(data: Uint8Array): boolean }[] = [];
+  const sub = nc.subscribe(`$KV.${silent}.>`, { callback: (_err, m) => void held.push(m) });
+  t.teardown(() => sub.unsubscribe());
+  const c = new IdempotencyClaims(kv, nc, silent, 300);
+  await t.rejects(c.claimBatch([key(), key()], ['sig_s_0', 'sig_s_1'], null), /no answer from JetStream within 300 ms/);
+  t.equal(held.length, 2, 'both claims were sent');
+  for (const m of held) m.respond(new TextEncoder().encode('{"stream":"x","seq":1}'));
+  await nc.flush();
+  // The same connection's claims still work after the late answers.
+  t.same(await claims.claim([key()], ['sig_s_2']), [true]);
+});

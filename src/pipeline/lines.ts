@@ -1,0 +1,20 @@
+/**
+ * Newline-terminated lines as bytes (the rows worker's packed output, workers/rows.ts): every
+ * line ends in '\n' and holds no other '\n' (JSON text escapes newlines).
+ */
+const NL = 0x0a;
+
+/** The lines whose `keep` entry is true, in order; the input itself when all are kept. */
+export function keptLines(bytes: Uint8Array, keep: readonly boolean[]): Uint8Array {
+  if (keep.every(Boolean)) return bytes;
+  const parts: Uint8Array[] = [];
+  let start = 0;
+  for (let i = 0; i < keep.length && start < bytes.length; i++) {
+    const nl = bytes.indexOf(NL, start);
+    const end = nl === -1 ? bytes.length : nl + 1;
+    if (keep[i]) parts.push(bytes.subarray(start, end));
+    start = end;
+  }
+  return Buffer.concat(parts);
+}
+
