@@ -87,6 +87,15 @@ async function killedAt(t: Test, p: ServiceProcess, exited: Promise<{ code: numb
   return line;
 }
 
+/** At the end: stops the processes (those current then) and removes both isolations (two pipeline processes need two data directories). */
+function teardownBoth(t: Test, iso: Isolation, isoB: Isolation, procs: () => ServiceProcess[]): void {
+  t.teardown(async () => {
+    for (const p of procs()) await p.stop();
+    await cleanup(iso);
+    await cleanup(isoB).catch(() => undefined);
+  });
+}
+
 async function call(base: string, org: TestOrg, method: string, path: string, body?: unknown): Promise<any> {
   const r = await http(base, method, path, { token: org.live, body });
   if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
@@ -184,13 +193,7 @@ t.test('two pipeline processes evaluating at once', async (t) => {
   const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
   const p1 = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
   const p2 = new ServiceProcess(isoB, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
-  t.teardown(async () => {
-    await ingress.stop();
-    await p1.stop();
-    await p2.stop();
-    await cleanup(iso);
-    await cleanup(isoB).catch(() => undefined);
-  });
+  teardownBoth(t, iso, isoB, () => [ingress, p1, p2]);
   await Promise.all([ingress.start(), p1.start(), p2.start()]);
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   await configure(ingress.url, org, GRANTED);
@@ -346,13 +349,7 @@ t.test('two pipeline processes killed -9 at different points, many customers ove
   const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', BILLING_PARTITIONS: '4', ...ACK_WAIT };
   let p1 = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
   let p2 = new ServiceProcess(isoB, { ...env, BILLING_FAULT_POINT: 'before-state-write' });
-  t.teardown(async () => {
-    await ingress.stop();
-    await p1.stop();
-    await p2.stop();
-    await cleanup(iso);
-    await cleanup(isoB).catch(() => undefined);
-  });
+  teardownBoth(t, iso, isoB, () => [ingress, p1, p2]);
   await Promise.all([ingress.start(), p1.start(), p2.start()]);
   const exited = [exitOf(p1), exitOf(p2)];
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });

@@ -120,6 +120,9 @@ export function billingConfigBucket(nats: Nats): Promise<KV> {
   return ensure(nats, { bucket: nats.topology.buckets.billingConfig, options: { history: 1, storage: StorageType.File } });
 }
 
+/** Plans kept in memory by forBatch (about 200 bytes each). */
+const PLANS_SEEN_MAX = 100_000;
+
 export class BillingConfigStore {
   /** Largest document in bytes (UTF-8 JSON). */
   readonly maxDocumentBytes: number;
@@ -377,14 +380,27 @@ export class BillingConfigStore {
       for (const p of Object.values(doc.pools)) config.pools[p.id] = p;
       for (const [k, cap] of Object.entries(doc.caps)) config.caps[k] = cap;
     }
-    const plans = await Promise.all([...planIds].map((id) => this.raw(planKey(orgId, mode, id))));
-    for (const e of plans) {
-      if (!present(e)) continue;
-      const p = parse<Plan>(e);
-      config.plans[p.id] = p;
-      revisions[e.key] = e.revision;
+    const plans = await Promise.all([...planIds].map((id) => this.planForBatch(planKey(orgId, mode, id))));
+    for (const [key, found] of plans) {
+      if (!found) continue;
+      config.plans[found.plan.id] = found.plan;
+      revisions[key] = found.revision;
     }
     return { config, revisions };
+  }
+
+  /** Plans found, by key: a plan never changes and is never deleted, so one read serves every later batch. */
+  private readonly plansSeen = new Map<string, { plan: Plan; revision: number }>();
+
+  private async planForBatch(key: string): Promise<[string, { plan: Plan; revision: number } | null]> {
+    const seen = this.plansSeen.get(key);
+    if (seen) return [key, seen];
+    const e = await this.raw(key);
+    if (!present(e)) return [key, null];
+    const found = { plan: parse<Plan>(e), revision: e.revision };
+    if (this.plansSeen.size >= PLANS_SEEN_MAX) this.plansSeen.delete(this.plansSeen.keys().next().value!);
+    this.plansSeen.set(key, found);
+    return [key, found];
   }
 
   // --- the former layout ---
