@@ -29,8 +29,9 @@ export interface ServerDeps {
 const withTimeout = <T>(p: Promise<T>, ms: number): Promise<T> =>
   Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))]);
 
-async function readiness(r: Readiness): Promise<Reply> {
-  const results = await Promise.all(
+/** Every dependency's check; while the process is still starting, also `startup: down: starting`. */
+async function readiness(r: Readiness, starting: boolean): Promise<Reply> {
+  const results: (readonly [string, string])[] = await Promise.all(
     Object.entries(r.checks).map(async ([name, check]) => {
       try {
         await withTimeout(check(), 2_000);
@@ -40,6 +41,9 @@ async function readiness(r: Readiness): Promise<Reply> {
       }
     }),
   );
+  // A process whose dependencies are up may still be starting its stages (routes not all
+  // mounted): not ready until it says so.
+  if (starting) results.push(['startup', 'down: starting']);
   const down = results.filter(([, s]) => s !== 'up').map(([n]) => n);
   const body = { status: down.length === 0 ? 'ready' : 'unavailable', down, checks: Object.fromEntries(results) };
   return { status: down.length === 0 ? 200 : 503, body };
@@ -52,7 +56,7 @@ export class Server {
 
   constructor(deps: ServerDeps) {
     this.add('get', '/healthz', () => ({ status: 200, body: { status: 'ok' } }));
-    this.add('get', '/readyz', () => readiness(deps.readiness));
+    this.add('get', '/readyz', () => readiness(deps.readiness, !this.ready));
     this.add(
       'get',
       '/metrics',
