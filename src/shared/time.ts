@@ -10,12 +10,11 @@ export const NS_PER_MS = 1_000_000;
 // separator are allowed by RFC 3339.
 
 const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-const GREGORIAN_CYCLE_MS = 146_097 * 86_400_000;
 const isLeap = (y: number): boolean => (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
 
 /**
  * Milliseconds since the epoch of an RFC 3339 date-time, or null when not one (calendar-checked).
- * Computed from the regex groups (no Date.parse): this runs for every signal of every batch.
+ * Computed from the characters (no regex, no Date.parse or Date.UTC): this runs for every signal of every batch.
  * Fractions beyond milliseconds are truncated.
  */
 export function parseRfc3339(s: string): number | null {
@@ -51,9 +50,22 @@ export function parseRfc3339(s: string): number | null {
     if (oh < 0 || oh > 23 || om < 0 || om > 59) return null;
     offsetMin = (z === 45 ? -1 : 1) * (oh * 60 + om);
   } else return null;
-  // Date.UTC reads years 0-99 as 19xx: shift by one 400-year Gregorian cycle (same calendar).
-  const utc = year < 100 ? Date.UTC(year + 400, month - 1, day, hour, minute, second, ms) - GREGORIAN_CYCLE_MS : Date.UTC(year, month - 1, day, hour, minute, second, ms);
-  return utc - offsetMin * 60_000;
+  const days = daysFromCivil(year, month, day);
+  return (((days * 24 + hour) * 60 + minute - offsetMin) * 60 + second) * 1000 + ms;
+}
+
+/**
+ * Days from 1970-01-01 to the proleptic Gregorian date y-m-d (H. Hinnant's days_from_civil).
+ * Integer arithmetic instead of Date.UTC, which cost a third of signal validation; it also
+ * reads years 0-99 as themselves (Date.UTC reads them as 19xx).
+ */
+function daysFromCivil(year: number, month: number, day: number): number {
+  const y = month <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yoe = y - era * 400;
+  const doy = Math.floor((153 * (month > 2 ? month - 3 : month + 9) + 2) / 5) + day - 1;
+  const doe = yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy;
+  return era * 146_097 + doe - 719_468;
 }
 
 /** The decimal number in s[at, at+len), or -1 when any of those characters is not a digit. */
