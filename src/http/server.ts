@@ -1,6 +1,6 @@
 /**
  * The HTTP server of every role. It serves, from the first moment:
- *   GET /healthz, GET /readyz (naming what is not up yet),
+ *   GET /healthz, GET /readyz (naming what is not up yet; not ready before `markReady`),
  *   GET /metrics (Prometheus text; open, or METRICS_TOKEN when set);
  * every other route is mounted by the route table (src/routes.ts), each feature's routes
  * once its components are ready. Until the table says so (`markReady`) an unknown path
@@ -52,7 +52,12 @@ export class Server {
 
   constructor(deps: ServerDeps) {
     this.add('get', '/healthz', () => ({ status: 200, body: { status: 'ok' } }));
-    this.add('get', '/readyz', () => readiness(deps.readiness));
+    // Ready only once every route is mounted too: a dependency can be up (readiness checks
+    // pass) while the route table is still being mounted (streams ensured, registry loaded).
+    const routes = async (): Promise<void> => {
+      if (!this.ready) throw new Error('routes are still being mounted');
+    };
+    this.add('get', '/readyz', () => readiness({ checks: { ...deps.readiness.checks, routes } }));
     this.add(
       'get',
       '/metrics',
