@@ -17,7 +17,7 @@
  *   every string            well-formed Unicode (no lone surrogates)
  */
 import { ApiError } from '../errors.js';
-import { parseRfc3339 } from '../shared/time.js';
+import { Rfc3339Reader } from '../shared/time.js';
 
 export const MAX_SIGNALS = 500;
 export const MAX_STRING = 255;
@@ -144,7 +144,8 @@ class DataWalk {
 /** Lone surrogates can only arrive as \uD800-\uDFFF escapes; most bodies have none, so the check is skipped. */
 export const mayHaveSurrogates = (body: Buffer): boolean => body.includes('\\ud') || body.includes('\\uD');
 
-export function validateSignal(s: unknown, path: string, receivedAtMs: number, strings = false): void {
+/** `times` reads the timestamps: one per batch, so that signals sharing a date and hour read it once. */
+export function validateSignal(s: unknown, path: string, receivedAtMs: number, strings = false, times = new Rfc3339Reader()): void {
   if (!isPlainObject(s)) throw bad(path, `must be an object, got ${typeName(s)}`);
   for (const k in s) if (!ALLOWED_FIELDS.has(k)) throw bad(`${path}.${k}`, 'unknown field');
   checkString(path, 'eventName', s.eventName, true);
@@ -154,7 +155,7 @@ export function validateSignal(s: unknown, path: string, receivedAtMs: number, s
   const ts = s.timestamp;
   if (ts !== undefined && ts !== null) {
     if (typeof ts !== 'string') throw bad(`${path}.timestamp`, `must be an RFC 3339 date-time string, got ${typeName(ts)}`);
-    const ms = parseRfc3339(ts);
+    const ms = times.parse(ts);
     if (ms === null) throw bad(`${path}.timestamp`, `must be an RFC 3339 date-time such as 2026-01-31T12:00:00Z, got ${JSON.stringify(ts.slice(0, 40))}`);
     if (ms < MIN_TIMESTAMP_MS) throw bad(`${path}.timestamp`, 'must not be before 2000-01-01T00:00:00Z');
     if (ms > receivedAtMs + MAX_FUTURE_MS) throw bad(`${path}.timestamp`, 'must not be more than one hour in the future');
@@ -179,7 +180,8 @@ export function validateBulk(body: unknown, receivedAtMs: number, strings = fals
   const signals = body.signals;
   if (!Array.isArray(signals)) throw new ApiError('INVALID_BODY', `signals: must be an array, got ${typeName(signals)}`);
   checkCount(signals.length);
-  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs, strings);
+  const times = new Rfc3339Reader();
+  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs, strings, times);
   return signals.length;
 }
 
@@ -187,7 +189,8 @@ export function validateBulk(body: unknown, receivedAtMs: number, strings = fals
 export function validateV1(body: unknown, receivedAtMs: number, strings = false): unknown[] {
   if (Array.isArray(body)) {
     checkCount(body.length);
-    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs, strings);
+    const times = new Rfc3339Reader();
+    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs, strings, times);
     return body;
   }
   if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a signal object or an array of signals, got ${typeName(body)}`);
