@@ -5,11 +5,14 @@
  * publish with stream ack). Both servers run as child processes; autocannon runs here, so
  * the load generator competes for the same cores in both phases.
  *
- *   node dist/bench/ingest.js [--url URL] [--connections N] [--duration S] [--rate R] [--pipelining N] [--gzip]
+ *   node dist/bench/ingest.js [--url URL] [--connections N] [--duration S] [--rate R] [--pipelining N] [--gzip] [--processes N]
  *
  * With --gzip the service is measured twice, with the same batch sent plain and then gzipped
  * (`Content-Encoding: gzip`, level 6, compressed once here): batches/s of each, and the CPU-seconds
  * the service process used per phase and per 1,000 accepted batches — what decompression costs.
+ *
+ * With --processes N, N ingress processes listen on the one port (uWS sets SO_REUSEPORT on
+ * Linux; the kernel spreads the connections): CPU-seconds are the sum over the N processes.
  *
  * Without --url the service is started here with isolated NATS/Redis prefixes and a temp
  * DATA_DIR, and everything it made is removed at the end. Target (issue): full/raw ≥ 0.7.
@@ -17,6 +20,8 @@
 import path from 'node:path';
 import { statfsSync } from 'node:fs';
 import zlib from 'node:zlib';
+import { randomBytes } from 'node:crypto';
+import http from 'node:http';
 import autocannon from 'autocannon';
 import { Args } from './lib/args.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from './lib/signals.js';
@@ -40,7 +45,9 @@ const args = new Args('node dist/bench/ingest.js [options]', {
   pipelining: { help: 'requests in flight per connection (default 1)' },
   'skip-raw': { help: 'do not measure the bare uWS ceiling', flag: true },
   gzip: { help: 'also measure the service with the batch gzipped (Content-Encoding: gzip); reports its CPU-seconds for both', flag: true },
+  processes: { help: 'ingress processes sharing the one port (SO_REUSEPORT; default 1; not with --url)' },
 });
+const processes = args.num('processes', 1, 1, 16);
 const gzip = args.flag('gzip');
 const connections = args.num('connections', 8, 1, 10_000);
 const duration = args.num('duration', 10, 1, 3600);
@@ -109,6 +116,19 @@ function runAutocannon(o: LoadOptions, onResponse: (status: number, ms: number) 
   });
 }
 
+/** CPU-seconds used so far by the server processes (the pids named `server…`), summed; null when unknown. */
+function serversCpuSeconds(pids: Record<string, number | undefined>): number | null {
+  const servers = Object.entries(pids).filter(([name]) => name.startsWith('server'));
+  if (servers.length === 0) return null;
+  let sum = 0;
+  for (const [, pid] of servers) {
+    const cpu = pid === undefined ? null : processCpuSeconds(pid);
+    if (cpu === null) return null;
+    sum += cpu;
+  }
+  return sum;
+}
+
 async function measure(phase: string, o: LoadOptions, pids: Record<string, number | undefined>): Promise<PhaseResult> {
   let warmupAccepted = 0;
   if (warmup > 0) {
@@ -122,7 +142,7 @@ async function measure(phase: string, o: LoadOptions, pids: Record<string, numbe
   // Per-connection expected interval for coordinated-omission correction in open loop.
   const expectedMs = rate !== undefined ? (connections / rate) * 1000 : 0;
   const cpu = new CpuMeter({ ...pids, ...pidsByName(['nats-server', 'redis-server']) });
-  const serverCpu0 = pids.server !== undefined ? processCpuSeconds(pids.server) : null;
+  const serverCpu0 = serversCpuSeconds(pids);
   const result = await runAutocannon(
     o,
     (status, ms) => {
@@ -135,7 +155,7 @@ async function measure(phase: string, o: LoadOptions, pids: Record<string, numbe
     },
   );
   const cpuPercent = cpu.read();
-  const serverCpu1 = pids.server !== undefined ? processCpuSeconds(pids.server) : null;
+  const serverCpu1 = serversCpuSeconds(pids);
   const serverCpuSeconds = serverCpu0 !== null && serverCpu1 !== null ? round(serverCpu1 - serverCpu0, 2) : null;
   console.log('done');
   const requests = [...statuses.values()].reduce((a, b) => a + b, 0);
@@ -172,6 +192,33 @@ async function rawPhase(body: Buffer): Promise<PhaseResult> {
     return await measure('raw uWS', { url, key: null, seconds: duration, body }, { server: child.pid });
   } finally {
     await child.stop(5_000);
+  }
+}
+
+/**
+ * Waits until every ingress process knows the organization's key (each loads the registry by
+ * itself): an authenticated request with an invalid body answers 400 once the key is known,
+ * 401 before. Each probe is a new connection, so the kernel spreads them over the processes;
+ * 8 answers per process in a row without a 401 is taken as all of them knowing it.
+ */
+async function waitAllKnow(processCount: number, url: string, key: string): Promise<void> {
+  const probe = (): Promise<number> =>
+    new Promise((resolve, reject) => {
+      const req = http.request(url + BULK_PATH, { method: 'POST', agent: false, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      });
+      req.on('error', reject);
+      req.end('{}');
+    });
+  const end = Date.now() + 30_000;
+  let inARow = 0;
+  while (inARow < 8 * processCount) {
+    if (Date.now() > end) throw new Error('not every ingress process knew the organization within 30 s');
+    const status = await probe();
+    if (status === 400) inARow++;
+    else if (status === 401) inARow = 0;
+    else throw new Error(`probe of the organization key answered ${status}, expected 400 (or 401 before the key is known)`);
   }
 }
 
@@ -259,23 +306,31 @@ async function main(): Promise<void> {
   } else {
     const iso = isolation('ingest', 'bench');
     const maxBytes = streamMaxBytes(body.length);
-    let svc: Service | null = null;
+    const services: Service[] = [];
     onInterrupt(async () => {
-      await svc?.child.stop(5_000);
+      await Promise.all(services.map((s) => s.child.stop(5_000)));
       await cleanup(iso);
     });
     try {
       const t0 = performance.now();
-      svc = await startService({ role: 'ingress', operatorToken: OPERATOR_TOKEN, iso, env: { STREAM_MAX_BYTES: String(maxBytes) } });
+      // One webhook key for all the processes: they share the webhook store.
+      const env = { STREAM_MAX_BYTES: String(maxBytes), WEBHOOK_ENCRYPTION_KEY: randomBytes(32).toString('hex') };
+      const svc = await startService({ role: 'ingress', operatorToken: OPERATOR_TOKEN, iso, env });
+      services.push(svc);
+      for (let i = 1; i < processes; i++) services.push(await startService({ role: 'ingress', operatorToken: OPERATOR_TOKEN, iso, env, sharedPort: svc.port }));
       const startupMs = Math.round(performance.now() - t0);
       const org = await createUnlimitedOrg(svc.url, OPERATOR_TOKEN);
-      console.log(`\nservice: pid ${svc.child.pid}, ${svc.url}, ready in ${startupMs} ms; NATS prefix ${iso.natsPrefix}, STREAM_MAX_BYTES ${fmt(maxBytes)}`);
-      const full = await measure('service (ROLE=ingress)', { url: svc.url, key: org.liveKey, seconds: duration, body }, { server: svc.child.pid });
+      // Every process must know the organization before the load starts (each watches the registry).
+      await waitAllKnow(services.length, svc.url, org.liveKey);
+      const pids: Record<string, number> = Object.fromEntries(services.map((s, i) => [i === 0 ? 'server' : `server${i + 1}`, s.child.pid]));
+      console.log(`\nservice: ${services.length} process(es), pid ${services.map((s) => s.child.pid).join(', ')}, ${svc.url}, ready in ${startupMs} ms; NATS prefix ${iso.natsPrefix}, STREAM_MAX_BYTES ${fmt(maxBytes)}`);
+      const phaseName = processes === 1 ? 'service (ROLE=ingress)' : `service (ROLE=ingress ×${processes})`;
+      const full = await measure(phaseName, { url: svc.url, key: org.liveKey, seconds: duration, body }, pids);
       phases.push(full);
       printPhase(full);
       const servicePhases = [full];
       if (gzBody) {
-        const gz = await measure('service, gzip', { url: svc.url, key: org.liveKey, seconds: duration, body: gzBody, encoding: 'gzip' }, { server: svc.child.pid });
+        const gz = await measure('service, gzip', { url: svc.url, key: org.liveKey, seconds: duration, body: gzBody, encoding: 'gzip' }, pids);
         phases.push(gz);
         printPhase(gz);
         servicePhases.push(gz);
@@ -295,16 +350,16 @@ async function main(): Promise<void> {
         );
         if (!ok) problems.push(`stream holds ${stream.messages} messages but the service answered 202 ${counted} times (at most ${inFlightAtStop} were in flight at stop)`);
       }
-      const logged = svc.problems();
+      const logged = services.flatMap((s) => s.problems());
       if (logged.length > 0) {
         problems.push(`service logged ${logged.length} warn/error line(s); first: ${logged[0]!.slice(0, 400)}`);
         console.log(`  service log   ${logged.length} warn/error line(s):`);
         for (const l of logged.slice(0, 5)) console.log(`    ${l.slice(0, 400)}`);
       }
     } finally {
-      if (svc) {
-        const exit = await svc.child.stop();
-        if (exit.code !== 0) problems.push(`service exited with ${exit.code ?? exit.signal} on SIGTERM`);
+      for (const s of services) {
+        const exit = await s.child.stop();
+        if (exit.code !== 0) problems.push(`service pid ${s.child.pid} exited with ${exit.code ?? exit.signal} on SIGTERM`);
       }
       const removed = await cleanup(iso);
       console.log(`\ncleanup: ${removed.join(', ')}`);
@@ -338,7 +393,7 @@ async function main(): Promise<void> {
     bench: 'ingest',
     at: new Date().toISOString(),
     host,
-    params: { url: externalUrl ?? null, connections, duration, warmup, rate: rate ?? null, pipelining, bodyBytes: body.length, gzipBodyBytes: gzBody?.length ?? null, signalsPerBatch: SIGNALS_PER_BATCH },
+    params: { url: externalUrl ?? null, processes, connections, duration, warmup, rate: rate ?? null, pipelining, bodyBytes: body.length, gzipBodyBytes: gzBody?.length ?? null, signalsPerBatch: SIGNALS_PER_BATCH },
     phases,
     service: serviceNotes,
     ratio,

@@ -458,6 +458,13 @@ export interface BenchServiceOptions {
   iso: Isolation;
   /** Extra environment (e.g. STREAM_MAX_BYTES). */
   env?: Record<string, string>;
+  /**
+   * Listen on this port, which another service process already listens on (uWS sets
+   * SO_REUSEPORT on Linux: the kernel spreads the connections over the processes). The port
+   * must be a fixed one: Linux lets no second socket join a port handed out for port 0. Its
+   * /readyz cannot be told from the others' there, so readiness is its own "ready" log line.
+   */
+  sharedPort?: number;
 }
 
 export interface BenchService {
@@ -470,7 +477,7 @@ export interface BenchService {
 
 /** The service as benchmarks run it: a free port, warn logs, a throw-away webhook key; ready when /readyz says so. */
 export async function startBenchService(opts: BenchServiceOptions): Promise<BenchService> {
-  const port = await freePort();
+  const port = opts.sharedPort ?? (await freePort());
   const child = startChild(
     MAIN,
     [],
@@ -482,12 +489,14 @@ export async function startBenchService(opts: BenchServiceOptions): Promise<Benc
       // A throw-away key per run, so every role runs as deployed (without one the webhook routes
       // and the dispatcher are off, and the service warns about it).
       WEBHOOK_ENCRYPTION_KEY: randomBytes(32).toString('hex'),
+      ...(opts.sharedPort !== undefined ? { LOG_LEVEL: 'info' } : {}),
       ...opts.env,
     }),
   );
   const url = `http://127.0.0.1:${port}`;
   try {
-    await waitReady(url, 120_000, child);
+    if (opts.sharedPort !== undefined) await child.waitFor(/"msg":"ready"/, 120_000);
+    else await waitReady(url, 120_000, child);
   } catch (err) {
     await child.stop(5_000);
     throw err;

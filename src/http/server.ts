@@ -1,6 +1,6 @@
 /**
  * The HTTP server of every role. It serves, from the first moment:
- *   GET /healthz, GET /readyz (naming what is not up yet),
+ *   GET /healthz, GET /readyz (naming what is not up yet; not ready before `markReady`),
  *   GET /metrics (Prometheus text; open, or METRICS_TOKEN when set);
  * every other route is mounted by the route table (src/routes.ts), each feature's routes
  * once its components are ready. Until the table says so (`markReady`) an unknown path
@@ -29,9 +29,8 @@ export interface ServerDeps {
 const withTimeout = <T>(p: Promise<T>, ms: number): Promise<T> =>
   Promise.race([p, new Promise<T>((_, reject) => setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms))]);
 
-/** Every dependency's check; while the process is still starting, also `startup: down: starting`. */
-async function readiness(r: Readiness, starting: boolean): Promise<Reply> {
-  const results: (readonly [string, string])[] = await Promise.all(
+async function readiness(r: Readiness): Promise<Reply> {
+  const results = await Promise.all(
     Object.entries(r.checks).map(async ([name, check]) => {
       try {
         await withTimeout(check(), 2_000);
@@ -41,9 +40,6 @@ async function readiness(r: Readiness, starting: boolean): Promise<Reply> {
       }
     }),
   );
-  // A process whose dependencies are up may still be starting its stages (routes not all
-  // mounted): not ready until it says so.
-  if (starting) results.push(['startup', 'down: starting']);
   const down = results.filter(([, s]) => s !== 'up').map(([n]) => n);
   const body = { status: down.length === 0 ? 'ready' : 'unavailable', down, checks: Object.fromEntries(results) };
   return { status: down.length === 0 ? 200 : 503, body };
@@ -56,7 +52,12 @@ export class Server {
 
   constructor(deps: ServerDeps) {
     this.add('get', '/healthz', () => ({ status: 200, body: { status: 'ok' } }));
-    this.add('get', '/readyz', () => readiness(deps.readiness, !this.ready));
+    // Ready only once every route is mounted too: a dependency can be up (readiness checks
+    // pass) while the route table is still being mounted (streams ensured, registry loaded).
+    const routes = async (): Promise<void> => {
+      if (!this.ready) throw new Error('routes are still being mounted');
+    };
+    this.add('get', '/readyz', () => readiness({ checks: { ...deps.readiness.checks, routes } }));
     this.add(
       'get',
       '/metrics',

@@ -17,7 +17,7 @@
  *   every string            well-formed Unicode (no lone surrogates)
  */
 import { ApiError } from '../errors.js';
-import { parseRfc3339 } from '../shared/time.js';
+import { Rfc3339Reader } from '../shared/time.js';
 
 export const MAX_SIGNALS = 500;
 export const MAX_STRING = 255;
@@ -35,15 +35,17 @@ function isPlainObject(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
-function checkString(path: string, v: unknown, required: boolean): void {
+/** `field` of the signal at `path` (the path is joined only for an error: this runs for every field of every signal). */
+function checkString(path: string, field: string, v: unknown, required: boolean): void {
+  if (typeof v === 'string' && v.length > 0 && v.length <= MAX_STRING && v.isWellFormed()) return;
   if (v === undefined || v === null) {
-    if (required) throw bad(path, 'is required');
+    if (required) throw bad(`${path}.${field}`, 'is required');
     return;
   }
-  if (typeof v !== 'string') throw bad(path, `must be a string, got ${typeName(v)}`);
-  if (v.length === 0) throw bad(path, 'must not be empty');
-  if (v.length > MAX_STRING) throw bad(path, `must be at most ${MAX_STRING} characters, got ${v.length}`);
-  if (!v.isWellFormed()) throw bad(path, 'must be well-formed Unicode (no lone surrogates)');
+  if (typeof v !== 'string') throw bad(`${path}.${field}`, `must be a string, got ${typeName(v)}`);
+  if (v.length === 0) throw bad(`${path}.${field}`, 'must not be empty');
+  if (v.length > MAX_STRING) throw bad(`${path}.${field}`, `must be at most ${MAX_STRING} characters, got ${v.length}`);
+  throw bad(`${path}.${field}`, 'must be well-formed Unicode (no lone surrogates)');
 }
 
 function typeName(v: unknown): string {
@@ -63,12 +65,13 @@ function typeName(v: unknown): string {
  *   surrogate such as "\ud800"), which the engine cannot store.
  */
 function dataProblem(root: Record<string, unknown>, strings: boolean): string | null {
-  const first = walkData(root, strings, false);
-  if (first.problem || !first.dotted) return sizeProblem(root, first.problem, first.bound);
+  const first = new DataWalk(strings, false);
+  const problem = first.doc(root, 1);
+  if (problem || !first.dotted) return sizeProblem(root, problem, first.bound);
   // Joining keys with '.' is one-to-one unless a key contains a dot: only then can two keys
   // name the same path, and only then is the (slower) path check needed.
-  const second = walkData(root, strings, true);
-  return sizeProblem(root, second.problem, second.bound);
+  const second = new DataWalk(strings, true);
+  return sizeProblem(root, second.doc(root, 1), second.bound);
 }
 
 function sizeProblem(root: Record<string, unknown>, problem: string | null, bound: number): string | null {
@@ -77,70 +80,82 @@ function sizeProblem(root: Record<string, unknown>, problem: string | null, boun
   return size > MAX_DATA_BYTES ? `must be at most ${MAX_DATA_BYTES} bytes as JSON, got ${size}` : null;
 }
 
-function walkData(root: Record<string, unknown>, strings: boolean, paths: boolean): { problem: string | null; bound: number; dotted: boolean } {
-  // An upper bound of the UTF-8 size of the JSON text: a UTF-16 unit is at most 6 bytes once
-  // escaped (\uXXXX), a number at most 24 characters. Only when the bound exceeds the limit is
-  // the exact size measured (JSON.stringify), which keeps the common small payload cheap.
-  let bound = 2;
-  let dotted = false;
-  const walkDoc = (obj: Record<string, unknown>, level: number): string | null => {
-    const leaves = paths ? new Set<string>() : null;
-    // `prefix` is null at the document root: an empty key is a path segment of its own.
-    const walkObj = (o: Record<string, unknown>, prefix: string | null, lvl: number): string | null => {
-      if (lvl > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
-      bound += 3;
-      for (const k in o) {
-        bound += 6 * k.length + 4;
-        if (strings && !k.isWellFormed()) return `key ${JSON.stringify(k)} is not well-formed Unicode (lone surrogate)`;
-        if (!dotted && k.includes('.')) dotted = true;
-        const path = paths ? (prefix === null ? k : `${prefix}.${k}`) : null;
-        const v = o[k];
-        if (isPlainObject(v)) {
-          const p = walkObj(v, path, lvl + 1);
-          if (p) return p;
-          continue;
-        }
-        if (path !== null) {
-          if (leaves!.has(path)) return `two keys name the same path "${path}" (dots in keys separate path segments)`;
-          leaves!.add(path);
-        }
-        const p = walkValue(v, lvl);
+/**
+ * One walk of `data` (methods, not closures made per signal: this runs for every signal).
+ * `bound` is an upper bound of the UTF-8 size of the JSON text: a UTF-16 unit is at most 6
+ * bytes once escaped (\uXXXX), a number at most 24 characters. Only when the bound exceeds the
+ * limit is the exact size measured (JSON.stringify), which keeps the common small payload cheap.
+ */
+class DataWalk {
+  bound = 2;
+  dotted = false;
+  constructor(
+    private readonly strings: boolean,
+    private readonly paths: boolean,
+  ) {}
+
+  /** A document: `data` itself, or an object inside an array (its paths are its own). */
+  doc(obj: Record<string, unknown>, level: number): string | null {
+    return this.obj(obj, null, level, this.paths ? new Set<string>() : null);
+  }
+
+  // `prefix` is null at the document root: an empty key is a path segment of its own.
+  private obj(o: Record<string, unknown>, prefix: string | null, lvl: number, leaves: Set<string> | null): string | null {
+    if (lvl > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
+    this.bound += 3;
+    for (const k in o) {
+      this.bound += 6 * k.length + 4;
+      if (this.strings && !k.isWellFormed()) return `key ${JSON.stringify(k)} is not well-formed Unicode (lone surrogate)`;
+      if (!this.dotted && k.includes('.')) this.dotted = true;
+      const path = leaves !== null ? (prefix === null ? k : `${prefix}.${k}`) : null;
+      const v = o[k];
+      if (isPlainObject(v)) {
+        const p = this.obj(v, path, lvl + 1, leaves);
         if (p) return p;
+        continue;
       }
-      return null;
-    };
-    return walkObj(obj, null, level);
-  };
-  const walkValue = (v: unknown, lvl: number): string | null => {
-    bound += typeof v === 'string' ? 6 * v.length + 3 : 25;
-    if (typeof v === 'string') return strings && !v.isWellFormed() ? 'contains a string that is not well-formed Unicode (lone surrogate)' : null;
+      if (path !== null) {
+        if (leaves!.has(path)) return `two keys name the same path "${path}" (dots in keys separate path segments)`;
+        leaves!.add(path);
+      }
+      const p = this.value(v, lvl);
+      if (p) return p;
+    }
+    return null;
+  }
+
+  private value(v: unknown, lvl: number): string | null {
+    if (typeof v === 'string') {
+      this.bound += 6 * v.length + 3;
+      return this.strings && !v.isWellFormed() ? 'contains a string that is not well-formed Unicode (lone surrogate)' : null;
+    }
+    this.bound += 25;
     if (Array.isArray(v)) {
       if (lvl + 1 > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
       for (const x of v) {
-        const p = isPlainObject(x) ? walkDoc(x, lvl + 1) : walkValue(x, lvl + 1);
+        const p = isPlainObject(x) ? this.doc(x, lvl + 1) : this.value(x, lvl + 1);
         if (p) return p;
       }
     }
     return null;
-  };
-  const problem = walkDoc(root, 1);
-  return { problem, bound, dotted };
+  }
 }
 
 /** Lone surrogates can only arrive as \uD800-\uDFFF escapes; most bodies have none, so the check is skipped. */
 export const mayHaveSurrogates = (body: Buffer): boolean => body.includes('\\ud') || body.includes('\\uD');
 
-export function validateSignal(s: unknown, path: string, receivedAtMs: number, strings = false): void {
+/** `times` reads the timestamps: one per batch, so that signals sharing a date and hour read it once. */
+export function validateSignal(s: unknown, path: string, receivedAtMs: number, strings = false, times = new Rfc3339Reader()): void {
   if (!isPlainObject(s)) throw bad(path, `must be an object, got ${typeName(s)}`);
   for (const k in s) if (!ALLOWED_FIELDS.has(k)) throw bad(`${path}.${k}`, 'unknown field');
-  checkString(`${path}.eventName`, s.eventName, true);
-  checkString(`${path}.customerId`, s.customerId, true);
-  checkString(`${path}.unitId`, s.unitId, false);
-  checkString(`${path}.idempotencyKey`, s.idempotencyKey, false);
+  checkString(path, 'eventName', s.eventName, true);
+  checkString(path, 'customerId', s.customerId, true);
+  checkString(path, 'unitId', s.unitId, false);
+  checkString(path, 'idempotencyKey', s.idempotencyKey, false);
   const ts = s.timestamp;
   if (ts !== undefined && ts !== null) {
     if (typeof ts !== 'string') throw bad(`${path}.timestamp`, `must be an RFC 3339 date-time string, got ${typeName(ts)}`);
-    const ms = parseRfc3339(ts);
+    const ms = times.parse(ts);
     if (ms === null) throw bad(`${path}.timestamp`, `must be an RFC 3339 date-time such as 2026-01-31T12:00:00Z, got ${JSON.stringify(ts.slice(0, 40))}`);
     if (ms < MIN_TIMESTAMP_MS) throw bad(`${path}.timestamp`, 'must not be before 2000-01-01T00:00:00Z');
     if (ms > receivedAtMs + MAX_FUTURE_MS) throw bad(`${path}.timestamp`, 'must not be more than one hour in the future');
@@ -165,7 +180,8 @@ export function validateBulk(body: unknown, receivedAtMs: number, strings = fals
   const signals = body.signals;
   if (!Array.isArray(signals)) throw new ApiError('INVALID_BODY', `signals: must be an array, got ${typeName(signals)}`);
   checkCount(signals.length);
-  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs, strings);
+  const times = new Rfc3339Reader();
+  for (let i = 0; i < signals.length; i++) validateSignal(signals[i], `signals[${i}]`, receivedAtMs, strings, times);
   return signals.length;
 }
 
@@ -173,7 +189,8 @@ export function validateBulk(body: unknown, receivedAtMs: number, strings = fals
 export function validateV1(body: unknown, receivedAtMs: number, strings = false): unknown[] {
   if (Array.isArray(body)) {
     checkCount(body.length);
-    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs, strings);
+    const times = new Rfc3339Reader();
+    for (let i = 0; i < body.length; i++) validateSignal(body[i], `[${i}]`, receivedAtMs, strings, times);
     return body;
   }
   if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a signal object or an array of signals, got ${typeName(body)}`);

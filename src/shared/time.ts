@@ -10,24 +10,55 @@ export const NS_PER_MS = 1_000_000;
 // separator are allowed by RFC 3339.
 
 const DAYS_IN_MONTH = [31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31];
-const GREGORIAN_CYCLE_MS = 146_097 * 86_400_000;
 const isLeap = (y: number): boolean => (y % 4 === 0 && y % 100 !== 0) || y % 400 === 0;
 
 /**
  * Milliseconds since the epoch of an RFC 3339 date-time, or null when not one (calendar-checked).
- * Computed from the regex groups (no Date.parse): this runs for every signal of every batch.
+ * Computed from the characters (no regex, no Date.parse or Date.UTC): this runs for every signal of every batch.
  * Fractions beyond milliseconds are truncated.
  */
 export function parseRfc3339(s: string): number | null {
+  const base = dateHour(s);
+  return base === null ? null : afterHour(s, base);
+}
+
+/**
+ * parseRfc3339 that remembers the date and hour (`YYYY-MM-DDTHH`, the first 13 characters) of
+ * the last date-time it read: the signals of one batch mostly share them, and then only the
+ * minutes, seconds, fraction and offset are read. Same answers as parseRfc3339.
+ */
+export class Rfc3339Reader {
+  private prefix = '';
+  private prefixMs = 0;
+
+  parse(s: string): number | null {
+    if (this.prefix !== '' && s.startsWith(this.prefix)) return afterHour(s, this.prefixMs);
+    const base = dateHour(s);
+    if (base === null) return null;
+    this.prefix = s.slice(0, 13);
+    this.prefixMs = base;
+    return afterHour(s, base);
+  }
+}
+
+/** Milliseconds of the date and hour (characters 0-12) in UTC, or null when they are not valid. */
+function dateHour(s: string): number | null {
   // Fixed positions read from char codes (the regex version was ~9% of ingress CPU).
-  const n = s.length;
-  if (n < 20 || s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45 || s.charCodeAt(13) !== 58 || s.charCodeAt(16) !== 58) return null;
+  if (s.length < 20 || s.charCodeAt(4) !== 45 || s.charCodeAt(7) !== 45) return null;
   const sep = s.charCodeAt(10);
   if (sep !== 84 && sep !== 116 && sep !== 32) return null; // T t space
-  const year = digits(s, 0, 4), month = digits(s, 5, 2), day = digits(s, 8, 2);
-  const hour = digits(s, 11, 2), minute = digits(s, 14, 2), second = digits(s, 17, 2);
-  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23 || minute < 0 || minute > 59 || second < 0 || second > 59) return null;
+  const year = digits(s, 0, 4), month = digits(s, 5, 2), day = digits(s, 8, 2), hour = digits(s, 11, 2);
+  if (year < 0 || month < 1 || month > 12 || day < 1 || hour < 0 || hour > 23) return null;
   if (day > (month === 2 && isLeap(year) ? 29 : DAYS_IN_MONTH[month - 1]!)) return null;
+  return (daysFromCivil(year, month, day) * 24 + hour) * 3_600_000;
+}
+
+/** The rest after the hour (`:MM:SS[.fraction](Z|±HH:MM)`) added to `base`, or null when not valid. */
+function afterHour(s: string, base: number): number | null {
+  const n = s.length;
+  if (n < 20 || s.charCodeAt(13) !== 58 || s.charCodeAt(16) !== 58) return null;
+  const minute = digits(s, 14, 2), second = digits(s, 17, 2);
+  if (minute < 0 || minute > 59 || second < 0 || second > 59) return null;
   let i = 19;
   let ms = 0;
   if (s.charCodeAt(i) === 46) {
@@ -51,9 +82,21 @@ export function parseRfc3339(s: string): number | null {
     if (oh < 0 || oh > 23 || om < 0 || om > 59) return null;
     offsetMin = (z === 45 ? -1 : 1) * (oh * 60 + om);
   } else return null;
-  // Date.UTC reads years 0-99 as 19xx: shift by one 400-year Gregorian cycle (same calendar).
-  const utc = year < 100 ? Date.UTC(year + 400, month - 1, day, hour, minute, second, ms) - GREGORIAN_CYCLE_MS : Date.UTC(year, month - 1, day, hour, minute, second, ms);
-  return utc - offsetMin * 60_000;
+  return base + ((minute - offsetMin) * 60 + second) * 1000 + ms;
+}
+
+/**
+ * Days from 1970-01-01 to the proleptic Gregorian date y-m-d (H. Hinnant's days_from_civil).
+ * Integer arithmetic instead of Date.UTC, which cost a third of signal validation; it also
+ * reads years 0-99 as themselves (Date.UTC reads them as 19xx).
+ */
+function daysFromCivil(year: number, month: number, day: number): number {
+  const y = month <= 2 ? year - 1 : year;
+  const era = Math.floor(y / 400);
+  const yoe = y - era * 400;
+  const doy = Math.floor((153 * (month > 2 ? month - 3 : month + 9) + 2) / 5) + day - 1;
+  const doe = yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy;
+  return era * 146_097 + doe - 719_468;
 }
 
 /** The decimal number in s[at, at+len), or -1 when any of those characters is not a digit. */

@@ -26,5 +26,5 @@ t.test('healthz and readyz', async (t) => {
   t.same((await http(svc.url, 'GET', '/healthz')).body, { status: 'ok' });
   const r = await http(svc.url, 'GET', '/readyz');
   t.equal(r.status, 200);
-  t.same(r.body.checks, { nats: 'up', redis: 'up', clickhouse: 'up' });
+  t.same(r.body.checks, { nats: 'up', redis: 'up', clickhouse: 'up', routes: 'up' });
 });

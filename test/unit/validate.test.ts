@@ -9,7 +9,7 @@ import fc from 'fast-check';
 import { ApiError, type ErrorCode } from '../../src/errors.js';
 import { MAX_DATA_BYTES, mayHaveSurrogates, validateBulk, validateSignal, validateV1 } from '../../src/ingress/validate.js';
 import { parseJson } from '../../src/http/json.js';
-import { parseRfc3339 } from '../../src/shared/time.js';
+import { Rfc3339Reader, parseRfc3339 } from '../../src/shared/time.js';
 
 const NOW = Date.UTC(2026, 0, 31, 12, 0, 0); // receivedAtMs used throughout
 
@@ -106,6 +106,31 @@ t.test('parseRfc3339: fractions beyond milliseconds are truncated, never rounded
   t.equal(outcome(`${limit}999999Z`), 'accepted', 'one hour ahead plus 0.999999 ms is still within the hour');
   t.equal(outcome(`${limit}9Z`), 'accepted', 'one hour ahead plus 0.9 ms is within the hour');
   t.equal(outcome(`${new Date(received + 3_600_001).toISOString().slice(0, 23)}Z`), 'signals[0].timestamp: must not be more than one hour in the future', 'one hour and 1 ms ahead is refused');
+});
+
+t.test('Rfc3339Reader (remembers the last date and hour) answers as parseRfc3339, whatever came before', async (t) => {
+  // Sequences sharing prefixes: valid and invalid rests after a remembered date-hour, and
+  // invalid date-hours (never remembered) followed by valid ones.
+  const prefixes = ['2026-01-31T12', '2026-01-31t12', '2026-01-31 12', '2026-02-29T12', '2024-02-29T23', '2026-13-01T00', '2026-01-31T24', '0099-12-31T23', '2026-01-31X12'];
+  const rests = [':00:00Z', ':59:59.999999999+01:00', ':60:00Z', ':00:60Z', ':00:00', ':00:00.Z', ':00:00.1234567890Z', ':00:00-23:59', ':00:00+24:00', ':00:00z', ':00:00ZZ', ':0a:00Z', '-00:00Z', ''];
+  const text = fc.oneof(
+    fc.tuple(fc.constantFrom(...prefixes), fc.constantFrom(...rests)).map(([p, r]) => p + r),
+    fc.date({ min: new Date(Date.UTC(1990, 0, 1)), max: new Date(Date.UTC(2040, 0, 1)), noInvalidDate: true }).map((d) => d.toISOString()),
+    fc.string({ maxLength: 30 }),
+  );
+  fc.assert(
+    fc.property(fc.array(text, { maxLength: 20 }), (list) => {
+      const reader = new Rfc3339Reader();
+      for (const s of list) if (reader.parse(s) !== parseRfc3339(s)) return false;
+      return true;
+    }),
+    { numRuns: 2000 },
+  );
+  const reader = new Rfc3339Reader();
+  t.equal(reader.parse('2026-01-31T12:00:00Z'), Date.UTC(2026, 0, 31, 12), 'a first date-time');
+  t.equal(reader.parse('2026-01-31T12:61:00Z'), null, 'the same date and hour, minutes out of range: refused');
+  t.equal(reader.parse('2026-01-31T12:30:15.5-02:00'), Date.UTC(2026, 0, 31, 14, 30, 15, 500), 'the same date and hour with an offset');
+  t.equal(reader.parse('2026-01-31T12'), null, 'the remembered prefix alone is not a date-time');
 });
 
 t.test('parseRfc3339: years below 100 are not read as 19xx', async (t) => {
