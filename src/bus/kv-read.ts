@@ -12,9 +12,11 @@
  * Answers: a present key → an entry (KvEntry, so callers keep their code; `revision` is the
  * message's stream sequence, what a compare-and-set update names); no message (status 404),
  * or a delete or purge marker (`KV-Operation: DEL | PURGE`, or a server marker) → null; any
- * other status (503: no responders, the bucket's stream is missing) or no answer within the
- * timeout → the call rejects. A bucket without `allow_direct` (buckets made by old clients)
- * is read with `kv.get` per key, correct and slower.
+ * other status, or no answer within the timeout → the call rejects. A bucket whose stream is
+ * missing gets no answer at all (nats-server 2.9 takes every `$JS.API.>` request and says
+ * nothing about an unknown stream's direct get): the call rejects after the timeout, as
+ * `kv.get` did. A bucket without `allow_direct` (buckets made by old clients) is read with
+ * `kv.get` per key, correct and slower.
  */
 import type { Msg, MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 import { Bucket, type KV, type KvEntry } from '@nats-io/kv';
@@ -121,13 +123,12 @@ export class DirectKvReader implements KvReader {
   }
 
   private entry(key: string, a: Msg | Error): KvEntry | null {
-    if (a instanceof Error) throw new KvReadError(`KV ${this.bucket} get ${key}: ${a.message}`);
+    if (a instanceof Error) throw new KvReadError(`KV ${this.bucket} get ${key}: ${a.message}; is the bucket's stream there?`);
     const h = a.headers;
     if (!h) throw new KvReadError(`KV ${this.bucket} get ${key}: an answer without headers`);
     if (h.code === 404) return null;
     if (h.code !== 0 || h.hasError) {
-      const why = h.code === 503 ? 'no responders (the bucket’s stream is missing or does not allow direct gets)' : `status ${h.code} ${h.description}`;
-      throw new KvReadError(`KV ${this.bucket} get ${key}: ${why}`);
+      throw new KvReadError(`KV ${this.bucket} get ${key}: status ${h.code} ${h.description}`);
     }
     if (deleted(h)) return null;
     // A direct get by last subject names that subject; anything else is not this key's message.
