@@ -53,6 +53,7 @@ t.test('present, missing, deleted and purged keys, in one call, as kv.get answer
   t.equal(got[5]?.length, 0, 'an empty value is a present key of length 0 (as kv.get)');
   t.equal(got[6]?.revision, r1, 'a key asked twice is answered twice');
   const viaKv = await kv.get('a.present');
+  t.ok(Number.isFinite(got[0]?.created.getTime()), 'the creation time is a date');
   t.equal(got[0]?.created.getTime(), viaKv?.created.getTime(), 'the same creation time as kv.get');
   t.same(await reader.getMany([]), [], 'no keys: no answers');
   t.equal((await reader.get('b.present'))?.string(), 'second', 'get of one key');
