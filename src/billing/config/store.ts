@@ -319,8 +319,9 @@ export class BillingConfigStore {
 
   /**
    * Up to `limit` entities of a listing after position `after`, in creation order. Positions
-   * (and each one's entity right after it) are read `limit` at a time in parallel; dangling
-   * ones (a crash between position and entity) are skipped.
+   * are read `limit` at a time in one batched round, then their entities in another (a plan's
+   * position holds the plan itself); dangling ones (a crash between position and entity) are
+   * skipped.
    */
   async list<T>(orgId: string, mode: Mode, l: Listing, after: number, limit: number): Promise<Page<T>> {
     const counter = await this.raw(counterKey(orgId, mode, l));
@@ -329,18 +330,26 @@ export class BillingConfigStore {
     let pos = after;
     while (items.length < limit && pos < last) {
       const want = Math.min(limit - items.length, last - pos);
-      const positions = Array.from({ length: want }, (_, i) => pos + 1 + i);
-      // Each position's entity is read as soon as its position arrives (no wait for the whole round).
-      const docs = await Promise.all(
-        positions.map(async (n) => {
-          const e = await this.raw(orderKey(orgId, mode, l, n));
-          if (!present(e)) return null;
-          const { id, ...rest } = parse<{ id: string; name?: string }>(e);
-          if (l === 'plans') return (rest.name !== undefined ? { id, ...rest } : await this.getPlan(orgId, mode, id)) as T | null;
-          return ((await this.getCustomer(orgId, mode, id))?.doc ?? null) as T | null;
-        }),
-      );
-      for (const d of docs) if (d !== null) items.push(d);
+      const positions = await this.rawMany(Array.from({ length: want }, (_, i) => orderKey(orgId, mode, l, pos + 1 + i)));
+      const named = positions.map((e) => {
+        const p = present(e) ? parse<{ id: string; name?: string }>(e) : null;
+        return p !== null && (l === 'plans' ? PLAN_ID : CUSTOMER_ID).test(p.id) ? p : null;
+      });
+      // Entities not held by their position: customers, and plans of positions that name only the id.
+      const fetch = named.map((p) => (p === null ? null : l === 'plans' && p.name !== undefined ? null : l === 'plans' ? planKey(orgId, mode, p.id) : customerKey(orgId, mode, p.id)));
+      const keys = fetch.filter((k): k is string => k !== null);
+      const entities = new Map<string, KvEntry | null>();
+      (await this.rawMany(keys)).forEach((e, i) => entities.set(keys[i]!, e));
+      named.forEach((p, i) => {
+        if (p === null) return;
+        const key = fetch[i];
+        if (key === null || key === undefined) {
+          items.push(p as T);
+          return;
+        }
+        const e = entities.get(key) ?? null;
+        if (present(e)) items.push((l === 'plans' ? parse<Plan>(e) : parse<CustomerDoc>(e)) as T);
+      });
       pos += want;
     }
     return { items, next: pos < last ? pos : null };
