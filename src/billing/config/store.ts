@@ -336,7 +336,7 @@ export class BillingConfigStore {
         return p !== null && (l === 'plans' ? PLAN_ID : CUSTOMER_ID).test(p.id) ? p : null;
       });
       // Entities not held by their position: customers, and plans of positions that name only the id.
-      const fetch = named.map((p) => (p === null ? null : l === 'plans' && p.name !== undefined ? null : l === 'plans' ? planKey(orgId, mode, p.id) : customerKey(orgId, mode, p.id)));
+      const fetch = named.map((p) => (p === null ? null : l === 'customers' ? customerKey(orgId, mode, p.id) : p.name === undefined ? planKey(orgId, mode, p.id) : null));
       const keys = fetch.filter((k): k is string => k !== null);
       const entities = new Map<string, KvEntry | null>();
       (await this.rawMany(keys)).forEach((e, i) => entities.set(keys[i]!, e));
@@ -371,11 +371,14 @@ export class BillingConfigStore {
       const e = first[i]!;
       if (CUSTOMER_ID.test(ref) || !present(e)) return;
       const id = parse<{ customerId: string }>(e).customerId;
-      // The document may be in the first round already (the batch names it by service id too).
       if (CUSTOMER_ID.test(id)) claimed.push({ i, id });
     });
-    const ids = [...new Set(claimed.map((c) => c.id))];
-    const docs = new Map<string, VersionedCustomer | null>(ids.map((id) => [id, null]));
+    // A document the first round read (the refs name it by service id too) is not read again.
+    const docs = new Map<string, VersionedCustomer | null>();
+    refs.forEach((ref, i) => {
+      if (CUSTOMER_ID.test(ref)) docs.set(ref, out[i]!);
+    });
+    const ids = [...new Set(claimed.map((c) => c.id))].filter((id) => !docs.has(id));
     const second = await this.rawMany(ids.map((id) => customerKey(orgId, mode, id)));
     ids.forEach((id, j) => docs.set(id, asDoc(second[j]!)));
     for (const { i, id } of claimed) {
