@@ -22,7 +22,7 @@ import type { Msg, MsgHdrs, NatsConnection } from '@nats-io/transport-node';
 import { Bucket, type KV, type KvEntry } from '@nats-io/kv';
 import { replies, type Replies } from './replies.js';
 
-/** Default time to wait for all the answers of one call. */
+/** Time to wait for all the answers of one call when neither the caller nor the JetStream client names one. */
 export const KV_READ_TIMEOUT_MS = 10_000;
 
 /** A KV key as nats.js accepts it (no wildcards, no empty tokens): a key that is not cannot be read by subject. */
@@ -77,11 +77,13 @@ export interface KvReader {
  * The reader of `kv`: direct gets over `kv`'s connection when the bucket allows them (a
  * bucket opened by nats.js 3's Kvm on nats-server ≥ 2.9 does), otherwise `kv.get` per key.
  */
-export function kvReader(kv: KV, timeoutMs = KV_READ_TIMEOUT_MS): KvReader {
+export function kvReader(kv: KV, timeoutMs?: number): KvReader {
   if (kv instanceof Bucket && kv.direct) {
     // The client's connection: JetStreamClient's implementation (BaseApiClientImpl) exposes it as `nc`.
     const nc = (kv.js as unknown as { nc?: NatsConnection }).nc;
-    if (nc) return new DirectKvReader(nc, kv.bucket, kv.stream, kv.js.getOptions().apiPrefix ?? '$JS.API', timeoutMs);
+    const opts = kv.js.getOptions();
+    // The JetStream client's timeout by default (PUBLISH_TIMEOUT_MS in the service), as kv.get had.
+    if (nc) return new DirectKvReader(nc, kv.bucket, kv.stream, opts.apiPrefix ?? '$JS.API', timeoutMs ?? opts.timeout ?? KV_READ_TIMEOUT_MS);
   }
   return new PerKeyReader(kv);
 }

@@ -94,8 +94,9 @@ t.test('keys that are not KV keys are refused before anything is sent', async (t
 t.test('a bucket without its stream: no answer, the call rejects after the timeout', async (t) => {
   const gone = `TUNIT${randomBytes(4).toString('hex')}_kvreadgone`;
   made.push(gone);
-  const kv2 = await new Kvm(js).create(gone, { history: 1 });
-  const r = kvReader(kv2, 500);
+  // No timeout given: the JetStream client's (500 ms here), as kv.get uses.
+  const kv2 = await new Kvm(jetstream(nc, { timeout: 500 })).create(gone, { history: 1 });
+  const r = kvReader(kv2);
   await kv2.put('k', 'v');
   t.equal((await r.get('k'))?.string(), 'v');
   await jsm.streams.delete(`KV_${gone}`);
