@@ -30,7 +30,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Args } from './lib/args.js';
 import { seed, seedId } from './lib/billing-seed.js';
-import { CpuMeter, LatencyHistogram, appendHistory, fmt, hostInfo, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
+import { CpuMeter, LatencyHistogram, appendHistory, fmt, hostInfo, pidsByName, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
 import { OPERATOR_TOKEN, createUnlimitedOrg, http, type BenchOrg } from './lib/api.js';
 import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService, type BenchService as Service } from '../harness/service.js';
 
@@ -74,6 +74,10 @@ interface Result {
   lagBatch: Percentiles;
   drainS: number;
   cpu: Record<string, number | null>;
+  /** CPU-seconds of each process from the start of the scenario until billing had evaluated every batch. */
+  cpuSeconds: Record<string, number | null>;
+  /** Of those, ms per billable batch evaluated (the service's includes its ingress and pipeline work). */
+  cpuMsPerBatch: Record<string, number | null>;
 }
 
 /** What the service publishes, seen on plain subscriptions. */
@@ -144,6 +148,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
   }
   const drained = performance.now();
   const usage = cpu.read();
+  const cpuSeconds = cpu.seconds();
 
   const lagPart = new LatencyHistogram();
   const batches = new Map<string, { first: number; last: number; parts: number; done: number }>();
@@ -184,6 +189,8 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     lagBatch: lagBatch.summary(),
     drainS: round((drained - sent) / 1000, 1),
     cpu: usage,
+    cpuSeconds,
+    cpuMsPerBatch: Object.fromEntries(Object.entries(cpuSeconds).map(([k, v]) => [k, v === null || complete === 0 ? null : round((v * 1000) / complete, 2)])),
   };
 }
 
@@ -217,7 +224,8 @@ async function main(): Promise<void> {
     console.log(`  ${round((performance.now() - s0) / 1000, 1)} s`);
     const watch = new Watch(nc, iso.natsPrefix);
     const billable = async (): Promise<number> => (await jsm.streams.info(`${iso.natsPrefix}_BILLABLE_P`)).state.messages;
-    const pids: Record<string, number> = { service: svc.child.pid, ...Object.fromEntries(extra.map((e, i) => [`pipeline${i + 2}`, e.child.pid])) };
+    const natsPid = pidsByName(['nats-server'])['nats-server'];
+    const pids: Record<string, number> = { service: svc.child.pid, ...Object.fromEntries(extra.map((e, i) => [`pipeline${i + 2}`, e.child.pid])), ...(natsPid !== undefined ? { 'nats-server': natsPid } : {}) };
     const results: Result[] = [];
     for (const size of SIZES) {
       console.log(`\n${size}-signal batches, ${IN_FLIGHT} in flight, ${DURATION} s …`);
@@ -227,6 +235,7 @@ async function main(): Promise<void> {
       console.log(`  billable evaluated  ${fmt(r.batchesEvaluated)} batches: ${fmt(r.batchesPerSDuring, 1)}/s while sending, ${fmt(r.batchesPerSOverall, 1)}/s until the last (${fmt(r.parts)} partition messages, ${fmt(r.partsPerS, 1)}/s)`);
       console.log(`  billing lag (ms)    per partition message p50 ${r.lagPart.p50} p99 ${r.lagPart.p99} max ${r.lagPart.max} | per batch p50 ${r.lagBatch.p50} p99 ${r.lagBatch.p99} max ${r.lagBatch.max}`);
       console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
+      console.log(`  CPU per batch (ms)  ${JSON.stringify(r.cpuMsPerBatch)} (CPU-s ${JSON.stringify(r.cpuSeconds)}; the service's includes its ingress and pipeline)`);
       if (r.batchesEvaluated !== r.accepted) problems.push(`${size}-signal batches: ${r.accepted} accepted, ${r.batchesEvaluated} evaluated in full`);
       if (r.lagPart.p99 > TARGET_LAG_P99_MS) problems.push(`${size}-signal batches: billing lag p99 ${r.lagPart.p99} ms is above the target ${TARGET_LAG_P99_MS} ms`);
     }

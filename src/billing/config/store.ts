@@ -33,6 +33,7 @@
 import type { KV, KvEntry } from '@nats-io/kv';
 import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
 import type { Nats } from '../../bus/connection.js';
+import { kvReader, type KvReader } from '../../bus/kv-read.js';
 import { ensure } from '../../bus/topology.js';
 import { ApiError } from '../../errors.js';
 import { billingLog as log } from '../../log.js';
@@ -127,6 +128,8 @@ export class BillingConfigStore {
   /** Largest document in bytes (UTF-8 JSON). */
   readonly maxDocumentBytes: number;
   private readonly queues = new Map<string, Promise<unknown>>();
+  /** Reads: JetStream direct gets, many keys per call (bus/kv-read.ts). */
+  private readonly reader: KvReader;
 
   /**
    * @param kv the `<prefix>_billing` bucket (`billingConfigBucket`)
@@ -139,11 +142,22 @@ export class BillingConfigStore {
     private readonly staleClaimMs = STALE_CLAIM_MS,
   ) {
     this.maxDocumentBytes = maxPayload - MESSAGE_OVERHEAD_BYTES;
+    this.reader = kvReader(kv);
   }
 
   private async raw(key: string): Promise<KvEntry | null> {
     try {
-      return await this.kv.get(key);
+      return await this.reader.get(key);
+    } catch (err) {
+      throw unavailable(err);
+    }
+  }
+
+  /** Many keys in one round (one publish each, one timer): null where a key has no value. */
+  private async rawMany(keys: readonly string[]): Promise<(KvEntry | null)[]> {
+    if (keys.length === 0) return [];
+    try {
+      return await this.reader.getMany(keys);
     } catch (err) {
       throw unavailable(err);
     }
@@ -308,8 +322,9 @@ export class BillingConfigStore {
 
   /**
    * Up to `limit` entities of a listing after position `after`, in creation order. Positions
-   * (and each one's entity right after it) are read `limit` at a time in parallel; dangling
-   * ones (a crash between position and entity) are skipped.
+   * are read `limit` at a time in one batched round, then their entities in another (a plan's
+   * position holds the plan itself); dangling ones (a crash between position and entity) are
+   * skipped.
    */
   async list<T>(orgId: string, mode: Mode, l: Listing, after: number, limit: number): Promise<Page<T>> {
     const counter = await this.raw(counterKey(orgId, mode, l));
@@ -318,18 +333,26 @@ export class BillingConfigStore {
     let pos = after;
     while (items.length < limit && pos < last) {
       const want = Math.min(limit - items.length, last - pos);
-      const positions = Array.from({ length: want }, (_, i) => pos + 1 + i);
-      // Each position's entity is read as soon as its position arrives (no wait for the whole round).
-      const docs = await Promise.all(
-        positions.map(async (n) => {
-          const e = await this.raw(orderKey(orgId, mode, l, n));
-          if (!present(e)) return null;
-          const { id, ...rest } = parse<{ id: string; name?: string }>(e);
-          if (l === 'plans') return (rest.name !== undefined ? { id, ...rest } : await this.getPlan(orgId, mode, id)) as T | null;
-          return ((await this.getCustomer(orgId, mode, id))?.doc ?? null) as T | null;
-        }),
-      );
-      for (const d of docs) if (d !== null) items.push(d);
+      const positions = await this.rawMany(Array.from({ length: want }, (_, i) => orderKey(orgId, mode, l, pos + 1 + i)));
+      const named = positions.map((e) => {
+        const p = present(e) ? parse<{ id: string; name?: string }>(e) : null;
+        return p !== null && (l === 'plans' ? PLAN_ID : CUSTOMER_ID).test(p.id) ? p : null;
+      });
+      // Entities not held by their position: customers, and plans of positions that name only the id.
+      const fetch = named.map((p) => (p === null ? null : l === 'customers' ? customerKey(orgId, mode, p.id) : p.name === undefined ? planKey(orgId, mode, p.id) : null));
+      const keys = fetch.filter((k): k is string => k !== null);
+      const entities = new Map<string, KvEntry | null>();
+      (await this.rawMany(keys)).forEach((e, i) => entities.set(keys[i]!, e));
+      named.forEach((p, i) => {
+        if (p === null) return;
+        const key = fetch[i];
+        if (key === null || key === undefined) {
+          items.push(p as T);
+          return;
+        }
+        const e = entities.get(key) ?? null;
+        if (present(e)) items.push((l === 'plans' ? parse<Plan>(e) : parse<CustomerDoc>(e)) as T);
+      });
       pos += want;
     }
     return { items, next: pos < last ? pos : null };
@@ -338,17 +361,34 @@ export class BillingConfigStore {
   // --- evaluation ---
 
   /**
-   * The configuration restricted to the customers `refs` name (service ids or externalIds,
-   * as signals do) and the plans their attributes use: one get per customer (two for an
-   * externalId) and one per plan, whatever the organization's size.
+   * The customer each reference names (a service id, or else an externalId through its
+   * claim), in order, null where none: two rounds of batched reads — the service ids' documents
+   * with the externalIds' claims, then the claimed customers' documents.
    */
-  /** The customer a signal names: by service id, or else by externalId (through its claim). */
-  private async customerByRef(orgId: string, mode: Mode, ref: string): Promise<VersionedCustomer | null> {
-    if (CUSTOMER_ID.test(ref)) return this.getCustomer(orgId, mode, ref);
-    const owner = await this.externalIdOwner(orgId, mode, ref);
-    if (!owner) return null;
-    const c = await this.getCustomer(orgId, mode, owner.customerId);
-    return c && c.doc.customer.externalId === ref ? c : null;
+  private async customersByRefs(orgId: string, mode: Mode, refs: readonly string[]): Promise<(VersionedCustomer | null)[]> {
+    const asDoc = (e: KvEntry | null): VersionedCustomer | null => (present(e) ? { doc: parse<CustomerDoc>(e), revision: e.revision } : null);
+    const first = await this.rawMany(refs.map((ref) => (CUSTOMER_ID.test(ref) ? customerKey(orgId, mode, ref) : externalIdKey(orgId, mode, ref))));
+    const out: (VersionedCustomer | null)[] = refs.map((ref, i) => (CUSTOMER_ID.test(ref) ? asDoc(first[i]!) : null));
+    const claimed: { i: number; id: string }[] = [];
+    refs.forEach((ref, i) => {
+      const e = first[i]!;
+      if (CUSTOMER_ID.test(ref) || !present(e)) return;
+      const id = parse<{ customerId: string }>(e).customerId;
+      if (CUSTOMER_ID.test(id)) claimed.push({ i, id });
+    });
+    // A document the first round read (the refs name it by service id too) is not read again.
+    const docs = new Map<string, VersionedCustomer | null>();
+    refs.forEach((ref, i) => {
+      if (CUSTOMER_ID.test(ref)) docs.set(ref, out[i]!);
+    });
+    const ids = [...new Set(claimed.map((c) => c.id))].filter((id) => !docs.has(id));
+    const second = await this.rawMany(ids.map((id) => customerKey(orgId, mode, id)));
+    ids.forEach((id, j) => docs.set(id, asDoc(second[j]!)));
+    for (const { i, id } of claimed) {
+      const c = docs.get(id) ?? null;
+      out[i] = c && c.doc.customer.externalId === refs[i] ? c : null;
+    }
+    return out;
   }
 
   /**
@@ -357,14 +397,21 @@ export class BillingConfigStore {
    * an externalId is resolved; null when no customer has it.
    */
   async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
-    const ids = await Promise.all(refs.map(async (ref) => (CUSTOMER_ID.test(ref) ? ref : ((await this.customerByRef(orgId, mode, ref))?.doc.customer.id ?? null))));
-    return new Map(refs.map((r, i) => [r, ids[i]!]));
+    const named = [...new Set(refs.filter((ref) => !CUSTOMER_ID.test(ref)))];
+    const found = await this.customersByRefs(orgId, mode, named);
+    const byExternal = new Map(named.map((r, i) => [r, found[i]?.doc.customer.id ?? null]));
+    return new Map(refs.map((r) => [r, CUSTOMER_ID.test(r) ? r : byExternal.get(r)!]));
   }
 
+  /**
+   * The configuration restricted to the customers `refs` name (service ids or externalIds,
+   * as signals do) and the plans their attributes use: one read per customer (two for an
+   * externalId) and one per plan, whatever the organization's size, in three batched rounds.
+   */
   async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
     const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
     const revisions: Record<string, number> = {};
-    const found = await Promise.all([...new Set(refs)].map((ref) => this.customerByRef(orgId, mode, ref)));
+    const found = await this.customersByRefs(orgId, mode, [...new Set(refs)]);
     const planIds = new Set<string>();
     for (const f of found) {
       if (!f) continue;
@@ -380,7 +427,7 @@ export class BillingConfigStore {
       for (const p of Object.values(doc.pools)) config.pools[p.id] = p;
       for (const [k, cap] of Object.entries(doc.caps)) config.caps[k] = cap;
     }
-    const plans = await Promise.all([...planIds].map((id) => this.planForBatch(planKey(orgId, mode, id))));
+    const plans = await this.plansForBatch([...planIds].map((id) => planKey(orgId, mode, id)));
     for (const [key, found] of plans) {
       if (!found) continue;
       config.plans[found.plan.id] = found.plan;
@@ -392,15 +439,17 @@ export class BillingConfigStore {
   /** Plans found, by key: a plan never changes and is never deleted, so one read serves every later batch. */
   private readonly plansSeen = new Map<string, { plan: Plan; revision: number }>();
 
-  private async planForBatch(key: string): Promise<[string, { plan: Plan; revision: number } | null]> {
-    const seen = this.plansSeen.get(key);
-    if (seen) return [key, seen];
-    const e = await this.raw(key);
-    if (!present(e)) return [key, null];
-    const found = { plan: parse<Plan>(e), revision: e.revision };
-    if (this.plansSeen.size >= PLANS_SEEN_MAX) this.plansSeen.delete(this.plansSeen.keys().next().value!);
-    this.plansSeen.set(key, found);
-    return [key, found];
+  /** The plans of these keys: those seen before from memory, the others in one batched read (then kept). */
+  private async plansForBatch(keys: string[]): Promise<[string, { plan: Plan; revision: number } | null][]> {
+    const unseen = keys.filter((k) => !this.plansSeen.has(k));
+    const read = await this.rawMany(unseen);
+    unseen.forEach((key, i) => {
+      const e = read[i] ?? null;
+      if (!present(e)) return;
+      if (this.plansSeen.size >= PLANS_SEEN_MAX) this.plansSeen.delete(this.plansSeen.keys().next().value!);
+      this.plansSeen.set(key, { plan: parse<Plan>(e), revision: e.revision });
+    });
+    return keys.map((k) => [k, this.plansSeen.get(k) ?? null]);
   }
 
   // --- the former layout ---

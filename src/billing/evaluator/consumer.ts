@@ -69,6 +69,7 @@ import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { PULL_EXPIRES_MS, type Nats } from '../../bus/connection.js';
+import { kvReader, type KvReader } from '../../bus/kv-read.js';
 import { publishDurable } from '../../bus/publish.js';
 import { billingLog as log } from '../../log.js';
 import { billingEvents, billingLag } from '../../metrics/index.js';
@@ -129,6 +130,8 @@ export class BillingEvaluator {
   private readonly subscriptions: ConsumerMessages[] = [];
   private readonly loops: Promise<void>[] = [];
   private readonly customers: CustomerStates;
+  /** Reads of the state bucket: direct gets, a batch's keys in one round (bus/kv-read.ts). */
+  private readonly stateReader: KvReader;
   /** Tasks of this evaluator on the shared pool, at most one per thread (its queue is sized for the pipeline). */
   private readonly poolSlots: Slots;
   readonly stats: EvaluatorStats = { messages: 0, events: 0, costRows: 0 };
@@ -141,7 +144,8 @@ export class BillingEvaluator {
     private readonly pool: WorkerPool,
     private readonly opts: EvaluatorOptions,
   ) {
-    this.customers = new CustomerStates(state);
+    this.stateReader = kvReader(state);
+    this.customers = new CustomerStates(state, this.stateReader);
     this.poolSlots = new Slots(Math.max(1, pool.maxThreads));
   }
 
@@ -247,7 +251,7 @@ export class BillingEvaluator {
     const { orgId, mode, batchId } = headersOf(m);
 
     // 1. The pin of partition k, and whether S is already finished.
-    const pinEntry = await this.state.get(pinKey(k));
+    const pinEntry = await this.stateReader.get(pinKey(k));
     const current = pinEntry && pinEntry.operation === 'PUT' && pinEntry.length > 0 ? (pinEntry.json() as Pin | DonePin) : null;
     if (current && (current.seq > m.seq || (current.seq === m.seq && 'done' in current))) {
       if (current.seq > m.seq) log.warn('billable message already finished by another holder', { seq: m.seq, partition: k });
@@ -273,7 +277,7 @@ export class BillingEvaluator {
       this.customers.read(orgId, mode, config, m.seq),
       Object.keys(config.caps).length === 0 ? Promise.resolve([] as CapPeriodRef[]) : this.capPeriods({ orgId, mode, config, signals }),
     ]);
-    const entries = await Promise.all(refs.map((r) => this.state.get(r.key)));
+    const entries = await this.stateReader.getMany(refs.map((r) => r.key));
     const former = refs.length > 0 && entries.some((e) => !e) ? (read.former ?? (await this.customers.formerState(orgId, mode))) : null;
     const periods: Record<string, PeriodTotal> = {};
     refs.forEach((r, i) => {

@@ -17,6 +17,7 @@
  * customer without a key of its own: a new customer's first batch).
  */
 import type { KV, KvEntry } from '@nats-io/kv';
+import { kvReader, type KvReader } from '../../bus/kv-read.js';
 import type { BillingConfig } from '../model.js';
 import type { Mode } from '../../shared/mode.js';
 import type { BillingState } from './evaluate.js';
@@ -53,13 +54,20 @@ export class CustomerStates {
   /** Documents of the former layout found, by key. They are never written any more. */
   private readonly former = new Map<string, Promise<BillingState | null>>();
 
-  constructor(private readonly kv: KV) {}
+  /**
+   * @param kv the state bucket (writes)
+   * @param reader its reads: direct gets, a batch's keys in one round (bus/kv-read.ts)
+   */
+  constructor(
+    private readonly kv: KV,
+    private readonly reader: KvReader = kvReader(kv),
+  ) {}
 
   formerState(orgId: string, mode: Mode): Promise<BillingState | null> {
     const key = formerStateKey(orgId, mode);
     const cached = this.former.get(key);
     if (cached) return cached;
-    const p = this.kv.get(key).then((e) => (present(e) ? (e.json() as BillingState) : null));
+    const p = this.reader.get(key).then((e) => (present(e) ? (e.json() as BillingState) : null));
     // Only a document found is kept (it no longer changes); an absent one is asked again.
     void p.then(
       (doc) => {
@@ -75,7 +83,7 @@ export class CustomerStates {
   /** The state before batch `seq` of every customer in `config` (the customers it names). */
   async read(orgId: string, mode: Mode, config: BillingConfig, seq: number): Promise<ReadStates> {
     const ids = Object.keys(config.customers);
-    const entries = await Promise.all(ids.map((id) => this.kv.get(customerStateKey(orgId, mode, id))));
+    const entries = await this.reader.getMany(ids.map((id) => customerStateKey(orgId, mode, id)));
     const needFormer = entries.some((e) => !present(e));
     const former = needFormer ? await this.formerState(orgId, mode) : null;
     const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
@@ -114,7 +122,7 @@ export class CustomerStates {
 
   /** Credits consumed per pool id of one customer, as evaluated so far (GET …/credit-pools). */
   async consumed(orgId: string, mode: Mode, customerId: string): Promise<Record<string, string>> {
-    const e = await this.kv.get(customerStateKey(orgId, mode, customerId));
+    const e = await this.reader.get(customerStateKey(orgId, mode, customerId));
     if (present(e)) return (e.json() as CustomerEntry).after.consumed;
     // Pool ids are unique: the former document's map answers for this customer's pools.
     return (await this.formerState(orgId, mode))?.consumed ?? {};
