@@ -49,18 +49,18 @@ export class BillablePartitioner {
     readonly partitions: number,
   ) {}
 
-  /**
-   * Publishes one batch's billable lines, one message per partition it touches, with
-   * Nats-Msg-Id = <batch id>.p<k>: a batch published again (a pipeline crash before its ack)
-   * is stored once per partition.
-   */
-  /** The pipeline's form of the lines: UTF-8, each ending in '\n' (JSON text holds no raw newline). */
+  /** `publish` of the pipeline's form of the lines: UTF-8, each ending in '\n' (JSON text holds no raw newline). */
   publishPacked(meta: { orgId: string; mode: Mode; batchId: string }, bytes: Uint8Array, timeoutMs: number): Promise<void> {
     const lines = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8').split('\n');
     if (lines.at(-1) === '') lines.pop();
     return this.publish(meta, lines, timeoutMs);
   }
 
+  /**
+   * Publishes one batch's billable lines, one message per partition it touches, with
+   * Nats-Msg-Id = <batch id>.p<k>: a batch published again (a pipeline crash before its ack)
+   * is stored once per partition.
+   */
   async publish(meta: { orgId: string; mode: Mode; batchId: string }, lines: string[], timeoutMs: number): Promise<void> {
     if (lines.length === 0) return;
     const parts = await this.split(meta.orgId, meta.mode, lines);
