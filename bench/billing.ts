@@ -19,8 +19,12 @@
  * evaluated). After the producers stop it waits until every stored message is evaluated.
  * Target (issue): billing keeps up (the backlog drains with the producers) with lag p99 ≤ 1 s.
  *
+ * With --rate R the producers are an open loop instead: R batches per second at fixed times,
+ * whatever the answers (billing lag at a load the service sustains, rather than at the
+ * ingress's maximum).
+ *
  *   node dist/bench/billing.js [--orgs N (100)] [--customers N (100)] [--duration S (30)]
- *     [--in-flight N (8)] [--pipelines N (1)] [--partitions N (service default)] [--sizes 10,500]
+ *     [--in-flight N (8)] [--rate R (0)] [--pipelines N (1)] [--partitions N (service default)] [--sizes 10,500]
  */
 import { connect, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
@@ -43,6 +47,7 @@ const args = new Args('node dist/bench/billing.js [options]', {
   partitions: { help: 'BILLING_PARTITIONS (default: the service default)' },
   sizes: { help: 'signals per batch of each scenario, comma-separated (default 10,500)' },
   'drain-timeout': { help: 'seconds to wait for billing to catch up after a scenario (default 300)' },
+  rate: { help: 'open loop: batches/s posted at fixed times, whatever the answers (default 0: closed loop, --in-flight producers as fast as answered)' },
 });
 const ORGS = args.num('orgs', 100, 1, 10_000);
 const CUSTOMERS = args.num('customers', 100, 1, 1_000_000);
@@ -56,6 +61,7 @@ if (SIZES.some((n) => !Number.isInteger(n) || n < 1 || n > 10_000)) {
   process.exit(2);
 }
 const DRAIN_S = args.num('drain-timeout', 300, 1, 36_000);
+const RATE = args.num('rate', 0, 0, 100_000);
 const TARGET_LAG_P99_MS = 1_000;
 
 interface Result {
@@ -73,6 +79,7 @@ interface Result {
   lagPart: Percentiles;
   lagBatch: Percentiles;
   drainS: number;
+  groups: { count: number; meanMessages: number; meanStepMs: number; waits: number };
   cpu: Record<string, number | null>;
   /** CPU-seconds of each process from the start of the scenario until billing had evaluated every batch. */
   cpuSeconds: Record<string, number | null>;
@@ -114,39 +121,73 @@ class Watch {
   }
 }
 
-async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>): Promise<Result> {
+/** The evaluator's group figures of the services (Prometheus text): groups, messages in them, step seconds, waits. */
+async function groupFigures(urls: string[]): Promise<{ groups: number; messages: number; seconds: number; waits: number }> {
+  const out = { groups: 0, messages: 0, seconds: 0, waits: 0 };
+  for (const url of urls) {
+    const text = await (await fetch(`${url}/metrics`)).text();
+    const value = (name: string): number => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    out.groups += value('billing_group_messages_count');
+    out.messages += value('billing_group_messages_sum');
+    out.seconds += value('billing_group_duration_seconds_sum');
+    out.waits += value('billing_partition_waits_total');
+  }
+  return out;
+}
+
+async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>, urls: string[]): Promise<Result> {
   watch.reset();
+  const g0 = await groupFigures(urls);
   const cpu = new CpuMeter(pids);
   const t0 = performance.now();
   const end = t0 + DURATION * 1000;
   let accepted = 0;
   let refused = 0;
   let n = 0;
-  const producer = async (): Promise<void> => {
-    while (performance.now() < end) {
-      const o = orgs[Math.floor(Math.random() * orgs.length)]!;
-      const b = n++;
-      const signals = Array.from({ length: size }, (_, i) => {
-        const c = Math.floor(Math.random() * o.ids.length);
-        return { eventName: 'tokens', customerId: i % 2 === 0 ? `ext-${c + 1}` : o.ids[c]!, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
-      });
-      const r = await http(`${svc.url}/api/v2/signals/bulk`, 'POST', o.org.liveKey, { signals });
-      if (r.status === 202) accepted++;
-      else refused++;
-    }
+  const post = async (): Promise<void> => {
+    const o = orgs[Math.floor(Math.random() * orgs.length)]!;
+    const b = n++;
+    const signals = Array.from({ length: size }, (_, i) => {
+      const c = Math.floor(Math.random() * o.ids.length);
+      return { eventName: 'tokens', customerId: i % 2 === 0 ? `ext-${c + 1}` : o.ids[c]!, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
+    });
+    const r = await http(`${svc.url}/api/v2/signals/bulk`, 'POST', o.org.liveKey, { signals });
+    if (r.status === 202) accepted++;
+    else refused++;
   };
-  await Promise.all(Array.from({ length: IN_FLIGHT }, producer));
+  if (RATE > 0) {
+    // Open loop: batch i is posted at t0 + i / RATE, answered or not.
+    const posts: Promise<void>[] = [];
+    for (let i = 0; ; i++) {
+      const at = t0 + (i * 1000) / RATE;
+      if (at >= end) break;
+      const wait = at - performance.now();
+      if (wait > 1) await sleep(wait);
+      posts.push(post());
+    }
+    await Promise.all(posts);
+  } else {
+    const producer = async (): Promise<void> => {
+      while (performance.now() < end) await post();
+    };
+    await Promise.all(Array.from({ length: IN_FLIGHT }, producer));
+  }
   const sent = performance.now();
   // Until the pipeline has published every accepted batch's billable parts and billing has
   // evaluated them all (the billable stream empty and every stored part evaluated).
   const deadline = sent + DRAIN_S * 1000;
   for (;;) {
     const pending = await billable();
-    if (pending === 0 && watch.stored.size > 0 && [...watch.stored.keys()].every((k) => watch.evaluated.has(k))) break;
+    // Every accepted batch's parts published by the pipeline (a batch counts once stored, by
+    // its id), none left on the billable stream, and every stored part evaluated.
+    const storedBatches = new Set([...watch.stored.keys()].map((k) => k.slice(0, k.lastIndexOf('.p')))).size;
+    if (pending === 0 && storedBatches >= accepted && [...watch.stored.keys()].every((k) => watch.evaluated.has(k))) break;
     if (performance.now() > deadline) break;
     await sleep(100);
   }
   const drained = performance.now();
+  const g1 = await groupFigures(urls);
+  const groups = g1.groups - g0.groups;
   const usage = cpu.read();
   const cpuSeconds = cpu.seconds();
 
@@ -188,6 +229,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     lagPart: lagPart.summary(),
     lagBatch: lagBatch.summary(),
     drainS: round((drained - sent) / 1000, 1),
+    groups: { count: groups, meanMessages: groups > 0 ? round((g1.messages - g0.messages) / groups, 1) : 0, meanStepMs: groups > 0 ? round(((g1.seconds - g0.seconds) * 1000) / groups, 1) : 0, waits: g1.waits - g0.waits },
     cpu: usage,
     cpuSeconds,
     cpuMsPerBatch: Object.fromEntries(Object.entries(cpuSeconds).map(([k, v]) => [k, v === null || complete === 0 ? null : round((v * 1000) / complete, 2)])),
@@ -196,7 +238,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
 
 async function main(): Promise<void> {
   const host = hostInfo();
-  printHeader('billing evaluation: billable batches/s and billing lag (stored → evaluated)', host, { orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, pipelines: PIPELINES, partitions: PARTITIONS || 'default', sizes: SIZES });
+  printHeader('billing evaluation: billable batches/s and billing lag (stored → evaluated)', host, { orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, rate: RATE, pipelines: PIPELINES, partitions: PARTITIONS || 'default', sizes: SIZES });
   const problems: string[] = [];
   const iso = isolation('billing', 'bench');
   onInterrupt(async () => void (await cleanup(iso)));
@@ -228,20 +270,21 @@ async function main(): Promise<void> {
     const pids: Record<string, number> = { service: svc.child.pid, ...Object.fromEntries(extra.map((e, i) => [`pipeline${i + 2}`, e.child.pid])), ...(natsPid !== undefined ? { 'nats-server': natsPid } : {}) };
     const results: Result[] = [];
     for (const size of SIZES) {
-      console.log(`\n${size}-signal batches, ${IN_FLIGHT} in flight, ${DURATION} s …`);
-      const r = await scenario(size, svc, orgs, watch, billable, pids);
+      console.log(`\n${size}-signal batches, ${RATE > 0 ? `${RATE}/s open loop` : `${IN_FLIGHT} in flight`}, ${DURATION} s …`);
+      const r = await scenario(size, svc, orgs, watch, billable, pids, [svc.url, ...extra.map((e) => e.url)]);
       results.push(r);
       console.log(`  accepted            ${fmt(r.accepted)} batches (${fmt(r.acceptedPerS, 1)}/s, ${fmt(r.acceptedPerS * size)} signals/s)`);
       console.log(`  billable evaluated  ${fmt(r.batchesEvaluated)} batches: ${fmt(r.batchesPerSDuring, 1)}/s while sending, ${fmt(r.batchesPerSOverall, 1)}/s until the last (${fmt(r.parts)} partition messages, ${fmt(r.partsPerS, 1)}/s)`);
       console.log(`  billing lag (ms)    per partition message p50 ${r.lagPart.p50} p99 ${r.lagPart.p99} max ${r.lagPart.max} | per batch p50 ${r.lagBatch.p50} p99 ${r.lagBatch.p99} max ${r.lagBatch.max}`);
       console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
+      console.log(`  evaluation groups   ${fmt(r.groups.count)}, ${r.groups.meanMessages} messages each on average, a step ${r.groups.meanStepMs} ms on average; ${fmt(r.groups.waits)} waits for another process`);
       console.log(`  CPU per batch (ms)  ${JSON.stringify(r.cpuMsPerBatch)} (CPU-s ${JSON.stringify(r.cpuSeconds)}; the service's includes its ingress and pipeline)`);
       if (r.batchesEvaluated !== r.accepted) problems.push(`${size}-signal batches: ${r.accepted} accepted, ${r.batchesEvaluated} evaluated in full`);
       if (r.lagPart.p99 > TARGET_LAG_P99_MS) problems.push(`${size}-signal batches: billing lag p99 ${r.lagPart.p99} ms is above the target ${TARGET_LAG_P99_MS} ms`);
     }
     watch.close();
     for (const l of [svc, ...extra].flatMap((s) => s.problems())) if (!/billing fault|BILLING_PARTITIONS/.test(l)) problems.push(`service: ${l.slice(0, 300)}`);
-    appendHistory({ bench: 'billing', at: new Date().toISOString(), host, orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, pipelines: PIPELINES, partitions: PARTITIONS || 'default', results });
+    appendHistory({ bench: 'billing', at: new Date().toISOString(), host, orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, rate: RATE, pipelines: PIPELINES, partitions: PARTITIONS || 'default', results });
     printProblems(problems.slice(0, 20));
   } finally {
     await nc.close();

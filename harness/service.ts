@@ -186,7 +186,11 @@ export function startChild(file: string, args: string[], env: Record<string, str
   hookProcess();
   // SERVICE_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof": node options for the started processes (profiling a bench).
   const nodeArgs = process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
-  const proc = spawn(process.execPath, [...nodeArgs, file, ...args], { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  // SERVICE_CPUS="0": the started processes (and what they fork: the engine host) run on those
+  // CPUs only (`taskset -c`, which execs the command: same pid), to measure what a core buys.
+  const cpus = process.env.SERVICE_CPUS;
+  const [cmd, argv] = cpus ? ['taskset', ['-c', cpus, process.execPath, ...nodeArgs, file, ...args]] : [process.execPath, [...nodeArgs, file, ...args]];
+  const proc = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   children.add(proc);
   let out = '';
   const listeners = new Set<() => void>();

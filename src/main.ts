@@ -34,6 +34,8 @@ import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import { IdempotencyClaims } from './pipeline/dedupe.js';
 import { CustomerStates } from './billing/evaluator/customer-state.js';
 import { BillablePartitioner } from './billing/evaluator/partition.js';
+import { Members, memberId, membersBucket } from './billing/evaluator/members.js';
+import { randomToken } from './shared/random.js';
 import { WebhookStore, webhookBucket } from './webhooks/store.js';
 import { DeliveryLog } from './webhooks/delivery-log.js';
 import { WebhookApi } from './webhooks/api.js';
@@ -58,6 +60,7 @@ export async function start(cfg: Config): Promise<Running> {
   let store: Store | null = null;
   let pipeline: Pipeline | null = null;
   let evaluator: BillingEvaluator | null = null;
+  let members: Members | null = null;
   let dispatcher: Dispatcher | null = null;
   let billingRows: BillingRowsInserter | null = null;
   let pool: ReturnType<typeof createWorkerPool> | null = null;
@@ -181,7 +184,11 @@ export async function start(cfg: Config): Promise<Running> {
       const routed = await evaluator.routeFormer(partitioner);
       if (routed > 0) log.info('billable messages of the former single lane routed into partitions', { routed });
       await pipeline.start();
-      await evaluator.start();
+      // Partitions shared out between the pipeline processes (members.ts).
+      await evaluator.start(true);
+      const ev = evaluator;
+      members = new Members(await membersBucket(nats), memberId(randomToken(8)), partitions, (mine) => ev.assign(mine));
+      await members.start();
       billingRows = new BillingRowsInserter(nats, store, new IdempotencyClaims(await dedupeBucket(nats, cfg), nats.nc, topology.buckets.dedupe, cfg.publishTimeoutMs));
       await billingRows.start();
       watchLag('SIGNALS', topology.signals.stream, topology.signals.consumer);
@@ -240,6 +247,7 @@ export async function start(cfg: Config): Promise<Running> {
       (stopping ??= (async () => {
         uWS.us_listen_socket_close(socket);
         if (dispatcher) await dispatcher.stop();
+        if (members) await members.stop();
         if (evaluator) await evaluator.stop();
         if (billingRows) await billingRows.stop();
         if (pipeline) await pipeline.stop();

@@ -1,15 +1,15 @@
 /**
- * piscina worker: evaluates one billable batch (src/billing/evaluator/evaluate.ts). Pure
- * CPU work on exact decimals; the main thread does the I/O (state, period keys, rows, events).
- * Two tasks: the default export evaluates; `capPeriods` lists the cap periods a batch
- * touches, whose totals the main thread reads before evaluating.
+ * piscina worker: evaluates a group of billable messages of one partition
+ * (src/billing/evaluator/group.ts). Pure CPU work on exact decimals; the main thread does the
+ * I/O (state, period keys, rows, events). Two tasks: `evaluateGroup` evaluates; `groupCapPeriods`
+ * lists the cap periods a group touches, whose totals the main thread reads before evaluating.
  */
-import { capPeriods as listCapPeriods, evaluate, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput } from '../src/billing/evaluator/evaluate.js';
+import { configsOf, unitsOf, evaluateGroup as evaluate, groupCapPeriods as listCapPeriods, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type ScopedCapPeriodRef, type WorkerTask } from '../src/billing/evaluator/group.js';
 
-export default function billing(input: EvaluationInput): EvaluationOutput {
-  return evaluate(input);
+export function evaluateGroup(input: WorkerTask<GroupInput>): GroupOutput {
+  return evaluate({ ...input, configs: configsOf(input), units: unitsOf(input) });
 }
 
-export function capPeriods(input: CapPeriodsInput): CapPeriodRef[] {
-  return listCapPeriods(input);
+export function groupCapPeriods(input: WorkerTask<GroupCapPeriodsInput>): ScopedCapPeriodRef[] {
+  return listCapPeriods({ ...input, configs: configsOf(input), units: unitsOf(input) });
 }

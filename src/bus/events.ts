@@ -14,7 +14,7 @@
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import type { WebhookEventData, WebhookEventName } from '../../packages/receiver/src/events.js';
 import type { Nats } from './connection.js';
-import { publishDurable, type PubAck } from './publish.js';
+import { publishDurable, type DurableMessage, type PubAck } from './publish.js';
 import { H_MODE, H_ORG } from './batch.js';
 import { checkObject, checkPayment, primaryKey, sampleKit, type Obj, type SampleKit } from './event-payloads.js';
 import type { Mode } from '../shared/mode.js';
@@ -108,10 +108,16 @@ export function busEvent(e: Emitted, organizationId: string, mode: Mode, occurre
 
 /** Publishes one event durably under its id (a second publish of the same id within a day is stored once). */
 export function publishEvent(nats: Nats, e: BusEvent, timeoutMs: number): Promise<PubAck> {
+  const m = eventMessage(nats, e);
+  return publishDurable(nats.nc, m.subject, m.data, m.headers, m.msgId, timeoutMs);
+}
+
+/** The bus message of event `e` (its id as Nats-Msg-Id), for publishDurable or publishDurableMany. */
+export function eventMessage(nats: Nats, e: BusEvent): DurableMessage {
   const mode: Mode = e.livemode ? 'live' : 'test';
   const h = natsHeaders();
   h.set(H_ORG, e.organizationId);
   h.set(H_MODE, mode);
-  const body = Buffer.from(JSON.stringify({ id: e.id, event: e.event, organizationId: e.organizationId, livemode: e.livemode, occurredAt: e.occurredAt, data: e.data }));
-  return publishDurable(nats.nc, nats.topology.events.subject(e.organizationId, mode, e.event), body, h, e.id, timeoutMs);
+  const data = Buffer.from(JSON.stringify({ id: e.id, event: e.event, organizationId: e.organizationId, livemode: e.livemode, occurredAt: e.occurredAt, data: e.data }));
+  return { subject: nats.topology.events.subject(e.organizationId, mode, e.event), data, headers: h, msgId: e.id };
 }

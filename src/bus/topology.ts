@@ -10,7 +10,7 @@
  *   <P>_BILLING_ROWS       <P>.billing-rows.<org>            billing-rows  evaluator → rows inserter
  *   <P>_EVENTS             <P>.events.<org>.<mode>.<event>   dispatcher    evaluator, operator API → dispatcher
  *   <P>_DELIVERIES         <P>.deliveries.<org>.<mode>       -             dispatcher → webhooks API
- *   KV buckets: <P>_orgs, <P>_dedupe, <P>_billing, <P>_webhooks, <P>_billing_state.
+ *   KV buckets: <P>_orgs, <P>_dedupe, <P>_billing, <P>_webhooks, <P>_billing_state, <P>_billing_members.
  *
  * The configuration of each resource (retention, limits, ack wait, ...) belongs to the stage
  * that owns it; every stage creates its resources through `ensure` (NATS_REPLICAS applied,
@@ -53,6 +53,8 @@ export interface Topology {
     billingConfig: string;
     /** The evaluator's running state (src/billing/evaluator/consumer.ts). */
     billingState: string;
+    /** Pipeline processes evaluating billing, and which partitions each takes (src/billing/evaluator/members.ts). */
+    billingMembers: string;
     webhooks: string;
   };
 }
@@ -81,6 +83,7 @@ export function topology(prefix: string): Topology {
       dedupe: `${prefix}_dedupe`,
       billingConfig: `${prefix}_billing`,
       billingState: `${prefix}_billing_state`,
+      billingMembers: `${prefix}_billing_members`,
       webhooks: `${prefix}_webhooks`,
     },
   };

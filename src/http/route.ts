@@ -26,6 +26,12 @@ export interface Request<P = unknown> {
   principal?: P;
   /** The request id: a valid incoming X-Request-Id, or a generated one; sent back on every answer. */
   id?: string;
+  /**
+   * Hands the memory of `body` back for reuse by another request (src/http/body-pool.ts) and
+   * sets `body` to an empty buffer. Call it only when nothing refers to the body (or a view of
+   * it) any more, queued network writes included; never calling it is always safe.
+   */
+  recycleBody?: () => void;
 }
 
 export interface Reply {

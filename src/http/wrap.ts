@@ -12,6 +12,7 @@ import { ApiError, toErrorResponse } from '../errors.js';
 import { randomUUID } from 'node:crypto';
 import { httpLog as log, withRequest } from '../log.js';
 import { decodeBody, parseContentEncoding } from './content-encoding.js';
+import { bodyPool } from './body-pool.js';
 import { paramNames, type Handler, type Reply, type Request } from './route.js';
 import { observeRequest } from '../metrics/index.js';
 
@@ -94,6 +95,11 @@ export function wrap<P>(handler: Handler<P>, opts: RouteOptions<P> = {}, pattern
       else params.push(decoded);
     });
     const req: Request<P> = {
+      recycleBody: () => {
+        const b = req.body;
+        req.body = EMPTY;
+        bodyPool.release(b);
+      },
       method: uReq.getCaseSensitiveMethod(),
       url: uReq.getUrl(),
       query: uReq.getQuery() ?? '',
@@ -115,8 +121,9 @@ export function wrap<P>(handler: Handler<P>, opts: RouteOptions<P> = {}, pattern
       const max = opts.maxBodyBytes ?? 1024 * 1024;
       const coding = parseContentEncoding(uReq.getHeader('content-encoding'));
       if (coding instanceof ApiError) body = Promise.reject(coding);
-      else if (coding === 'identity') body = readBody(res, state, contentLength, max);
-      else body = readBody(res, state, contentLength, max).then((raw) => decodeBody(raw, coding, max));
+      // Only an identity body may come from the pool: the decompressor's input is left to the GC.
+      else if (coding === 'identity') body = readBody(res, state, contentLength, max, true);
+      else body = readBody(res, state, contentLength, max, false).then((raw) => decodeBody(raw, coding, max));
     }
     body?.catch(() => undefined);
     const answer = (reply: Reply): void => {
@@ -158,10 +165,11 @@ export function decodePathSegment(name: string, raw: string): string | ApiError 
 }
 
 /**
- * Collects the body. With a Content-Length the buffer is allocated once; a declared or
- * actual size over the limit answers 413 at once.
+ * Collects the body. With a Content-Length the buffer is allocated once (`pooled`: from the
+ * body pool when large, src/http/body-pool.ts); a declared or actual size over the limit
+ * answers 413 at once.
  */
-function readBody(res: uWS.HttpResponse, state: { done: boolean }, contentLength: string, max: number): Promise<Buffer> {
+function readBody(res: uWS.HttpResponse, state: { done: boolean }, contentLength: string, max: number, pooled: boolean): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const declared = contentLength === '' ? -1 : Number(contentLength);
     const tooLarge = (): ApiError => new ApiError('PAYLOAD_TOO_LARGE', `request body larger than the limit of ${max} bytes`);
@@ -169,7 +177,7 @@ function readBody(res: uWS.HttpResponse, state: { done: boolean }, contentLength
       reject(tooLarge());
       return;
     }
-    let buf = declared >= 0 ? Buffer.allocUnsafe(declared) : Buffer.allocUnsafe(64 * 1024);
+    let buf = declared >= 0 ? ((pooled ? bodyPool.acquire(declared) : null) ?? Buffer.allocUnsafe(declared)) : Buffer.allocUnsafe(64 * 1024);
     let len = 0;
     let failed = false;
     res.onData((chunk, isLast) => {

@@ -278,6 +278,26 @@ export const billingLag = new Histogram({
   registers: [registry],
 });
 
+export const billingGroupMessages = new Histogram({
+  name: 'billing_group_messages',
+  help: 'Billable messages per committed evaluation group (a partition evaluates its oldest messages a group at a time)',
+  buckets: [1, 2, 4, 8, 16, 32, 64],
+  registers: [registry],
+});
+
+export const billingGroupSeconds = new Histogram({
+  name: 'billing_group_duration_seconds',
+  help: 'One evaluation step of a partition: from reading its pin to the group committed',
+  buckets: FAST,
+  registers: [registry],
+});
+
+export const billingWaits = new Counter({
+  name: 'billing_partition_waits_total',
+  help: 'Times a partition waited because older messages of it were held by another process (or not yet delivered here)',
+  registers: [registry],
+});
+
 export const billingEvents = new Counter({
   name: 'billing_events_total',
   help: 'Billing events published to the event bus, by event name and source (evaluator, or external via the operator API)',

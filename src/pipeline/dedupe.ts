@@ -18,20 +18,15 @@
 import { headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 import { replies, type Replies } from '../bus/replies.js';
+import { ackOf, PublishError, WRONG_LAST_SEQUENCE } from '../bus/publish.js';
 
 const enc = new TextEncoder();
-const dec = new TextDecoder();
-/** JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check. */
-const WRONG_LAST_SEQUENCE = 10071;
-
 /** The answer to a claim: true accepted, false refused (the subject's last sequence differs); throws on anything else. */
 function claimAnswer(r: Msg | Error): boolean {
-  if (r instanceof Error) throw r;
-  if (r.headers?.hasError) throw new Error(`idempotency claim refused: status ${r.headers.code} ${r.headers.description}`);
-  const ack = JSON.parse(dec.decode(r.data)) as { seq?: number; error?: { err_code?: number; description?: string } };
-  if (!ack.error) return true;
-  if (ack.error.err_code === WRONG_LAST_SEQUENCE) return false;
-  throw new Error(`idempotency claim refused: ${ack.error.description ?? JSON.stringify(ack.error)}`);
+  const ack = ackOf(r, 'an idempotency claim');
+  if (!(ack instanceof Error)) return true;
+  if (ack instanceof PublishError && ack.errCode === WRONG_LAST_SEQUENCE) return false;
+  throw new Error(`idempotency claim refused: ${ack.message}`);
 }
 
 /**

@@ -15,6 +15,7 @@ import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { TcpProxy } from '../helpers/proxy.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../src/bus/batch.js';
+import { partitionOf } from '../../src/billing/evaluator/partition.js';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
 import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
@@ -37,15 +38,23 @@ async function consumedInState(i: Isolation, orgId: string): Promise<string | un
   return only ? Object.values(only.after.consumed)[0] : undefined;
 }
 
-/** Whether batch `seq` is committed: its partition's pin names it, done, or names a later batch. */
+interface GroupPin {
+  seq: number;
+  last: number;
+  seqs: number[];
+  done?: boolean;
+  scopes: { orgId: string; config: { caps: Record<string, unknown> } }[];
+}
+
+/** Whether the group of first sequence `seq` is committed: its partition's pin names it, done, or names a later group. */
 async function committed(i: Isolation, seq: number): Promise<boolean> {
-  const pins = Object.values(await stateKeys(i, 'pin.')) as { seq: number; done?: boolean }[];
+  const pins = Object.values(await stateKeys(i, 'pin.')) as GroupPin[];
   return pins.some((p) => p.seq > seq || (p.seq === seq && p.done === true));
 }
 
-/** The pin naming batch `seq`. */
-async function pinOf(i: Isolation, seq: number): Promise<{ seq: number; done?: boolean; config: { caps: Record<string, unknown> } } | undefined> {
-  return (Object.values(await stateKeys(i, 'pin.')) as { seq: number; done?: boolean; config: { caps: Record<string, unknown> } }[]).find((p) => p.seq === seq);
+/** The pin of the group of first sequence `seq`. */
+async function pinOf(i: Isolation, seq: number): Promise<GroupPin | undefined> {
+  return (Object.values(await stateKeys(i, 'pin.')) as GroupPin[]).find((p) => p.seq === seq);
 }
 
 /** The cap period keys of an organization: {seq, before, after} by key. */
@@ -74,6 +83,16 @@ function exitOf(p: ServiceProcess): Promise<{ code: number | null; signal: strin
   const proc = p.proc!;
   if (proc.exitCode !== null || proc.signalCode !== null) return Promise.resolve({ code: proc.exitCode, signal: proc.signalCode });
   return new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+}
+
+/** Customer `acme` with a root unit, a credit-priced attribute for event `e` (1 credit per unit) and a pool of `credits`. */
+async function acmeWithPool(url: string, org: TestOrg, credits: string): Promise<{ c: { id: string }; pool: { id: string } }> {
+  const c = await call(url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  await call(url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
+  const plan = await call(url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const ola = await call(url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
+  const pool = await call(url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits });
+  return { c, pool };
 }
 
 async function killedAt(t: Test, p: ServiceProcess, exited: Promise<{ code: number | null; signal: string | null }>, point: string): Promise<FaultLine> {
@@ -256,11 +275,7 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   await Promise.all([ingress.start(), pipeline.start()]);
   const exited = exitOf(pipeline);
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
-  await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
-  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
-  const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
-  const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '10' });
+  const { c, pool } = await acmeWithPool(ingress.url, org, '10');
   const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
 
   // 12 credits from a pool of 10: depleted and OverageCredit. Killed once those are published.
@@ -274,7 +289,7 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   // Meanwhile: a top-up that covers the whole batch and a cap the batch alone would reach.
   await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools/${pool.id}/top-ups`, { credits: '100' });
   await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '5', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
-  t.same(pin.config.caps, {}, 'the pin holds the document as it was');
+  t.same(pin.scopes.map((sc) => sc.config.caps), [{}], 'the pin holds the document as it was');
 
   pipeline = new ServiceProcess(iso, env);
   await pipeline.start();
@@ -482,4 +497,61 @@ t.test('the former single billing lane: on start, its messages are routed into t
   t.match(Object.values(await customerStates(iso, org.id)), [{ after: { consumed: { [pool.id]: '5' }, usage: { [ola.id]: '5' } } }], 'the routed batch went on from the former state: its two signals of the customer, by externalId and by id');
   const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
   t.match(pools.creditPools, [{ consumedCredits: '5', balance: '95' }]);
+});
+
+t.test('a group of several messages killed after its events is replayed as exactly that group: as one serial run', async (t) => {
+  const iso = isolation('billgroup');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  const env = { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT };
+  let pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
+  t.teardown(async () => {
+    await ingress.stop();
+    await pipeline.stop();
+    await cleanup(iso);
+  });
+  await ingress.start(); // creates the streams and the partition consumers
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const { c, pool } = await acmeWithPool(ingress.url, org, '10');
+  await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '7', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
+  // Six billable messages of the customer's partition, queued before any evaluator runs (as a
+  // pipeline leaves them under load): 2 credits each, so the pool of 10 empties in the 5th,
+  // the daily cap of 7 is reached in the 4th, and the 6th goes into overage.
+  const k = partitionOf(org.id, 'live', c.id, 16);
+  const nc = await connect({ servers: NATS_URL });
+  const seqs: number[] = [];
+  try {
+    const js = jetstream(nc);
+    for (let b = 0; b < 6; b++) {
+      const h = natsHeaders();
+      h.set(H_ORG, org.id);
+      h.set(H_MODE, 'live');
+      h.set(H_BATCH, `bat_group${b}`);
+      h.set('Nats-Msg-Id', `bat_group${b}.p${k}`);
+      const lines = [0, 1].map((i) => JSON.stringify({ k: c.id, i: `sig_g${b}_${i}`, e: 'e', c: i === 0 ? 'acme' : c.id, u: 'root', t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i, d: {} }));
+      seqs.push((await js.publish(`${iso.natsPrefix}.billable-p.${k}.${org.id}`, lines.join('\n'), { headers: h })).seq);
+    }
+  } finally {
+    await nc.close();
+  }
+  // It evaluates the backlog as soon as it runs: listening comes before (main.ts).
+  await pipeline.start('listening');
+  const crash = await killedAt(t, pipeline, exitOf(pipeline), 'after-events');
+  t.equal(crash.seq, seqs[0], 'the group starts at the oldest message');
+  const pin = (await pinOf(iso, crash.seq))!;
+  t.same(pin.seqs, seqs, 'one group of all six messages was pinned');
+  t.notOk(pin.done, 'and not committed');
+  t.ok(crash.events >= 3, `its events were published (${crash.events})`);
+
+  pipeline = new ServiceProcess(iso, env);
+  await pipeline.start();
+  await billed(iso);
+  const done = (await pinOf(iso, crash.seq))!;
+  t.same([done.seqs, done.done], [seqs, true], 'the replay committed exactly that group');
+  const events = await busEvents(iso, org.id);
+  t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');
+  t.same(events.map((e) => e.event).sort(), ['billing-credit-cap-reached', 'billing-credits-depleted', 'billing-overage-incurred'], 'depleted once, the cap reached once, overage once: as one serial run');
+  t.equal(await consumedInState(iso, org.id), '12');
+  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '12', reached: true }]);
+  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
+  t.match(pools.creditPools, [{ id: pool.id, consumedCredits: '12', balance: '-2' }]);
 });

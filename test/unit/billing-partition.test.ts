@@ -6,7 +6,8 @@
  * again next time, found ones are not. And a customer's slice of a state (customer-state.ts).
  */
 import t from 'tap';
-import { BillablePartitioner, partitionOf, type CustomerResolver } from '../../src/billing/evaluator/partition.js';
+import fc from 'fast-check';
+import { BillablePartitioner, customerRef, partitionOf, type CustomerResolver } from '../../src/billing/evaluator/partition.js';
 import { sliceOf } from '../../src/billing/evaluator/customer-state.js';
 import { emptyConfig } from '../../src/billing/model.js';
 import type { Nats } from '../../src/bus/connection.js';
@@ -57,4 +58,18 @@ t.test("sliceOf: a customer's pools and attributes only", async (t) => {
   const state = { consumed: { cp_cus_1: '1.5', cp_cus_2: '2', cp_gone: '9' }, usage: { ola_cus_1: '3', ola_cus_2: '4' } };
   t.same(sliceOf(state, c, 'cus_1'), { consumed: { cp_cus_1: '1.5' }, usage: { ola_cus_1: '3' } });
   t.same(sliceOf(state, c, 'cus_3'), { consumed: {}, usage: {} });
+});
+
+t.test('customerRef reads `c` from the start of a line, as JSON.parse would, whatever the strings hold', async (t) => {
+  const text = fc.string({ unit: 'binary', maxLength: 12 });
+  fc.assert(
+    fc.property(text, text, text, fc.jsonValue(), (i, e, c, d) => {
+      // The rows worker's form (workers/rows.ts): i, e, c first, then the rest.
+      const line = `{"i":${JSON.stringify(i)},"e":${JSON.stringify(e)},"c":${JSON.stringify(c)},"u":null,"t":1,"d":${JSON.stringify(d)}}`;
+      return customerRef(line) === c;
+    }),
+    { numRuns: 500 },
+  );
+  t.equal(customerRef('{"c":"other-order","i":"x","e":"y"}'), 'other-order', 'another form: parsed whole');
+  t.equal(customerRef('{"i":"a\\"b","e":"q\\\\","c":"x\\"y","d":{}}'), 'x"y', 'escaped quotes and backslashes');
 });

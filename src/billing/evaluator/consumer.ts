@@ -1,102 +1,144 @@
 /**
  * The billing evaluator. Billable messages are split by partition (partition.ts: customers
  * spread by hash over BILLING_PARTITIONS) into the stream `<P>_BILLABLE_P`; each partition has
- * its consumer `billing-p<k>` with max_ack_pending 1, so a partition's messages are evaluated
- * one at a time in stream order across every pipeline process, and each process pulls from
- * every partition at once (at most one message per partition in flight). A customer is in
+ * its consumer `billing-p<k>`. A partition's messages are evaluated in **groups**: the oldest
+ * messages of the partition not yet committed, up to GROUP_MESSAGES messages and
+ * GROUP_CUSTOMERS customers, in stream order, evaluated as one step with one pin, one round
+ * of reads, one round of writes and one commit point — the per-message costs (the pin, its
+ * commit, the configuration and state reads, a round trip each) are paid once per group, so
+ * the busier a partition, the cheaper each message. The partitions are shared out between
+ * the pipeline processes (members.ts); a process pulls from its own, all at once, at most
+ * GROUP_HELD messages of a partition held, by successive fetches. A customer is in
  * exactly one partition, and everything the evaluator writes is one customer's, so each
- * customer's batches apply in order with one writer while different customers run in parallel.
+ * customer's batches apply in order with one writer while partitions run in parallel.
  *
  * Keys in the state bucket `<P>_billing_state`:
  *   cs.<org>.<mode>.<customer>   running state of one customer: {seq, before, after}
  *                     (customer-state.ts): pool consumption and cumulative usage before and
- *                     after the batch of sequence `seq`, the last one that changed it.
+ *                     after the group whose first sequence is `seq`, the last one that changed it.
  *   cp.<org>.<mode>.<cap hash>.<start ms>.<end ms>   one per cap and period ever spent in:
- *                     {seq, before, after}: the stream sequence of the batch that last
+ *                     {seq, before, after}: the first stream sequence of the group that last
  *                     changed it and the period's total ({used, reached}) before and after
- *                     that batch. Only the periods a batch touches are read, any age.
- *   pin.<k>           partition k's batch in flight, and its commit point: {seq, orgId, mode,
- *                     revisions, config} while it is evaluated — the configuration of the
- *                     customers the batch names (and the plans they use), with the KV revision
- *                     of each document (the configuration bucket keeps one revision, so the pin
- *                     holds the documents themselves) — then the same with `done: true`
- *                     once committed.
+ *                     that group. Only the periods a group touches are read, any age.
+ *   pin.<k>           partition k's group in flight, and its commit point: {seq, last, seqs,
+ *                     scopes, done?} — the stream sequences of the group's messages (`seq` the
+ *                     first, `last` the last), and per organization and mode the configuration
+ *                     of the customers the group names (and the plans they use) with the KV
+ *                     revision of each document (the configuration bucket keeps one revision,
+ *                     so the pin holds the documents themselves) — then the same with
+ *                     `done: true` once committed. Every message of partition k up to the
+ *                     done pin's `last` is committed.
  *   st.<org>.<mode>, pin   the former layout (one state per organization and mode, one pin):
- *                     read in place, never written (customer-state.ts, routeFormer).
+ *                     read in place, never written (customer-state.ts, routeFormer). A pin.<k>
+ *                     of the one-message form ({seq, orgId, mode, revisions, config}) is read
+ *                     as a group of one.
  *
- * Commit order for the message of stream sequence S in partition k, and why a crash anywhere
- * repeats nothing, loses nothing and bills the same:
- *  1. Read pin.<k>. It names a later sequence: S was acked by another holder (a later message
- *     of k is only delivered after S's ack): ack. It names S, done: S was committed before a
- *     crash that lost the ack: ack.
- *  2. Pin the configuration. pin.<k> names S (not done): a replay, use its documents.
- *     Otherwise read the documents of the customers S's signals name (resolved by the pipeline
- *     to service ids; store.forBatch: one get per customer, one per plan they use) and write
- *     the pin (compare-and-set). From here on S is evaluated against these documents only:
- *     rows and events depend only on the batch and those revisions. With no order line
- *     attribute in them nothing is priced: ack.
- *  3. Read the running state of those customers (their `cs` keys: `before` when the key's seq
+ * Which messages form a group, and why no message is ever evaluated before an older one of
+ * its partition. Only the oldest uncommitted messages may be evaluated, and two processes
+ * may hold messages of one partition (JetStream hands a consumer's messages to whichever pull
+ * asks). So a group is formed from the messages this process holds, in sequence order, and
+ * taken only when:
+ *   - its first message is the oldest message of the partition after the done pin's `last`
+ *     (one stream message get, `next_by_subj` of the partition's subjects: the stream is a
+ *     work queue, so a message still there and after `last` is not committed) — or it was
+ *     delivered right after the last message this process committed (by the next rule, no
+ *     message of the partition lies between them); and
+ *   - each next message was delivered right after the one before it (consecutive consumer
+ *     delivery sequences, neither redelivered): the consumer hands out new messages in stream
+ *     order, so nothing of the partition lies between them, held elsewhere.
+ * Otherwise this process waits (another holder is committing older messages) and looks again.
+ * Once pinned, a group is final: whoever holds the pinned messages (after a crash, the
+ * process they are redelivered to) evaluates exactly those, against the pinned documents.
+ *
+ * Commit order for a group G of partition k whose first sequence is S:
+ *  1. Read pin.<k> (a process that wrote it last and has seen no other holder since uses
+ *     what it wrote: were it stale, its compare-and-set in 2 fails and the retry reads it).
+ *     Messages at or before a done pin's `last` (or before a pending pin's `seq`) are
+ *     committed: ack them. A pending pin names the group to finish: evaluate it
+ *     once all its messages are held here (its documents, step 2 skipped); its messages gone
+ *     from the stream means a former version acked them (it did not mark a pin done when
+ *     nothing was priced): treat it as done.
+ *  2. Pin the configuration: read the documents of the customers G's signals name, per
+ *     organization and mode (resolved by the pipeline to service ids; store.forBatch: one
+ *     get per customer, one per plan they use) and write the pin (compare-and-set), while
+ *     step 3 reads (reads change nothing; nothing irreversible happens before the pin is
+ *     written). From here on G is evaluated against these documents only. With no order line attribute in them
+ *     nothing is priced: the pin is written done at once, and G acked.
+ *  3. Read the running state of G's customers (their `cs` keys: `before` when the key's seq
  *     is S, `after` otherwise; no key: the former document's values, or nothing), list the
- *     cap periods S touches (capPeriods, in the worker) and read their keys, by the same rule
- *     (no key: zero, or what a former document kept for that period).
- *  4. Evaluate in a piscina worker (evaluate.ts; a part of at most 16 signals on the main
- *     thread, where the hop costs more than the work): pure and deterministic, so a replay, from
- *     the same state, period totals and pinned documents, computes the same rows and events.
- *  5. Publish the cost, credit-consumption and unpriced rows to `<P>_BILLING_ROWS` with
- *     Nats-Msg-Id = rows-<batch id>.p<k> (stored once); the rows inserter (rows.ts) stores them
- *     in bulk, dropping rows already in the tables on a redelivery.
+ *     cap periods G touches (groupCapPeriods) and read their keys, by the same rule (no key:
+ *     zero, or what a former document kept for that period).
+ *  4. Evaluate (group.ts: each message as alone, in order, from the state the ones before it
+ *     left) in a piscina worker, or on the main thread for a group of at most INLINE_SIGNALS
+ *     signals, where the hop costs more than the work: pure and deterministic, so a replay,
+ *     from the same state, period totals and pinned documents, computes the same rows and events.
+ *  5. Publish each message's cost, credit-consumption and unpriced rows to `<P>_BILLING_ROWS`
+ *     with Nats-Msg-Id = rows-<batch id>.p<k> (stored once); the rows inserter (rows.ts)
+ *     stores them in bulk, dropping rows already in the tables on a redelivery.
  *  6. Publish the events with Nats-Msg-Id = event id, waiting for the stream's ack: an event
  *     published by an earlier attempt is stored only once.
- *  7. Write the touched period keys and the state of every customer S changed,
- *     {seq: S, before, after}, each with compare-and-set on the revision read in 3 (create
- *     when absent): a holder that lost S to an ack-wait expiry cannot overwrite a later
- *     batch's values; it fails and finds S committed.
+ *  7. Write the touched period keys and the state of every customer G changed,
+ *     {seq: S, before, after}, each with compare-and-set on the revision read in 3 (0: never
+ *     written), all in one round (bus/kv-write.ts): a holder that lost G to an ack-wait expiry
+ *     cannot overwrite a later group's values; it fails and finds G committed.
  *  8. Write pin.<k> marked `done: true` with compare-and-set on the pin's revision. This is
- *     the commit point. A failed compare-and-set means another holder finished S in between
+ *     the commit point. A failed compare-and-set means another holder finished G in between
  *     (an ack-wait expiry): the retry finds it done and acks.
- *  9. Ack.
- * A crash before 8 replays S from the same pin, customer states and period totals (the
- * before/after rule undoes S's own writes): the same rows (deduplicated) and events (same
+ *  9. Ack G's messages.
+ * A crash before 8 replays G from the same pin, customer states and period totals (the
+ * before/after rule undoes G's own writes): the same rows (deduplicated) and events (same
  * ids). Each period's `reached` flag is kept in its key for ever, so a cap fires at most once
  * per period even after the event stream's duplicate window. A failure is retried in place,
- * holding the message (see loop), so no later batch of the partition overtakes it; after a
- * crash, JetStream redelivers the held message before any later one. While a message is held
- * its ack wait is renewed (`working`), so only a dead holder's message is redelivered
- * (BILLING_ACK_WAIT_MS). Balances and period totals live in JetStream KV on disk, never only
- * in Redis. Test-only fault points along this order: fault.ts.
+ * holding the messages; while held their ack wait is renewed (`working`), so only a dead
+ * holder's messages are redelivered (BILLING_ACK_WAIT_MS). A process that stops naks what it
+ * holds and has not evaluated: the next holder's group still starts at the oldest
+ * uncommitted message, so it waits for their redelivery rather than overtake them. Balances and period totals live in JetStream KV on disk,
+ * never only in Redis. Test-only fault points along this order: fault.ts.
  */
-import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
+import type { JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
-import { PULL_EXPIRES_MS, type Nats } from '../../bus/connection.js';
+import type { Nats } from '../../bus/connection.js';
 import { kvReader, type KvReader } from '../../bus/kv-read.js';
-import { publishDurable } from '../../bus/publish.js';
+import { KvWriteConflict, kvWriter, type KvWrite, type KvWriter } from '../../bus/kv-write.js';
+import { publishDurableMany, type DurableMessage } from '../../bus/publish.js';
+import { nextSeq } from '../../bus/stream-get.js';
 import { billingLog as log } from '../../log.js';
-import { billingEvents, billingLag } from '../../metrics/index.js';
+import { billingEvents, billingGroupMessages, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
-import { busEvent, publishEvent } from '../../bus/events.js';
+import { busEvent, eventMessage } from '../../bus/events.js';
 import type { BillingConfig } from '../model.js';
-import { capPeriods, evaluate, startingTotal, type BillableSignal, type CapPeriodRef, type CapPeriodsInput, type EvaluationInput, type EvaluationOutput, type PeriodEntry, type PeriodTotal } from './evaluate.js';
+import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
+import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
-import { CustomerStates, formerStateKey } from './customer-state.js';
-import type { BillablePartitioner } from './partition.js';
+import { CustomerStates, formerStateKey, type ReadStates } from './customer-state.js';
+import { stringEnd, type BillablePartitioner } from './partition.js';
 import type { Mode } from '../../shared/mode.js';
 import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
 
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
-const evaluateTask = workerTask<EvaluationInput, EvaluationOutput>(WORKER_FILE);
-const capPeriodsTask = workerTask<CapPeriodsInput, CapPeriodRef[]>(WORKER_FILE, 'capPeriods');
-/** Parts of batches with at most this many signals are evaluated on the main thread (see run). */
-const INLINE_SIGNALS = 16;
+const evaluateTask = workerTask<WorkerTask<GroupInput>, GroupOutput>(WORKER_FILE, 'evaluateGroup');
+const capPeriodsTask = workerTask<WorkerTask<GroupCapPeriodsInput>, ScopedCapPeriodRef[]>(WORKER_FILE, 'groupCapPeriods');
+/** Groups with at most this many signals are evaluated on the main thread (see evaluate). */
+const INLINE_SIGNALS = 64;
+/** At most this many messages in a group. */
+export const GROUP_MESSAGES = 64;
+/** At most this many distinct customers in a group (each adds its documents to the pin: ≈2 KB for a customer with a unit tree of three, an attribute, a pool and a cap). */
+export const GROUP_CUSTOMERS = 256;
+/** Messages of one partition a process holds at most (the partition consumer's max_ack_pending). */
+export const GROUP_HELD = 2 * GROUP_MESSAGES;
+/** How long a fetch of a partition's messages waits for them at most (its idle heartbeat is half of it). */
+const FETCH_EXPIRES_MS = 2_000;
+/** How long a process waits before looking again when older messages of a partition are held elsewhere. */
+const WAIT_MS = 25;
 
 export interface ConfigSource {
   /** The configuration restricted to the customers `refs` name (ids or externalIds) and the plans they use. */
   forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<{ config: BillingConfig; revisions: Record<string, number> }>;
 }
 
-/** The configuration a partition's batch is evaluated against, from its first evaluation on (key `pin.<k>`). */
-export interface Pin {
-  seq: number;
+/** The pinned configuration of one organization and mode of a group. */
+export interface PinScope {
   orgId: string;
   mode: Mode;
   /** KV key → revision of each configuration document in `config`. */
@@ -104,12 +146,50 @@ export interface Pin {
   config: BillingConfig;
 }
 
-/** pin.<k> once its batch is committed (step 8): the same pin, marked done. */
-export interface DonePin extends Pin {
+/** The group a partition evaluates, from its first evaluation on (key `pin.<k>`). */
+export interface Pin {
+  /** The group's first stream sequence. */
+  seq: number;
+  /** Its last. */
+  last: number;
+  /** Every message's, in order. */
+  seqs: number[];
+  scopes: PinScope[];
+}
+
+/**
+ * pin.<k> once its group is committed (step 8): the same pin, marked done, without the
+ * documents (nothing evaluates a committed group again); each scope keeps its revisions.
+ */
+export interface DonePin extends Omit<Pin, 'scopes'> {
+  scopes: Omit<PinScope, 'config'>[];
   done: true;
 }
 
+function donePin(pin: Pin): DonePin {
+  return { ...pin, scopes: pin.scopes.map(({ orgId, mode, revisions }) => ({ orgId, mode, revisions })), done: true };
+}
+
+/** The pin of a former version: one message. */
+interface FormerPin {
+  seq: number;
+  orgId: string;
+  mode: Mode;
+  revisions: Record<string, number>;
+  config: BillingConfig;
+  done?: true;
+}
+
 export const pinKey = (k: number): string => `pin.${k}`;
+
+/** A pin as read, either form: the group form. */
+export function readPin(e: KvEntry | null): Pin | DonePin | null {
+  if (!e || e.operation !== 'PUT' || e.length === 0) return null;
+  const p = e.json<Pin | DonePin | FormerPin>();
+  if ('seqs' in p) return p;
+  const pin: Pin = { seq: p.seq, last: p.seq, seqs: [p.seq], scopes: [{ orgId: p.orgId, mode: p.mode, revisions: p.revisions, config: p.config }] };
+  return p.done ? { ...pin, done: true } : pin;
+}
 
 export interface EvaluatorOptions {
   publishTimeoutMs: number;
@@ -121,20 +201,105 @@ export interface EvaluatorOptions {
 }
 
 export interface EvaluatorStats {
+  /** Billable messages committed. */
   messages: number;
+  /** Groups committed. */
+  groups: number;
   events: number;
   costRows: number;
 }
 
+/**
+ * A held message of a partition: its text, and the customers its billed signals name (read
+ * from each line's start, partition.ts); the signals themselves are parsed only when a
+ * priced group is evaluated, and then on the thread that evaluates it.
+ */
+interface Held {
+  m: JsMsg;
+  seq: number;
+  batchId: string;
+  unit: UnitText & { customers: string[] };
+  signals?: BillableSignal[];
+}
+
+function signalsOf(h: Held): BillableSignal[] {
+  return (h.signals ??= parseBillable(h.unit.text));
+}
+
+/** The customer (`k`) of each billed line of a billable message's text (lines without one are not billed). */
+export function billedCustomers(text: string): string[] {
+  const out: string[] = [];
+  for (const line of text.split('\n')) {
+    if (line === '') continue;
+    // The partitioner writes `k` first (partition.ts); any other form is parsed whole.
+    const end = line.startsWith('{"k":') ? stringEnd(line, 5) : -1;
+    const k = end > 0 ? (JSON.parse(line.slice(5, end)) as string) : (JSON.parse(line) as BillableLine).k;
+    if (k !== undefined) out.push(k);
+  }
+  return out;
+}
+
+/** The messages a process holds of one partition, in sequence order, and a way to wait for more. */
+class Lane {
+  readonly held: Held[] = [];
+  private wake: (() => void) | null = null;
+  /**
+   * What this process last wrote to the partition's pin (value and revision) and the delivery
+   * sequence of the last message it committed: while no one else touches the partition, the
+   * next step needs neither to read the pin nor to ask the stream for its oldest message (see
+   * step). Forgotten on any failure or sign of another holder.
+   */
+  pin: { value: Pin | DonePin; revision: number } | null = null;
+  lastDelivery: number | null = null;
+
+  forget(): void {
+    this.pin = null;
+    this.lastDelivery = null;
+  }
+
+  add(h: Held): void {
+    let i = this.held.length;
+    while (i > 0 && this.held[i - 1]!.seq > h.seq) i--;
+    if (i > 0 && this.held[i - 1]!.seq === h.seq) this.held[i - 1] = h; // the same message again (redelivered): its newer delivery
+    else this.held.splice(i, 0, h);
+    this.wake?.();
+  }
+
+  remove(done: ReadonlySet<number>): void {
+    for (let i = this.held.length - 1; i >= 0; i--) if (done.has(this.held[i]!.seq)) this.held.splice(i, 1);
+  }
+
+  /** Resolves when a message arrives (or after `ms`). */
+  next(ms: number): Promise<void> {
+    return new Promise((r) => {
+      const t = setTimeout(() => {
+        this.wake = null;
+        r();
+      }, ms);
+      this.wake = () => {
+        clearTimeout(t);
+        this.wake = null;
+        r();
+      };
+    });
+  }
+}
+
 export class BillingEvaluator {
-  private readonly subscriptions: ConsumerMessages[] = [];
+  private readonly lanes: Lane[] = [];
+  /** The partitions this process pulls from. */
+  private readonly pulling = new Set<number>();
+  /** The running fetch loop of each partition (it ends at its fetch's end once the partition is given up). */
+  private readonly pullers = new Map<number, Promise<void>>();
   private readonly loops: Promise<void>[] = [];
   private readonly customers: CustomerStates;
-  /** Reads of the state bucket: direct gets, a batch's keys in one round (bus/kv-read.ts). */
+  /** Reads of the state bucket: direct gets, a group's keys in one round (bus/kv-read.ts). */
   private readonly stateReader: KvReader;
+  /** Compare-and-set writes to the state bucket, a group's keys in one round (bus/kv-write.ts). */
+  private readonly stateWriter: KvWriter;
   /** Tasks of this evaluator on the shared pool, at most one per thread (its queue is sized for the pipeline). */
   private readonly poolSlots: Slots;
-  readonly stats: EvaluatorStats = { messages: 0, events: 0, costRows: 0 };
+  readonly stats: EvaluatorStats = { messages: 0, groups: 0, events: 0, costRows: 0 };
 
   constructor(
     private readonly nats: Nats,
@@ -145,37 +310,81 @@ export class BillingEvaluator {
     private readonly opts: EvaluatorOptions,
   ) {
     this.stateReader = kvReader(state);
+    this.stateWriter = kvWriter(state);
     this.customers = new CustomerStates(state, this.stateReader);
     this.poolSlots = new Slots(Math.max(1, pool.maxThreads));
   }
 
   /**
-   * The pure steps (evaluate.ts) on the worker pool, or on this thread for a batch of at most
-   * INLINE_SIGNALS signals: a partition's part of a small batch is a signal or two, for which
-   * the hop to a worker (and the copies there and back) costs more than the work.
+   * The pure steps (group.ts) on the worker pool, or on this thread for a group of at most
+   * INLINE_SIGNALS signals, for which the hop to a worker (and the copies there and back)
+   * costs more than the work.
    */
-  private capPeriods(task: CapPeriodsInput): Promise<CapPeriodRef[]> {
-    if (task.signals.length <= INLINE_SIGNALS) return Promise.resolve(capPeriods(task));
-    return this.poolSlots.with(() => capPeriodsTask(this.pool, task));
+  private capPeriods(task: GroupCapPeriodsInput, texts: UnitText[], inline: boolean, pinJson: string | null): Promise<ScopedCapPeriodRef[]> {
+    if (inline) return Promise.resolve(groupCapPeriods(task));
+    return this.poolSlots.with(() => capPeriodsTask(this.pool, forWorker(task, texts, pinJson)));
   }
 
-  private evaluate(task: EvaluationInput): Promise<EvaluationOutput> {
-    if (task.signals.length <= INLINE_SIGNALS) return Promise.resolve(evaluate(task));
-    return this.poolSlots.with(() => evaluateTask(this.pool, task));
+  private evaluate(task: GroupInput, texts: UnitText[], inline: boolean, pinJson: string | null): Promise<GroupOutput> {
+    if (inline) return Promise.resolve(evaluateGroup(task));
+    return this.poolSlots.with(() => evaluateTask(this.pool, forWorker(task, texts, pinJson)));
   }
 
   private get fault(): FaultHook {
     return this.opts.fault ?? FaultHook.off;
   }
 
-  /** Pulls from every partition at once: one message per partition in flight. */
-  async start(): Promise<void> {
-    const { billableParts } = this.nats.topology;
+  /** One lane per partition, each evaluated by its own loop; pulling starts with `assign` (all partitions unless `membership`). */
+  async start(membership = false): Promise<void> {
     for (let k = 0; k < this.opts.partitions; k++) {
-      const consumer = await this.nats.js.consumers.get(billableParts.stream, billableParts.consumer(k));
-      const messages = await consumer.consume({ max_messages: 1, expires: PULL_EXPIRES_MS });
-      this.subscriptions.push(messages);
-      this.loops.push(this.loop(messages, k));
+      const lane = new Lane();
+      this.lanes.push(lane);
+      this.loops.push(this.loop(lane, k));
+    }
+    if (!membership) await this.assign(this.lanes.map((_, k) => k));
+  }
+
+  /**
+   * Pulls from these partitions (at most GROUP_HELD messages of each held) and no others
+   * (members.ts). What is already held of a partition given up is evaluated all the same.
+   */
+  async assign(partitions: readonly number[]): Promise<void> {
+    this.pulling.clear();
+    for (const k of partitions) if (this.lanes[k]) this.pulling.add(k);
+    for (const k of this.pulling) {
+      if (this.pullers.has(k) || this.stopping) continue;
+      const done = this.pull(k, this.lanes[k]!).finally(() => this.pullers.delete(k));
+      this.pullers.set(k, done);
+    }
+  }
+
+  /**
+   * Takes partition k's messages into its lane while k is this process's: one fetch after
+   * another (a fetch ends when it has its messages or after FETCH_EXPIRES_MS), each for what
+   * the lane has room for. A fetch is never cut short: a message the server sent to a
+   * subscription that is gone would stay pending with nobody until its ack wait ran out, and
+   * hold up the partition for whoever takes it next.
+   */
+  private async pull(k: number, lane: Lane): Promise<void> {
+    const { billableParts } = this.nats.topology;
+    const consumer = await this.nats.js.consumers.get(billableParts.stream, billableParts.consumer(k));
+    while (this.pulling.has(k) && !this.stopping) {
+      const room = GROUP_HELD - lane.held.length;
+      if (room <= 0) {
+        await lane.next(WAIT_MS);
+        continue;
+      }
+      try {
+        const batch = await consumer.fetch({ max_messages: room, expires: FETCH_EXPIRES_MS });
+        for await (const m of batch) this.receive(m, lane);
+      } catch (err) {
+        if (this.stopping) return;
+        // Heartbeats missed: this thread was too busy to see them (a loaded process); the
+        // fetch is over, fetch again at once. Anything else: after a pause.
+        if (/heartbeats missed/i.test((err as Error).message)) continue;
+        log.warn('billing partition fetch failed; fetching again', { err, partition: k });
+        await new Promise((r) => setTimeout(r, 500));
+      }
     }
   }
 
@@ -213,145 +422,332 @@ export class BillingEvaluator {
     }
   }
 
+  /** Takes a message of a partition into its lane. */
+  private receive(m: JsMsg, lane: Lane): void {
+    let h: Held;
+    try {
+      const { orgId, mode, batchId } = headersOf(m);
+      const text = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString('utf8');
+      h = { m, seq: m.seq, batchId, unit: { orgId, mode, text, customers: billedCustomers(text), evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) } };
+    } catch (err) {
+      // Not a billable message this version can read: it is logged and left to its ack
+      // wait (an operator's matter); the partition waits for it, as for any older message.
+      log.error('billable message unreadable; not evaluated', { err, seq: m.seq });
+      return;
+    }
+    lane.add(h);
+  }
+
   /**
-   * A failed evaluation is retried in place, holding the message (never nakked): a nak would
-   * let the partition's next message overtake it, applying a customer's batches out of order.
-   * Billing waits rather than goes out of order.
+   * Evaluates a partition's held messages, a group at a time. A failed step is retried in
+   * place, holding the messages (never nakked): a nak would let later messages of the
+   * partition overtake them, applying a customer's batches out of order. Billing waits rather
+   * than goes out of order.
    */
-  private async loop(messages: ConsumerMessages, k: number): Promise<void> {
-    for await (const m of messages) {
-      // Held, the message must not be redelivered to another process: renew its ack wait.
-      const beat = setInterval(() => {
+  private async loop(lane: Lane, k: number): Promise<void> {
+    // Held, the messages must not be redelivered to another process: renew their ack wait.
+    const beat = setInterval(() => {
+      for (const h of lane.held) {
         try {
-          m.working();
+          h.m.working();
         } catch {
-          /* disconnected: the retry below renews it again */
+          /* disconnected: renewed again at the next beat */
         }
-      }, Math.max(100, Math.floor(this.opts.ackWaitMs / 3)));
-      try {
-        for (let attempt = 1; ; attempt++) {
-          try {
-            await this.handle(m, k);
-            break;
-          } catch (err) {
-            if (this.stopping) return;
-            log.error('billing evaluation failed; retrying in place', { err, seq: m.seq, partition: k, attempt });
-            await new Promise((r) => setTimeout(r, Math.min(10_000, 200 * 2 ** Math.min(6, attempt))));
-          }
-        }
-      } finally {
-        clearInterval(beat);
       }
+    }, Math.max(100, Math.floor(this.opts.ackWaitMs / 3)));
+    try {
+      let attempt = 0;
+      while (!this.stopping) {
+        if (lane.held.length === 0) {
+          await lane.next(1_000);
+          continue;
+        }
+        try {
+          const started = performance.now();
+          const moved = await this.step(lane, k);
+          attempt = 0;
+          if (moved) billingGroupSeconds.observe((performance.now() - started) / 1000);
+          else {
+            billingWaits.inc();
+            await lane.next(WAIT_MS);
+          }
+        } catch (err) {
+          if (this.stopping) return;
+          lane.forget();
+          if (err instanceof KvWriteConflict && attempt < 3) {
+            // Another holder wrote the pin or a state key in between: look again at once.
+            attempt++;
+            log.warn('billing evaluation lost a compare-and-set; looking again', { seq: lane.held[0]?.seq, partition: k, keys: err.keys.slice(0, 3) });
+            continue;
+          }
+          attempt++;
+          log.error('billing evaluation failed; retrying in place', { err, seq: lane.held[0]?.seq, partition: k, attempt });
+          await new Promise((r) => setTimeout(r, Math.min(10_000, 200 * 2 ** Math.min(6, attempt))));
+        }
+      }
+    } finally {
+      clearInterval(beat);
     }
   }
 
   private stopping = false;
 
-  private async handle(m: JsMsg, k: number): Promise<void> {
-    const { orgId, mode, batchId } = headersOf(m);
+  /** Acks held messages and forgets them. */
+  private ackAll(lane: Lane, group: readonly Held[]): void {
+    for (const h of group) h.m.ack();
+    lane.remove(new Set(group.map((h) => h.seq)));
+  }
 
-    // 1. The pin of partition k, and whether S is already finished.
-    const pinEntry = await this.stateReader.get(pinKey(k));
-    const current = pinEntry && pinEntry.operation === 'PUT' && pinEntry.length > 0 ? (pinEntry.json() as Pin | DonePin) : null;
-    if (current && (current.seq > m.seq || (current.seq === m.seq && 'done' in current))) {
-      if (current.seq > m.seq) log.warn('billable message already finished by another holder', { seq: m.seq, partition: k });
-      m.ack();
-      return;
+  /** The oldest message of partition k after `after` still in the stream (not acked), or 0. */
+  private async oldest(k: number, after: number): Promise<number> {
+    const { billableParts } = this.nats.topology;
+    return nextSeq(this.nats.nc, this.nats.js.getOptions().apiPrefix ?? '$JS.API', billableParts.stream, billableParts.filter(k), after + 1, this.opts.publishTimeoutMs);
+  }
+
+  /** One step of partition k: commits a group, or acks what is committed; false when it must wait for another holder. */
+  private async step(lane: Lane, k: number): Promise<boolean> {
+    // 1. The pin of partition k: what is committed, and the group in flight (as this process
+    // last wrote it, while it is the partition's only holder: a stale one fails its
+    // compare-and-set below, and the retry reads it).
+    let current: Pin | DonePin | null;
+    let pinRevision: number;
+    if (lane.pin) ({ value: current, revision: pinRevision } = lane.pin);
+    else {
+      const e = await this.stateReader.get(pinKey(k));
+      current = readPin(e);
+      pinRevision = e?.revision ?? 0;
+    }
+    if (current && !('done' in current) && !current.seqs.every((s) => lane.held.some((h) => h.seq === s))) {
+      // A pending group not all held here. Gone from the stream: acked by a former version
+      // (it left the pin pending when nothing was priced): committed.
+      const first = await this.oldest(k, current.seq - 1);
+      if (first === 0 || first > current.last) current = { ...current, done: true };
+    }
+    const committedUpTo = !current ? 0 : 'done' in current ? current.last : current.seq - 1;
+    const committed = lane.held.filter((h) => h.seq <= committedUpTo);
+    if (committed.length > 0) {
+      log.warn('billable messages already committed (by another holder, or their ack was lost)', { partition: k, seqs: committed.map((h) => h.seq) });
+      this.ackAll(lane, committed);
+      lane.forget();
+    }
+    if (lane.held.length === 0) return committed.length > 0;
+
+    let group: Held[];
+    let pinned: { pin: Pin; revision: number } | null = null;
+    if (current && !('done' in current)) {
+      // 2'. A pinned group: exactly its messages, once all are held here.
+      const want = new Set(current.seqs);
+      group = lane.held.filter((h) => want.has(h.seq));
+      if (group.length !== current.seqs.length) return committed.length > 0;
+      pinned = { pin: current, revision: pinRevision };
+    } else {
+      group = formGroup(lane.held);
+      // Delivered right after the last message this process committed: nothing of the
+      // partition lies between (the rule of formGroup); otherwise the stream says.
+      const first = group[0]!.m;
+      const next = lane.lastDelivery !== null && !first.redelivered && first.info.deliverySequence === lane.lastDelivery + 1;
+      if (!next && (await this.oldest(k, committedUpTo)) !== group[0]!.seq) return committed.length > 0; // older messages held elsewhere
     }
 
-    // 2. The configuration S is evaluated against.
-    const signals = parseBillable(m.data);
-    const pinned = current && current.seq === m.seq && !('done' in current) ? { pin: current, revision: pinEntry!.revision } : await this.pin(k, m.seq, orgId, mode, pinEntry, signals);
-    const { config } = pinned.pin;
-    if (Object.keys(config.attributes).length === 0) {
-      // Nothing is priced for these customers (in the pinned revision): nothing to apply.
-      m.ack();
-      this.stats.messages++;
-      observeEvaluated(m);
-      return;
+    // 2. The configuration G is evaluated against: pinned (written) while step 3 reads.
+    let pinWrite: Promise<number>;
+    /** The pin's JSON text, when this step wrote it: what the worker gets instead of the configurations' objects. */
+    let pinJson: string | null = null;
+    if (pinned) pinWrite = Promise.resolve(pinned.revision);
+    else {
+      const made = await this.pinOf(group);
+      group = made.group;
+      if (made.unpriced) {
+        const [revision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]);
+        lane.pin = { value: donePin(made.pin), revision: revision! };
+        lane.lastDelivery = group.at(-1)!.m.info.deliverySequence;
+        this.ackAll(lane, group);
+        this.committed(group, 0, 0);
+        return true;
+      }
+      pinned = { pin: made.pin, revision: 0 };
+      pinJson = made.bytes;
+      pinWrite = this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]).then(([r]) => r!);
     }
-    const evaluatedAt = Math.floor(m.info.timestampNanos / 1e6);
+    const { pin } = pinned;
+    const seq = pin.seq;
+    const configs: Record<string, BillingConfig> = {};
+    for (const s of pin.scopes) configs[scopeOf(s.orgId, s.mode)] = s.config;
+    const priced = pin.scopes.filter((s) => Object.keys(s.config.attributes).length > 0);
+    const signals = group.reduce((n, h) => n + h.unit.customers.length, 0);
+    // On this thread (a small group): parsed here; for a worker: the texts, parsed there.
+    const inline = signals <= INLINE_SIGNALS;
+    const units: GroupUnit[] = inline ? group.map((h) => ({ orgId: h.unit.orgId, mode: h.unit.mode, evaluatedAt: h.unit.evaluatedAt, signals: signalsOf(h) })) : [];
+    const texts: UnitText[] = inline ? [] : group.map(({ unit: { orgId, mode, evaluatedAt, text } }) => ({ orgId, mode, evaluatedAt, text }));
 
-    // 3. The running state of the batch's customers and the totals of the cap periods S touches.
-    const [read, refs] = await Promise.all([
-      this.customers.read(orgId, mode, config, m.seq),
-      Object.keys(config.caps).length === 0 ? Promise.resolve([] as CapPeriodRef[]) : this.capPeriods({ orgId, mode, config, signals }),
+    // 3. The running state of G's customers and the totals of the cap periods G touches.
+    const [revision, reads, refs] = await Promise.all([
+      pinWrite,
+      this.customers.readMany(priced, seq),
+      priced.some((s) => Object.keys(s.config.caps).length > 0) ? this.capPeriods({ configs, units }, texts, inline, pinJson) : Promise.resolve([] as ScopedCapPeriodRef[]),
     ]);
+    pinned.revision = revision;
+    lane.pin = { value: pin, revision };
+    const readOf = new Map<string, ReadStates>(priced.map((s, i) => [scopeOf(s.orgId, s.mode), reads[i]!]));
     const entries = await this.stateReader.getMany(refs.map((r) => r.key));
-    const former = refs.length > 0 && entries.some((e) => !e) ? (read.former ?? (await this.customers.formerState(orgId, mode))) : null;
     const periods: Record<string, PeriodTotal> = {};
-    refs.forEach((r, i) => {
+    for (let i = 0; i < refs.length; i++) {
+      const r = refs[i]!;
       const e = entries[i];
       const stored = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as PeriodEntry) : null;
-      periods[r.key] = startingTotal(stored, m.seq, former?.caps?.[r.capKey]?.[r.start]);
-    });
-
-    // 4. Evaluate.
-    const input: EvaluationInput = { orgId, mode, config, state: read.state, signals, evaluatedAt, periods };
-    const out = await this.evaluate(input);
-    const fault: FaultContext = { seq: m.seq, orgId, mode, events: out.events.length };
-    await this.fault.at('after-pin', fault);
-
-    // 5. Rows. They go to a stream (stored once per batch id and partition) and are inserted in
-    // bulk by the rows inserter (rows.ts): the engine's insert is off this path. Durable here,
-    // before the commit point.
-    const { costs, consumption, unpriced } = out;
-    if (costs.length > 0 || consumption.length > 0 || unpriced.length > 0) {
-      const h = natsHeaders();
-      h.set(H_ORG, orgId);
-      h.set(H_MODE, mode);
-      await publishDurable(this.nats.nc, this.nats.topology.billingRows.subject(orgId), Buffer.from(JSON.stringify({ costs, consumption, unpriced })), h, `rows-${batchId}.p${k}`, this.opts.publishTimeoutMs);
+      // No key yet: what the former layout's document (read with the states) kept for it.
+      const legacy = stored ? undefined : readOf.get(r.scope)?.former?.caps?.[r.capKey]?.[r.start];
+      periods[r.key] = startingTotal(stored, seq, legacy);
     }
 
-    // 6. Events.
-    await Promise.all(out.events.map((e) => publishEvent(this.nats, busEvent(e, orgId, mode, new Date(evaluatedAt)), this.opts.publishTimeoutMs)));
+    // 4. Evaluate.
+    const states: Record<string, BillingState> = {};
+    for (const [scope, read] of readOf) states[scope] = read.state;
+    const out = await this.evaluate({ configs, units, states, periods }, texts, inline, pinJson);
+    const events = out.units.reduce((n, u) => n + u.events.length, 0);
+    const fault: FaultContext = { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode, events };
+    await this.fault.at('after-pin', fault);
+
+    // 5. Rows, per message. They go to a stream (stored once per batch id and partition) and
+    // are inserted in bulk by the rows inserter (rows.ts): the engine's insert is off this
+    // path. Durable here, before the commit point.
+    // 6. Events, each under its id. Both in one round (publishDurableMany).
+    const published: DurableMessage[] = [];
+    group.forEach((h, i) => {
+      const { rows, events } = out.units[i]!;
+      if (rows !== null) {
+        const hd = natsHeaders();
+        hd.set(H_ORG, h.unit.orgId);
+        hd.set(H_MODE, h.unit.mode);
+        published.push({ subject: this.nats.topology.billingRows.subject(h.unit.orgId), data: Buffer.from(rows), headers: hd, msgId: `rows-${h.batchId}.p${k}` });
+      }
+      const at = new Date(h.unit.evaluatedAt);
+      for (const e of events) published.push(eventMessage(this.nats, busEvent(e, h.unit.orgId, h.unit.mode, at)));
+    });
+    await publishDurableMany(this.nats.nc, published, this.opts.publishTimeoutMs);
     await this.fault.at('after-events', fault);
 
-    // 7. Period keys and customer states, each compare-and-set on what step 3 read.
-    await Promise.all([
-      ...refs.map((r, i) => {
-        const value: PeriodEntry = { seq: m.seq, before: periods[r.key]!, after: out.periods[r.key] ?? periods[r.key]! };
-        const e = entries[i];
-        return e ? this.state.update(r.key, JSON.stringify(value), e.revision) : this.state.create(r.key, JSON.stringify(value));
-      }),
-      this.customers.write(orgId, mode, config, m.seq, read, out.state),
-    ]);
+    // 7. Period keys and customer states, each compare-and-set on what step 3 read, in one round.
+    // Only the periods G spent in: a listed period G did not touch keeps its value (a replay
+    // reads its `after`, as G's evaluation did).
+    const writes: KvWrite[] = refs.flatMap((r, i) => {
+      const after = out.periods[r.key];
+      if (!after) return [];
+      const value: PeriodEntry = { seq, before: periods[r.key]!, after };
+      return [{ key: r.key, value: JSON.stringify(value), revision: entries[i]?.revision ?? 0 }];
+    });
+    for (const s of priced) {
+      const scope = scopeOf(s.orgId, s.mode);
+      writes.push(...this.customers.writesOf(s.orgId, s.mode, s.config, seq, readOf.get(scope)!, out.states[scope]!));
+    }
+    await this.stateWriter.writeMany(writes);
     await this.fault.at('before-state-write', fault);
 
     // 8. The commit point.
-    await this.state.update(pinKey(k), JSON.stringify({ ...pinned.pin, done: true } satisfies DonePin), pinned.revision);
+    const done = donePin(pin);
+    const [doneRevision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: JSON.stringify(done), revision: pinned.revision }]);
+    lane.pin = { value: done, revision: doneRevision! };
+    lane.lastDelivery = group.at(-1)!.m.info.deliverySequence;
     await this.fault.at('after-state-write', fault);
 
     // 9.
-    m.ack();
-    this.stats.messages++;
-    observeEvaluated(m);
-    for (const e of out.events) billingEvents.inc({ event: e.event, source: 'evaluator' });
-    this.stats.events += out.events.length;
-    this.stats.costRows += costs.length;
+    this.ackAll(lane, group);
+    this.committed(group, events, out.units.reduce((n, u) => n + u.costs, 0));
+    for (const u of out.units) for (const e of u.events) billingEvents.inc({ event: e.event, source: 'evaluator' });
+    return true;
+  }
+
+  private committed(group: readonly Held[], events: number, costRows: number): void {
+    billingGroupMessages.observe(group.length);
+    this.stats.messages += group.length;
+    this.stats.groups++;
+    this.stats.events += events;
+    this.stats.costRows += costRows;
+    for (const h of group) observeEvaluated(h.m);
   }
 
   /**
-   * Step 2: the pinned configuration of S, written now when S has none yet. One key per
-   * partition: one message of it is in flight at a time, and a later one is only delivered
-   * after S is acked (so it is overwritten, never deleted: no tombstone per batch).
+   * Step 2: the pin of group G — the documents of the customers its signals name and of the
+   * plans they use, per organization and mode — and its bytes (written by step, with
+   * compare-and-set on the pin read in step 1). One key per partition, overwritten by each
+   * group (no tombstone per group). Pinned even when nothing is priced (then written done at
+   * once): a replay after a lost ack must not bill a group that its first evaluation did not.
+   * A pin that would not fit in one NATS message pins the group's first half instead.
    */
-  private async pin(k: number, seq: number, orgId: string, mode: Mode, e: KvEntry | null, signals: BillableSignal[]): Promise<{ pin: Pin; revision: number }> {
-    // Pinned even when nothing is priced (a small document): a replay after a lost ack must
-    // not bill a batch that its first evaluation did not.
-    const { config, revisions } = await this.configs.forBatch(orgId, mode, signals.map((s) => s.customerId));
-    const pin: Pin = { seq, orgId, mode, revisions, config };
-    const bytes = JSON.stringify(pin);
-    const revision = e ? await this.state.update(pinKey(k), bytes, e.revision) : await this.state.create(pinKey(k), bytes);
-    return { pin, revision };
+  private async pinOf(group: Held[]): Promise<{ group: Held[]; pin: Pin; bytes: string; unpriced: boolean }> {
+    for (;;) {
+      const refs = new Map<string, { orgId: string; mode: Mode; customers: Set<string> }>();
+      for (const h of group) {
+        const scope = scopeOf(h.unit.orgId, h.unit.mode);
+        let r = refs.get(scope);
+        if (!r) refs.set(scope, (r = { orgId: h.unit.orgId, mode: h.unit.mode, customers: new Set() }));
+        for (const c of h.unit.customers) r.customers.add(c);
+      }
+      const scopes = await Promise.all(
+        [...refs.values()].map(async (r): Promise<PinScope> => {
+          const { config, revisions } = await this.configs.forBatch(r.orgId, r.mode, r.customers);
+          return { orgId: r.orgId, mode: r.mode, revisions, config };
+        }),
+      );
+      const unpriced = scopes.every((s) => Object.keys(s.config.attributes).length === 0);
+      const pin: Pin = { seq: group[0]!.seq, last: group.at(-1)!.seq, seqs: group.map((h) => h.seq), scopes };
+      const bytes = JSON.stringify(unpriced ? donePin(pin) : pin);
+      if (Buffer.byteLength(bytes) > this.nats.maxPayload - 4_096 && group.length > 1) {
+        group = group.slice(0, Math.ceil(group.length / 2));
+        continue;
+      }
+      return { group, pin, bytes, unpriced };
+    }
   }
 
   async stop(): Promise<void> {
     this.stopping = true;
-    for (const s of this.subscriptions) s.stop();
-    await Promise.all(this.loops);
+    this.pulling.clear();
+    await Promise.all([...this.loops, ...this.pullers.values()]);
+    // What is held and not evaluated goes back now rather than after its ack wait: whoever
+    // takes it still evaluates the partition oldest first (its group starts at the oldest
+    // uncommitted message, one of these, so it waits for their redelivery).
+    for (const lane of this.lanes) {
+      for (const h of lane.held) h.m.nak();
+      lane.held.length = 0;
+    }
   }
 }
+
+/** A task for the worker: the units as their texts, the configurations as the pin's text when there is one (group.ts WorkerTask). */
+function forWorker<T extends GroupCapPeriodsInput>(task: T, units: UnitText[], pinJson: string | null): WorkerTask<T> {
+  const { configs, units: _objects, ...rest } = task;
+  return (pinJson === null ? { ...rest, configs, units } : { ...rest, pinJson, units }) as unknown as WorkerTask<T>;
+}
+
+/**
+ * The group the held messages (in sequence order) start: the first, then each next one while
+ * it was delivered right after the one before it (consecutive delivery sequences, neither
+ * redelivered), up to GROUP_MESSAGES messages and GROUP_CUSTOMERS customers.
+ */
+export function formGroup<H extends { m: Pick<JsMsg, 'redelivered' | 'info'>; unit: { orgId: string; mode: Mode; customers: readonly string[] } }>(held: readonly H[]): H[] {
+  const group = [held[0]!];
+  const customers = new Set<string>();
+  const count = (h: H): number => {
+    let n = 0;
+    for (const c of h.unit.customers) if (!customers.has(`${h.unit.orgId}\u0000${h.unit.mode}\u0000${c}`)) n++;
+    return n;
+  };
+  const take = (h: H): void => {
+    for (const c of h.unit.customers) customers.add(`${h.unit.orgId}\u0000${h.unit.mode}\u0000${c}`);
+  };
+  take(held[0]!);
+  for (let i = 1; i < held.length && group.length < GROUP_MESSAGES; i++) {
+    const prev = held[i - 1]!;
+    const h = held[i]!;
+    if (prev.m.redelivered || h.m.redelivered || h.m.info.deliverySequence !== prev.m.info.deliverySequence + 1) break;
+    if (customers.size + count(h) > GROUP_CUSTOMERS) break;
+    take(h);
+    group.push(h);
+  }
+  return group;
+}
+
 
 /** At most `n` at once; the others wait their turn, in order. */
 class Slots {
@@ -388,19 +784,3 @@ function observeEvaluated(m: JsMsg): void {
   billingLag.observe(Math.max(0, Date.now() - m.info.timestampNanos / 1e6) / 1000);
 }
 
-/**
- * The signals of a partition's billable message, each naming the customer the pipeline
- * resolved (`k`, partition.ts). A signal whose reference named no customer when it was stored
- * is not billed (it has no `k`).
- */
-export function parseBillable(data: Uint8Array): BillableSignal[] {
-  const text = Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8');
-  const out: BillableSignal[] = [];
-  for (const line of text.split('\n')) {
-    if (line === '') continue;
-    const b = JSON.parse(line) as BillableLine;
-    if (b.k === undefined) continue;
-    out.push({ id: b.i, eventName: b.e, customerId: b.k, unitId: b.u, ts: b.t, data: b.d, ...(b.x !== undefined ? { exact: b.x } : {}) });
-  }
-  return out;
-}

@@ -18,6 +18,7 @@
  */
 import type { KV, KvEntry } from '@nats-io/kv';
 import { kvReader, type KvReader } from '../../bus/kv-read.js';
+import type { KvWrite } from '../../bus/kv-write.js';
 import type { BillingConfig } from '../model.js';
 import type { Mode } from '../../shared/mode.js';
 import type { BillingState } from './evaluate.js';
@@ -44,80 +45,105 @@ export interface ReadStates {
   state: BillingState;
   /** Per customer id: the state before the batch and the entry's revision (0: no key). */
   customers: Map<string, { start: CustomerState; revision: number }>;
-  /** The former layout's document of the organization and mode, when there is one. */
+  /** The former layout's document of the organization and mode, or null when there is none. */
   former: BillingState | null;
 }
 
-const FORMER_CACHE = 64;
+const FORMER_CACHE = 1_024;
+const ABSENT_CACHE = 100_000;
+const ABSENT_MS = 60_000;
 
 export class CustomerStates {
   /** Documents of the former layout found, by key. They are never written any more. */
-  private readonly former = new Map<string, Promise<BillingState | null>>();
+  private readonly former = new Map<string, BillingState>();
+  /** Keys of the former layout found absent, until when that answer is reused (epoch ms). */
+  private readonly absent = new Map<string, number>();
 
   /**
-   * @param kv the state bucket (writes)
+   * @param kv the state bucket
    * @param reader its reads: direct gets, a batch's keys in one round (bus/kv-read.ts)
    */
   constructor(
-    private readonly kv: KV,
+    kv: KV,
     private readonly reader: KvReader = kvReader(kv),
   ) {}
 
-  formerState(orgId: string, mode: Mode): Promise<BillingState | null> {
-    const key = formerStateKey(orgId, mode);
-    const cached = this.former.get(key);
-    if (cached) return cached;
-    const p = this.reader.get(key).then((e) => (present(e) ? (e.json() as BillingState) : null));
-    // Only a document found is kept (it no longer changes); an absent one is asked again.
-    void p.then(
-      (doc) => {
-        if (doc === null) return;
-        if (this.former.size >= FORMER_CACHE) this.former.delete(this.former.keys().next().value!);
-        this.former.set(key, p);
-      },
-      () => undefined,
-    );
-    return p;
-  }
-
-  /** The state before batch `seq` of every customer in `config` (the customers it names). */
-  async read(orgId: string, mode: Mode, config: BillingConfig, seq: number): Promise<ReadStates> {
-    const ids = Object.keys(config.customers);
-    const entries = await this.reader.getMany(ids.map((id) => customerStateKey(orgId, mode, id)));
-    const needFormer = entries.some((e) => !present(e));
-    const former = needFormer ? await this.formerState(orgId, mode) : null;
-    const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
-    const customers = new Map<string, { start: CustomerState; revision: number }>();
-    ids.forEach((id, i) => {
-      const e = entries[i];
-      let start: CustomerState;
-      if (present(e)) {
-        const stored = e.json() as CustomerEntry;
-        start = stored.seq === seq ? stored.before : stored.after;
-      } else start = former ? sliceOf(former, config, id) : { consumed: {}, usage: {} };
-      customers.set(id, { start, revision: e ? e.revision : 0 });
-      Object.assign(state.consumed, start.consumed);
-      Object.assign(state.usage, start.usage);
-    });
-    return { state, customers, former };
+  /** The former document of one organization and mode (an absent one is asked again each time: the API's reads). */
+  async formerState(orgId: string, mode: Mode): Promise<BillingState | null> {
+    return (await this.formerStates([{ orgId, mode }], false))[0]!;
   }
 
   /**
-   * Writes the state after batch `seq` of each customer it changed, compare-and-set on the
-   * revision read (create when there was no key): a holder that lost the batch to an ack-wait
-   * expiry cannot overwrite a later batch's state.
+   * The former layout's document of each organization and mode, those not known yet read in
+   * one round. A document found is kept (nothing writes it any more); an absent one is known
+   * absent for ABSENT_MS (nothing writes one any more either: the README asks that processes
+   * of the former version be stopped first; the bound keeps a mistake there short).
    */
-  async write(orgId: string, mode: Mode, config: BillingConfig, seq: number, read: ReadStates, after: BillingState): Promise<void> {
-    await Promise.all(
-      [...read.customers].map(async ([id, { start, revision }]) => {
-        const next = sliceOf(after, config, id);
-        if (sameState(start, next)) return;
-        const value = JSON.stringify({ seq, before: start, after: next } satisfies CustomerEntry);
-        const key = customerStateKey(orgId, mode, id);
-        if (revision === 0) await this.kv.create(key, value);
-        else await this.kv.update(key, value, revision);
+  async formerStates(scopes: readonly { orgId: string; mode: Mode }[], trustAbsent = true): Promise<(BillingState | null)[]> {
+    const now = Date.now();
+    const keys = scopes.map((s) => formerStateKey(s.orgId, s.mode));
+    const ask = [...new Set(keys.filter((k) => !this.former.has(k) && !(trustAbsent && (this.absent.get(k) ?? 0) > now)))];
+    if (ask.length > 0) {
+      const entries = await this.reader.getMany(ask);
+      ask.forEach((k, i) => {
+        const e = entries[i];
+        if (present(e)) {
+          if (this.former.size >= FORMER_CACHE) this.former.delete(this.former.keys().next().value!);
+          this.former.set(k, e.json() as BillingState);
+        } else {
+          if (this.absent.size >= ABSENT_CACHE) this.absent.delete(this.absent.keys().next().value!);
+          this.absent.set(k, now + ABSENT_MS);
+        }
+      });
+    }
+    return keys.map((k) => this.former.get(k) ?? null);
+  }
+
+  /**
+   * The state before the group `seq` (its first message's sequence, consumer.ts) of every
+   * customer each organization and mode's `config` names, all keys in one batched round.
+   */
+  async readMany(scopes: readonly { orgId: string; mode: Mode; config: BillingConfig }[], seq: number): Promise<ReadStates[]> {
+    const ids = scopes.map((s) => Object.keys(s.config.customers));
+    const keys = scopes.flatMap((s, i) => ids[i]!.map((id) => customerStateKey(s.orgId, s.mode, id)));
+    // The former documents in the same round: a customer or a cap period without a key of its own starts from them.
+    const [entries, formers] = await Promise.all([this.reader.getMany(keys), this.formerStates(scopes)]);
+    let at = 0;
+    return Promise.all(
+      scopes.map(async (s, i) => {
+        const mine = entries.slice(at, (at += ids[i]!.length));
+        const former = formers[i]!;
+        const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
+        const customers = new Map<string, { start: CustomerState; revision: number }>();
+        ids[i]!.forEach((id, j) => {
+          const e = mine[j];
+          let start: CustomerState;
+          if (present(e)) {
+            const stored = e.json() as CustomerEntry;
+            start = stored.seq === seq ? stored.before : stored.after;
+          } else start = former ? sliceOf(former, s.config, id) : { consumed: {}, usage: {} };
+          customers.set(id, { start, revision: e ? e.revision : 0 });
+          Object.assign(state.consumed, start.consumed);
+          Object.assign(state.usage, start.usage);
+        });
+        return { state, customers, former };
       }),
     );
+  }
+
+  /**
+   * The writes of the state after batch (or group) `seq` of each customer it changed,
+   * compare-and-set on the revision read (0: create): a holder that lost the batch to an
+   * ack-wait expiry cannot overwrite a later batch's state.
+   */
+  writesOf(orgId: string, mode: Mode, config: BillingConfig, seq: number, read: ReadStates, after: BillingState): KvWrite[] {
+    const out: KvWrite[] = [];
+    for (const [id, { start, revision }] of read.customers) {
+      const next = sliceOf(after, config, id);
+      if (sameState(start, next)) continue;
+      out.push({ key: customerStateKey(orgId, mode, id), value: JSON.stringify({ seq, before: start, after: next } satisfies CustomerEntry), revision });
+    }
+    return out;
   }
 
   /** Credits consumed per pool id of one customer, as evaluated so far (GET …/credit-pools). */

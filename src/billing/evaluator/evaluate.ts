@@ -189,17 +189,40 @@ export interface EvaluationOutput {
  * the total and the "fired" flag of exactly one possible event.
  */
 export function periodKey(orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
-  return `cp.${orgId}.${mode}.${createHash('sha256').update(cap).digest('base64url')}.${period.startMs}.${period.endMs}`;
+  return keyOfPeriod(orgId, mode, capHash(cap), period);
 }
 
-/** The lookups of one configuration. */
-interface Lookups {
+const capHash = (cap: string): string => createHash('sha256').update(cap).digest('base64url');
+const keyOfPeriod = (orgId: string, mode: Mode, hash: string, period: Pick<Period, 'startMs' | 'endMs'>): string => `cp.${orgId}.${mode}.${hash}.${period.startMs}.${period.endMs}`;
+
+/** The lookups of one configuration (built once per configuration: `evaluate` takes them when its caller evaluates several batches against one). */
+export interface Lookups {
   byExternalId: Map<string, Customer>;
   attributeOf: Map<string, OrderLineAttribute>;
   poolOf: Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>;
+  /** Memos of capsHit, per configuration: the caps on a unit and its ancestors (by customer, unit and currency), the last period found per cap, each cap's hash. */
+  capChains: Map<string, CapOnChain[]>;
+  lastPeriod: Map<string, Period>;
+  capHashes: Map<string, string>;
+  /** The configuration's decimals (prices, credits per unit, included quantities, cap amounts), parsed once: by places and text. */
+  decimals: Map<string, Dec>;
 }
 
-function lookups(config: BillingConfig): Lookups {
+/** A decimal of the configuration, parsed once per configuration. */
+function configDecimal(l: Lookups, text: string, maxDecimalPlaces: number): Dec {
+  const key = `${maxDecimalPlaces}\u0000${text}`;
+  let d = l.decimals.get(key);
+  if (d === undefined) l.decimals.set(key, (d = parseDecimal(text, { maxDecimalPlaces })));
+  return d;
+}
+
+interface CapOnChain {
+  key: string;
+  cap: CreditCap;
+  unit: Unit;
+}
+
+export function lookups(config: BillingConfig): Lookups {
   const byExternalId = new Map<string, Customer>();
   for (const c of Object.values(config.customers)) if (c.externalId !== null) byExternalId.set(c.externalId, c);
   const attributeOf = new Map<string, OrderLineAttribute>();
@@ -209,7 +232,7 @@ function lookups(config: BillingConfig): Lookups {
     const total = p.topUps.reduce((s, t) => add(s, parseDecimal(t.credits, { maxDecimalPlaces: 6 })), parseDecimal(p.granted, { maxDecimalPlaces: 6 }));
     poolOf.set(`${p.customerId}\u0000${p.orderLineAttributeId}`, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
   }
-  return { byExternalId, attributeOf, poolOf };
+  return { byExternalId, attributeOf, poolOf, capChains: new Map(), lastPeriod: new Map(), capHashes: new Map(), decimals: new Map() };
 }
 
 /** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
@@ -223,18 +246,40 @@ function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): { custom
 }
 
 /** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
-function capsHit(config: BillingConfig, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
+function capsHit(config: BillingConfig, l: Lookups, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
+  const chainKey = `${customer.id}\u0000${unit.externalId}\u0000${currency}`;
+  let chain = l.capChains.get(chainKey);
+  if (!chain) {
+    chain = [];
+    const seen = new Set<string>();
+    for (let u: Unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
+      seen.add(u.externalId);
+      const key = capKey(customer.id, u.externalId, currency);
+      const cap = own(config.caps, key);
+      if (cap) chain.push({ key, cap, unit: u });
+    }
+    l.capChains.set(chainKey, chain);
+  }
   const hits: { key: string; cap: CreditCap; unit: Unit; period: Period }[] = [];
-  const seen = new Set<string>();
-  for (let u: Unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
-    seen.add(u.externalId);
-    const key = capKey(customer.id, u.externalId, currency);
-    const cap = own(config.caps, key);
-    if (!cap) continue;
-    const period = periodContaining(cap.effectiveFrom, cap.frequency, ts);
-    if (period) hits.push({ key, cap, unit: u, period });
+  for (const c of chain) {
+    // Periods are consecutive half-open ranges: the last one found for this cap holds `ts`, or another is computed.
+    const last = l.lastPeriod.get(c.key);
+    let period: Period | null;
+    if (last && ts >= last.startMs && ts < last.endMs) period = last;
+    else {
+      period = periodContaining(c.cap.effectiveFrom, c.cap.frequency, ts);
+      if (period) l.lastPeriod.set(c.key, period);
+    }
+    if (period) hits.push({ key: c.key, cap: c.cap, unit: c.unit, period });
   }
   return hits;
+}
+
+/** periodKey with the cap's hash computed once per configuration. */
+function periodKeyOf(l: Lookups, orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
+  let h = l.capHashes.get(cap);
+  if (h === undefined) l.capHashes.set(cap, (h = capHash(cap)));
+  return keyOfPeriod(orgId, mode, h, period);
 }
 
 /**
@@ -243,32 +288,36 @@ function capsHit(config: BillingConfig, customer: Customer, unit: Unit, currency
  * known unit and a positive draw touches the period containing its time of every cap on its
  * unit and the unit's ancestors.
  */
-export function capPeriods(input: CapPeriodsInput): CapPeriodRef[] {
+export function capPeriods(input: CapPeriodsInput, l: Lookups = lookups(input.config)): CapPeriodRef[] {
   const { config } = input;
   const out = new Map<string, CapPeriodRef>();
   if (Object.keys(config.caps).length === 0) return [];
-  const l = lookups(config);
   for (const s of input.signals) {
     const r = resolve(config, l, s);
     if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
     if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
-    for (const h of capsHit(config, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
-      const key = periodKey(input.orgId, input.mode, h.key, h.period);
+    for (const h of capsHit(config, l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
+      const key = periodKeyOf(l, input.orgId, input.mode, h.key, h.period);
       if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
     }
   }
   return [...out.values()];
 }
 
-export function evaluate(input: EvaluationInput): EvaluationOutput {
+export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.config)): EvaluationOutput {
   const { config, orgId, mode } = input;
   const scope = `${orgId}:${mode}`;
   const live = mode === 'live';
   const state: BillingState = structuredClone(input.state);
   const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [], periods: {} };
   const at = input.evaluatedAt;
-  const l = lookups(config);
   const { poolOf } = l;
+  // Running totals as exact decimals while the batch is evaluated; written back as text at the end.
+  const consumed = new Map<string, Dec>();
+  const usages = new Map<string, Dec>();
+  const spent = new Map<string, { used: Dec; reached: boolean }>();
+  const consumedOf = (poolId: string): Dec => consumed.get(poolId) ?? (state.consumed[poolId] !== undefined ? big(state.consumed[poolId]!) : ZERO);
+  const usageOf = (attrId: string): Dec => usages.get(attrId) ?? (state.usage[attrId] !== undefined ? big(state.usage[attrId]!) : ZERO);
 
   for (const s of input.signals) {
     const r = resolve(config, l, s);
@@ -292,15 +341,15 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     }
     const quantity = r.quantity.quantity;
     const plan = own(config.plans, attr.planId);
-    const unitPrice = parseDecimal(attr.unitPrice, { maxDecimalPlaces: 12 });
+    const unitPrice = configDecimal(l, attr.unitPrice, 12);
     const cost = mul(quantity, unitPrice);
 
     // The credits drawn, worked out before anything is recorded (see 3. above).
     const pool = attr.creditsCurrencyId !== null && attr.creditsPerUnit !== null ? poolOf.get(`${customer.id}\u0000${attr.id}`) : undefined;
     let draw: { credits: Dec; consumedBefore: Dec; c: ReturnType<typeof consume> } | null = null;
     if (pool) {
-      const credits = mul(quantity, parseDecimal(attr.creditsPerUnit!, { maxDecimalPlaces: 12 }));
-      const consumedBefore = state.consumed[pool.id] !== undefined ? big(state.consumed[pool.id]!) : ZERO;
+      const credits = mul(quantity, configDecimal(l, attr.creditsPerUnit!, 12));
+      const consumedBefore = consumedOf(pool.id);
       draw = { credits, consumedBefore, c: consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits) };
     }
     const amounts: [string, Dec | undefined][] = [['cost', cost], ['credits', draw?.credits], [`balance of pool ${pool?.id} after the draw`, draw?.c.after.balance]];
@@ -330,16 +379,16 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
     };
 
     // Included quantity.
-    const usageBefore = state.usage[attr.id] !== undefined ? big(state.usage[attr.id]!) : ZERO;
-    const included = attr.includedQuantity === null ? null : parseDecimal(attr.includedQuantity, { maxDecimalPlaces: 12 });
+    const usageBefore = usageOf(attr.id);
+    const included = attr.includedQuantity === null ? null : configDecimal(l, attr.includedQuantity, 12);
     const usage = addUsage(usageBefore, quantity, included);
-    state.usage[attr.id] = toCanonicalString(usage.after);
+    usages.set(attr.id, usage.after);
     if (usage.crossed) out.events.push(overageUsageEvent({ ...common, usage }));
 
     // Credits.
     if (!pool || !draw || attr.creditsCurrencyId === null) continue;
     const { credits, consumedBefore, c } = draw;
-    state.consumed[pool.id] = toCanonicalString(add(consumedBefore, credits));
+    consumed.set(pool.id, add(consumedBefore, credits));
     out.consumption.push({
       org_id: orgId,
       livemode: live,
@@ -372,13 +421,17 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
 
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
-    for (const h of capsHit(config, customer, unit, attr.creditsCurrencyId, s.ts)) {
-      const pk = periodKey(orgId, mode, h.key, h.period);
-      const slot = out.periods[pk] ?? (Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null);
-      if (slot === null) throw new Error(`cap period ${pk} was not supplied (capPeriods lists every period a batch touches)`);
-      const amount = parseDecimal(h.cap.amount, { maxDecimalPlaces: 6 });
-      const step = spendAgainstCap({ amount, usedBefore: big(slot.used), spend: credits, alreadyReached: slot.reached });
-      out.periods[pk] = { used: toCanonicalString(step.usedAfter), reached: slot.reached || step.reached };
+    for (const h of capsHit(config, l, customer, unit, attr.creditsCurrencyId, s.ts)) {
+      const pk = periodKeyOf(l, orgId, mode, h.key, h.period);
+      let slot = spent.get(pk);
+      if (!slot) {
+        const given = Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null;
+        if (given === null) throw new Error(`cap period ${pk} was not supplied (capPeriods lists every period a batch touches)`);
+        slot = { used: big(given.used), reached: given.reached };
+      }
+      const amount = configDecimal(l, h.cap.amount, 6);
+      const step = spendAgainstCap({ amount, usedBefore: slot.used, spend: credits, alreadyReached: slot.reached });
+      spent.set(pk, { used: step.usedAfter, reached: slot.reached || step.reached });
       if (step.reached) {
         out.events.push(
           creditCapReachedEvent({
@@ -394,6 +447,9 @@ export function evaluate(input: EvaluationInput): EvaluationOutput {
       }
     }
   }
+  for (const [id, v] of consumed) state.consumed[id] = toCanonicalString(v);
+  for (const [id, v] of usages) state.usage[id] = toCanonicalString(v);
+  for (const [pk, v] of spent) out.periods[pk] = { used: toCanonicalString(v.used), reached: v.reached };
   return out;
 }
 

@@ -21,7 +21,10 @@ import { billingLog as log } from '../../log.js';
 import type { Mode } from '../../shared/mode.js';
 
 export interface FaultContext {
+  /** The group's first stream sequence. */
   seq: number;
+  /** Its messages. */
+  messages?: number;
   orgId: string;
   mode: Mode;
   events: number;

@@ -76,7 +76,7 @@ export class BillablePartitioner {
   }
 
   async split(orgId: string, mode: Mode, lines: string[]): Promise<PartitionedLines[]> {
-    const refs = lines.map((l) => (JSON.parse(l) as { c: string }).c);
+    const refs = lines.map(customerRef);
     const missing = [...new Set(refs.filter((r) => !this.cache.has(cacheKey(orgId, mode, r))))];
     const found = missing.length > 0 ? await this.resolver(orgId, mode, missing) : new Map<string, string | null>();
     for (const [ref, id] of found) if (id !== null) this.remember(cacheKey(orgId, mode, ref), id);
@@ -101,3 +101,33 @@ export class BillablePartitioner {
 }
 
 const cacheKey = (orgId: string, mode: Mode, ref: string): string => `${orgId}\u0000${mode}\u0000${ref}`;
+
+/** The end (index after the closing quote) of the JSON string starting at `from` (a '"'), or -1. */
+export function stringEnd(line: string, from: number): number {
+  if (line.charCodeAt(from) !== 0x22) return -1;
+  for (let i = from + 1; i < line.length; i++) {
+    const c = line.charCodeAt(i);
+    if (c === 0x5c) i++; // an escape: skip the escaped character
+    else if (c === 0x22) return i + 1;
+  }
+  return -1;
+}
+
+/**
+ * The customer reference `c` of a billable line, read from the line's start in the form the
+ * rows worker writes (`{"i":"…","e":"…","c":"…",…`, workers/rows.ts) without parsing the
+ * rest (the signal's data); any other form is parsed whole.
+ */
+export function customerRef(line: string): string {
+  if (line.startsWith('{"i":')) {
+    const idEnd = stringEnd(line, 5);
+    if (idEnd > 0 && line.startsWith(',"e":', idEnd)) {
+      const eventEnd = stringEnd(line, idEnd + 5);
+      if (eventEnd > 0 && line.startsWith(',"c":', eventEnd)) {
+        const refEnd = stringEnd(line, eventEnd + 5);
+        if (refEnd > 0) return JSON.parse(line.slice(eventEnd + 5, refEnd)) as string;
+      }
+    }
+  }
+  return (JSON.parse(line) as { c: string }).c;
+}

@@ -18,7 +18,7 @@ import type { Store } from '../../store/index.js';
 import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
 import { H_MODE, H_ORG } from '../../bus/batch.js';
-import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
+import { readRows, signalIdOf, type RowLines } from './rows-body.js';
 
 /** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
 export interface BatchMarks {
@@ -30,16 +30,10 @@ const FLUSH_MS = 200;
 /** How often held messages are marked in progress (BILLING_ACK_WAIT_MS is at least 1 s). */
 const WORKING_MS = 400;
 
-interface Held {
-  costs: CostRow[];
-  consumption: ConsumptionRow[];
-  unpriced: UnpricedRow[];
-}
-
 export class BillingRowsInserter {
   private messages: ConsumerMessages | null = null;
   private loopDone: Promise<void> | null = null;
-  private buffer: { msgs: JsMsg[]; rows: Held[] } = { msgs: [], rows: [] };
+  private buffer: { msgs: JsMsg[]; rows: RowLines[] } = { msgs: [], rows: [] };
   private rowCount = 0;
   /** Every message received and not yet acked or nakked. */
   private readonly held = new Set<JsMsg>();
@@ -67,11 +61,10 @@ export class BillingRowsInserter {
 
   private async loop(messages: ConsumerMessages): Promise<void> {
     for await (const m of messages) {
-      let rows: Held;
+      let rows: RowLines;
       try {
-        // `unpriced` is absent from messages written before fact_unpriced existed.
-        const { costs, consumption, unpriced = [] } = m.json<{ costs: CostRow[]; consumption: ConsumptionRow[]; unpriced?: UnpricedRow[] }>();
-        rows = { costs, consumption, unpriced };
+        // The rows as lines already (rows-body.ts; or the object form of earlier versions).
+        rows = readRows(m.data);
       } catch (err) {
         log.error('billing rows could not be read; will be redelivered', { err, seq: m.seq });
         m.nak(2_000);
@@ -97,22 +90,27 @@ export class BillingRowsInserter {
     this.flushing = this.flushing.then(async () => {
       if (batch.msgs.length === 0) return;
       try {
-        const costs: CostRow[] = [];
-        const consumption: ConsumptionRow[] = [];
-        const unpriced: UnpricedRow[] = [];
-        // A signal's row once per table, even when a message and its redelivery meet in one flush.
+        const costs: string[] = [];
+        const consumption: string[] = [];
+        const unpriced: string[] = [];
+        // A signal's row once per table, even when a message and its redelivery (or a former
+        // version's message of the same batch) meet in one flush.
         const seen = { costs: new Set<string>(), consumption: new Set<string>(), unpriced: new Set<string>() };
-        const take = <R extends { signal_id: string }>(into: R[], from: R[], ids: Set<string>): void => {
-          for (const r of from) if (!ids.has(r.signal_id)) (ids.add(r.signal_id), into.push(r));
+        const take = (into: string[], from: string[], ids: Set<string>): void => {
+          for (const line of from) {
+            const id = signalIdOf(line);
+            if (!ids.has(id)) (ids.add(id), into.push(line));
+          }
         };
         const first = await Promise.all(batch.msgs.map((m) => this.firstTake(m)));
         for (let i = 0; i < batch.msgs.length; i++) {
-          const rows = batch.msgs[i]!.redelivered || !first[i] ? await this.notYetStored(batch.msgs[i]!, batch.rows[i]!) : batch.rows[i]!;
+          const m = batch.msgs[i]!;
+          const rows = m.redelivered || !first[i] ? await this.notYetStored(m, batch.rows[i]!) : batch.rows[i]!;
           take(costs, rows.costs, seen.costs);
           take(consumption, rows.consumption, seen.consumption);
           take(unpriced, rows.unpriced, seen.unpriced);
         }
-        const lines = (rows: object[]): Buffer => Buffer.from(`${rows.map((r) => JSON.stringify(r)).join('\n')}\n`);
+        const lines = (rows: string[]): Buffer => Buffer.from(`${rows.join('\n')}\n`);
         if (costs.length > 0) await observeInsert('fact_cost', costs.length, () => this.store.insertCosts(lines(costs)));
         if (consumption.length > 0) await observeInsert('fact_credit_consumption', consumption.length, () => this.store.insertConsumption(lines(consumption)));
         if (unpriced.length > 0) await observeInsert('fact_unpriced', unpriced.length, () => this.store.insertUnpriced(lines(unpriced)));
@@ -142,18 +140,19 @@ export class BillingRowsInserter {
   }
 
   /** The rows of a message whose signals are not in their tables yet. */
-  private async notYetStored(m: JsMsg, rows: Held): Promise<Held> {
+  private async notYetStored(m: JsMsg, rows: RowLines): Promise<RowLines> {
     const orgId = m.headers?.get(H_ORG) ?? '';
-    const ids = [...new Set([...rows.costs, ...rows.consumption, ...rows.unpriced].map((r) => r.signal_id))];
+    const ids = { costs: rows.costs.map(signalIdOf), consumption: rows.consumption.map(signalIdOf), unpriced: rows.unpriced.map(signalIdOf) };
+    const all = [...new Set([...ids.costs, ...ids.consumption, ...ids.unpriced])];
     const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
-      this.store.existingCostIds(orgId, ids),
-      this.store.existingConsumptionIds(orgId, ids),
-      this.store.existingUnpricedIds(orgId, ids),
+      this.store.existingCostIds(orgId, all),
+      this.store.existingConsumptionIds(orgId, all),
+      this.store.existingUnpricedIds(orgId, all),
     ]);
     return {
-      costs: rows.costs.filter((r) => !haveCosts.has(r.signal_id)),
-      consumption: rows.consumption.filter((r) => !haveConsumption.has(r.signal_id)),
-      unpriced: rows.unpriced.filter((r) => !haveUnpriced.has(r.signal_id)),
+      costs: rows.costs.filter((_, i) => !haveCosts.has(ids.costs[i]!)),
+      consumption: rows.consumption.filter((_, i) => !haveConsumption.has(ids.consumption[i]!)),
+      unpriced: rows.unpriced.filter((_, i) => !haveUnpriced.has(ids.unpriced[i]!)),
     };
   }
 

@@ -7,10 +7,10 @@
  *                 duplicates excluded), published by the pipeline after the rows are
  *                 stored, with Nats-Msg-Id = <batch id>.p<k>.
  *   consumers `billing-p<k>`, one per partition, filter <P>.billable-p.<k>.>, each with
- *                 max_ack_pending 1: a partition's messages are evaluated one at a time in
- *                 stream order, whichever pipeline process takes them, so a customer's
- *                 balances and period totals have exactly one writer at a time; partitions
- *                 run in parallel.
+ *                 max_ack_pending GROUP_HELD: a partition's messages are evaluated a group
+ *                 at a time, oldest first, in stream order, whichever pipeline processes hold
+ *                 them (consumer.ts), so a customer's balances and period totals have
+ *                 exactly one writer at a time; partitions run in parallel.
  *   billable      the former single lane (subject <P>.billable.<org>, consumer `billing`):
  *                 what an older version left there is re-routed into the partitions on start
  *                 (consumer.ts, routeFormer).
@@ -28,6 +28,7 @@ import type { Nats } from '../../bus/connection.js';
 import { ensure } from '../../bus/topology.js';
 import { NS_PER_MS } from '../../shared/time.js';
 import { billingLog } from '../../log.js';
+import { GROUP_HELD } from './consumer.js';
 
 const DAY_MS = 86_400_000;
 
@@ -62,7 +63,7 @@ export async function ensureBillingStreams(nats: Nats, ackWaitMs: number, partit
   for (let k = 0; k < p; k++) {
     await ensure(nats, {
       of: t.billableParts.stream,
-      consumer: { ...consumer, durable_name: t.billableParts.consumer(k), max_ack_pending: 1, filter_subject: t.billableParts.filter(k) },
+      consumer: { ...consumer, durable_name: t.billableParts.consumer(k), max_ack_pending: GROUP_HELD, filter_subject: t.billableParts.filter(k) },
     });
   }
   return p;

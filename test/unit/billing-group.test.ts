@@ -1,0 +1,154 @@
+/**
+ * Group evaluation (src/billing/evaluator/group.ts) and group formation (consumer.ts
+ * formGroup, readPin).
+ *
+ * Property: evaluating a partition's messages as groups — any split of the message sequence
+ * into consecutive groups, messages of two organizations and both modes interleaved — gives the
+ * same rows, events, final states and cap period totals as evaluating each message alone, one
+ * after another, with the state and totals threaded through (one serial run).
+ */
+import t from 'tap';
+import fc from 'fast-check';
+import { capPeriods, evaluate, type BillableSignal, type BillingState, type EmittedEvent, type PeriodTotal } from '../../src/billing/evaluator/evaluate.js';
+import { configsOf, evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupUnit } from '../../src/billing/evaluator/group.js';
+import { billedCustomers, formGroup, GROUP_CUSTOMERS, GROUP_MESSAGES, readPin } from '../../src/billing/evaluator/consumer.js';
+import { capKey, emptyConfig, type BillingConfig } from '../../src/billing/model.js';
+import { renderRows } from '../../src/billing/evaluator/rows-body.js';
+import type { KvEntry } from '@nats-io/kv';
+
+const CUR = '6f1c2b1e-0000-4000-8000-000000000001';
+const D0 = Date.parse('2026-01-01T00:00:00Z');
+const now = '2026-01-01T00:00:00Z';
+
+/** Two customers, each with a unit tree, a credit-priced attribute with included quantity, a small pool and caps. */
+function config(): BillingConfig {
+  const c = emptyConfig();
+  const unit = (id: string, parent: string | null) => ({ externalId: id, externalType: null, name: null, parentExternalId: parent, createdAt: now, updatedAt: now });
+  c.plans.plan_1 = { id: 'plan_1', name: 'Pro', createdAt: now };
+  for (const n of [1, 2]) {
+    const cus = `cus_${n}`;
+    c.customers[cus] = { id: cus, externalId: `ext-${n}`, name: null, createdAt: now, updatedAt: now, units: { root: unit('root', null), dev: unit('dev', 'root') } };
+    c.attributes[`ola_${n}`] = { id: `ola_${n}`, customerId: cus, planId: 'plan_1', eventName: 'e', quantity: { kind: 'path', path: 'q' }, unitPrice: '0.5', currency: 'USD', includedQuantity: '7', creditsCurrencyId: CUR, creditsPerUnit: '1.5', createdAt: now };
+    c.pools[`cp_${n}`] = { id: `cp_${n}`, customerId: cus, orderLineAttributeId: `ola_${n}`, creditsCurrencyId: CUR, granted: '20', topUps: [], createdAt: now };
+    c.caps[capKey(cus, 'root', CUR)] = { customerId: cus, unitExternalId: 'root', creditsCurrencyId: CUR, amount: '9', frequency: 'DAILY', effectiveFrom: now, updatedAt: now };
+  }
+  return c;
+}
+
+const ORGS = ['org_a', 'org_b'];
+const MODES = ['live', 'test'] as const;
+const signalArb = fc.record({ customer: fc.constantFrom('cus_1', 'ext-2', 'cus_2', 'nobody'), q: fc.integer({ min: 0, max: 4 }), day: fc.integer({ min: 0, max: 2 }), unit: fc.constantFrom('root', 'dev') });
+const messageArb = fc.record({ org: fc.constantFrom(...ORGS), mode: fc.constantFrom(...MODES), signals: fc.array(signalArb, { minLength: 0, maxLength: 6 }) });
+
+function units(messages: { org: string; mode: 'live' | 'test'; signals: { customer: string; q: number; day: number; unit: string }[] }[]): GroupUnit[] {
+  return messages.map((m, i) => ({
+    orgId: m.org,
+    mode: m.mode,
+    evaluatedAt: D0 + i * 1000,
+    signals: m.signals.map((s, j): BillableSignal => ({ id: `sig_${i}_${j}`, eventName: 'e', customerId: s.customer, unitId: s.unit, ts: D0 + s.day * 86_400_000 + j, data: { q: s.q } })),
+  }));
+}
+
+const empty = (): BillingState => ({ lastSeq: 0, consumed: {}, usage: {} });
+
+t.test('a group evaluates like its messages one after another, whatever the split', async (t) => {
+  const cfg = config();
+  const configs: Record<string, BillingConfig> = {};
+  for (const o of ORGS) for (const m of MODES) configs[scopeOf(o, m)] = cfg;
+  // Organization b's test mode prices nothing: its messages are part of groups all the same.
+  configs[scopeOf('org_b', 'test')] = emptyConfig();
+  fc.assert(
+    fc.property(fc.array(messageArb, { minLength: 1, maxLength: 12 }), fc.array(fc.integer({ min: 1, max: 5 }), { minLength: 12, maxLength: 12 }), (messages, cuts) => {
+      const us = units(messages);
+      // Serial: one message at a time.
+      const serialStates: Record<string, BillingState> = {};
+      const serialTotals: Record<string, PeriodTotal> = {};
+      const serial: { rows: string | null; costs: number; events: EmittedEvent[] }[] = [];
+      for (const u of us) {
+        const scope = scopeOf(u.orgId, u.mode);
+        const config = configs[scope]!;
+        if (Object.keys(config.attributes).length === 0) {
+          serial.push({ rows: null, costs: 0, events: [] });
+          continue;
+        }
+        const periods: Record<string, PeriodTotal> = {};
+        for (const r of capPeriods({ orgId: u.orgId, mode: u.mode, config, signals: u.signals })) periods[r.key] = serialTotals[r.key] ?? { used: '0', reached: false };
+        const out = evaluate({ orgId: u.orgId, mode: u.mode, config, state: serialStates[scope] ?? empty(), signals: u.signals, evaluatedAt: u.evaluatedAt, periods });
+        serialStates[scope] = out.state;
+        Object.assign(serialTotals, out.periods);
+        serial.push({ rows: renderRows(out), costs: out.costs.length, events: out.events });
+      }
+      // Grouped: consecutive groups of the sizes `cuts` gives.
+      const states: Record<string, BillingState> = {};
+      const totals: Record<string, PeriodTotal> = {};
+      const grouped: typeof serial = [];
+      for (let at = 0, c = 0; at < us.length; c++) {
+        const group = us.slice(at, (at += cuts[c % cuts.length]!));
+        const refs = groupCapPeriods({ configs, units: group });
+        t.equal(new Set(refs.map((r) => r.key)).size, refs.length);
+        const periods: Record<string, PeriodTotal> = {};
+        for (const r of refs) periods[r.key] = totals[r.key] ?? { used: '0', reached: false };
+        const before: Record<string, BillingState> = {};
+        for (const u of group) before[scopeOf(u.orgId, u.mode)] = states[scopeOf(u.orgId, u.mode)] ?? empty();
+        const out = evaluateGroup({ configs, units: group, states: before, periods });
+        Object.assign(states, out.states);
+        Object.assign(totals, out.periods);
+        grouped.push(...out.units);
+        for (const key of Object.keys(out.periods)) t.ok(refs.some((r) => r.key === key), 'only listed periods change');
+      }
+      const strip = (s: Record<string, BillingState>) => Object.fromEntries(Object.entries(s).filter(([k]) => k !== scopeOf('org_b', 'test')).map(([k, v]) => [k, { consumed: v.consumed, usage: v.usage }]));
+      return JSON.stringify(grouped) === JSON.stringify(serial) && JSON.stringify(strip(states)) === JSON.stringify(strip(serialStates)) && JSON.stringify(totals) === JSON.stringify(serialTotals);
+    }),
+    { numRuns: 300 },
+  );
+});
+
+/** A held message as formGroup sees it. */
+const held = (seq: number, delivery: number, redelivered = false, customers: string[] = ['c1']) => ({
+  seq,
+  m: { redelivered, info: { deliverySequence: delivery } } as never,
+  unit: { orgId: 'o', mode: 'live' as const, customers },
+});
+
+t.test('a group takes the held messages while each was delivered right after the one before, fresh', async (t) => {
+  const seqs = (g: { seq: number }[]) => g.map((h) => h.seq);
+  t.same(seqs(formGroup([held(5, 10), held(7, 11), held(9, 12)])), [5, 7, 9], 'consecutive deliveries');
+  t.same(seqs(formGroup([held(5, 10), held(7, 12), held(9, 13)])), [5], 'a delivery between them went elsewhere: stop there');
+  t.same(seqs(formGroup([held(5, 10, true), held(7, 11)])), [5], 'a redelivered first message goes alone (older messages may be held elsewhere)');
+  t.same(seqs(formGroup([held(5, 10), held(7, 11, true)])), [5], 'a redelivery is never appended');
+  const many = Array.from({ length: GROUP_MESSAGES + 10 }, (_, i) => held(i + 1, i + 1));
+  t.equal(formGroup(many).length, GROUP_MESSAGES, 'at most GROUP_MESSAGES messages');
+  const wide = Array.from({ length: 10 }, (_, i) => held(i + 1, i + 1, false, Array.from({ length: 100 }, (_, j) => `c${i}-${j}`)));
+  t.equal(formGroup(wide).length, Math.floor(GROUP_CUSTOMERS / 100), 'at most GROUP_CUSTOMERS customers');
+  const same = Array.from({ length: 10 }, (_, i) => held(i + 1, i + 1, false, Array.from({ length: 100 }, (_, j) => `c-${j}`)));
+  t.equal(formGroup(same).length, 10, 'customers counted once');
+  const huge = [held(1, 1, false, Array.from({ length: GROUP_CUSTOMERS * 2 }, (_, j) => `c-${j}`)), held(2, 2)];
+  t.equal(formGroup(huge).length, 1, 'a message over the limit alone still forms a group');
+});
+
+t.test('a pin of the former one-message form is read as a group of one', async (t) => {
+  const entry = (v: unknown): KvEntry => ({ operation: 'PUT', length: 1, revision: 3, json: () => v }) as unknown as KvEntry;
+  const config = emptyConfig();
+  t.same(readPin(entry({ seq: 9, orgId: 'o', mode: 'live', revisions: { a: 1 }, config })), { seq: 9, last: 9, seqs: [9], scopes: [{ orgId: 'o', mode: 'live', revisions: { a: 1 }, config }] });
+  t.match(readPin(entry({ seq: 9, orgId: 'o', mode: 'live', revisions: {}, config, done: true })), { seq: 9, last: 9, done: true });
+  const group = { seq: 4, last: 8, seqs: [4, 8], scopes: [], done: true };
+  t.same(readPin(entry(group)), group, 'the group form as it is');
+  t.equal(readPin(null), null);
+  t.equal(readPin({ operation: 'DEL', length: 0 } as unknown as KvEntry), null);
+});
+
+t.test('a worker task carries the configurations as objects or as the pin text, to the same effect', async (t) => {
+  const cfg = config();
+  const pin = { seq: 1, last: 2, seqs: [1, 2], scopes: [{ orgId: 'org_a', mode: 'live', revisions: {}, config: cfg }, { orgId: 'org_b', mode: 'test', revisions: {}, config: emptyConfig() }] };
+  const configs = { [scopeOf('org_a', 'live')]: cfg, [scopeOf('org_b', 'test')]: emptyConfig() };
+  t.same(configsOf({ pinJson: JSON.stringify(pin) }), configs);
+  t.equal(configsOf({ configs }), configs, 'objects as they are');
+});
+
+t.test("a message's billed customers read from its lines' starts, as parsing them would", async (t) => {
+  const line = (k: string | undefined, c: string) => JSON.stringify({ ...(k === undefined ? {} : { k }), i: 'sig_1', e: 'e', c, u: null, t: 1, d: { q: '"k":"x' } });
+  const text = [line('cus_a', 'ext-a'), line(undefined, 'nobody'), line('cus_"b\\', 'x'), ''].join('\n');
+  t.same(billedCustomers(text), ['cus_a', 'cus_"b\\'], 'lines without k are not billed');
+  t.same(billedCustomers(text), parseBillable(text).map((s) => s.customerId));
+  t.same(billedCustomers('{"i":"sig","k":"cus_z","e":"e","c":"c","u":null,"t":1,"d":{}}'), ['cus_z'], 'k elsewhere: parsed whole');
+});
