@@ -16,6 +16,35 @@ export const SIGNAL_COLUMNS = [
   'idempotency_key', 'timestamp', 'received_at', 'data',
 ] as const;
 
+/**
+ * The columns of each billing table, as created below (a test checks they match): the
+ * allowlist a compact insert's column list is checked against before any SQL is printed
+ * (`compactColumns`).
+ */
+export const BILLING_COLUMNS = {
+  costs: ['org_id', 'livemode', 'signal_id', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'cost_amount', 'currency'],
+  credit_consumption: ['org_id', 'livemode', 'signal_id', 'created_at', 'customer_id', 'unit_id', 'order_line_attribute_id', 'pool_id', 'credits_currency_id', 'credits', 'balance_after'],
+  unpriced: ['org_id', 'livemode', 'signal_id', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'reason', 'detail'],
+} as const satisfies Record<BillingTable, readonly string[]>;
+
+export type BillingTable = 'costs' | 'credit_consumption' | 'unpriced';
+
+/**
+ * The column list of a compact insert into `table`, checked: distinct columns of the table
+ * (BILLING_COLUMNS), `signal_id` among them. Returns a copy; throws on anything else (the
+ * list comes from a message on the bus: never printed into SQL unchecked).
+ */
+export function compactColumns(table: BillingTable, columns: readonly unknown[]): string[] {
+  const known: readonly string[] = BILLING_COLUMNS[table];
+  const out: string[] = [];
+  for (const c of columns) {
+    if (typeof c !== 'string' || !known.includes(c) || out.includes(c)) throw new Error(`insert into ${table}: column ${JSON.stringify(c)} is not one of the table's, or repeated`);
+    out.push(c);
+  }
+  if (!out.includes('signal_id')) throw new Error(`insert into ${table}: the column list lacks signal_id`);
+  return out;
+}
+
 export function schemaStatements(db: string): string[] {
   return [
     `CREATE DATABASE IF NOT EXISTS ${db}`,

@@ -18,11 +18,15 @@ export interface Store {
   /** Which of these signal ids of an organization are already stored. */
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>>;
   countSignals(orgId: string): Promise<SignalCounts>;
-  /** Billing rows (JSONEachRow): one per priced signal, one per credit consumption. */
-  insertCosts(rows: Buffer): Promise<void>;
-  insertConsumption(rows: Buffer): Promise<void>;
+  /**
+   * Billing rows: one per priced signal, one per credit consumption. Without `columns`,
+   * JSONEachRow (one object per line); with them, JSONCompactEachRow (one array per line,
+   * values in that column order: a list checked by schema.ts `compactColumns`).
+   */
+  insertCosts(rows: Buffer, columns?: readonly string[]): Promise<void>;
+  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void>;
   /** Rows of signals an attribute applies to that were not priced, with the reason. */
-  insertUnpriced(rows: Buffer): Promise<void>;
+  insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void>;
   /** Which of these signal ids of an organization already have a cost / consumption / unpriced row. */
   existingCostIds(orgId: string, ids: string[]): Promise<Set<string>>;
   existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>>;

@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { connect } from '@nats-io/transport-node';
+import { connect, headers } from '@nats-io/transport-node';
 import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { NATS_URL, createOrg, http, ok, sendBatch, useService, type TestOrg } from '../helpers/service.js';
@@ -159,6 +159,44 @@ t.test('a state written by the former layouts (one document per organization, pe
   t.match(await pools(), [{ id: poolId, consumedCredits: '10', balance: '990' }], 'consumption went on from 7');
   const own = (await stateKeys(iso, `cs.${s.org.id}.live.${s.customerId}`))[`cs.${s.org.id}.live.${s.customerId}`];
   t.match(own, { after: { consumed: { [poolId]: '10' }, usage: { [s.olaId]: '12' } } }, "the customer's own state key carries the former values forward");
+});
+
+t.test('rows messages of every form (in flight across an upgrade) are stored', async (t) => {
+  const org = await createOrg(svc.url, { burst: 1_000, refillPerSecond: 1_000 });
+  const row = (signal: string, cost: string) => ({
+    org_id: org.id, livemode: true, signal_id: signal, created_at: Date.parse('2026-05-01T00:00:00Z'), event_name: 'api_call', customer_id: 'cus_formsformsformsforms',
+    unit_id: null, plan_id: 'plan_x', order_line_attribute_id: 'ola_x', quantity: '1', unit_price: cost, cost_amount: cost, currency: 'USD',
+  });
+  const columns = ['cost_amount', 'signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'currency'];
+  const compact = (r: ReturnType<typeof row>) => JSON.stringify(columns.map((c) => (r as Record<string, unknown>)[c]));
+  const bodies = [
+    // this version's: arrays, the column list in the header (here in another order, unit_id left to its default)
+    `{"v":3,"costs":2,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${compact(row('sig_form3a', '1'))}\n${compact(row('sig_form3b', '2'))}\n`,
+    // v2: JSONEachRow lines
+    `{"v":2,"costs":1,"consumption":0,"unpriced":0}\n${JSON.stringify(row('sig_form2', '4'))}\n`,
+    // the first form: one object of row arrays
+    JSON.stringify({ costs: [row('sig_form1', '8')], consumption: [] }),
+  ];
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const js = jetstream(nc);
+    for (const [i, body] of bodies.entries()) {
+      const h = headers();
+      h.set('Billing-Org', org.id);
+      h.set('Billing-Mode', 'live');
+      await js.publish(`${iso.natsPrefix}.billing-rows.${org.id}`, body, { headers: h, msgID: `rows-forms-${org.id}-${i}` });
+    }
+  } finally {
+    await nc.close();
+  }
+  const q = "SELECT signal_id, toString(cost_amount), ifNull(unit_id, '-') FROM fact_cost ORDER BY signal_id";
+  const want = [['sig_form1', '8', '-'], ['sig_form2', '4', '-'], ['sig_form3a', '1', '-'], ['sig_form3b', '2', '-']];
+  let got: unknown[][] = [];
+  for (let i = 0; i < 100 && JSON.stringify(got) !== JSON.stringify(want); i++) {
+    await new Promise((r) => setTimeout(r, 100));
+    got = await query(org.live, q);
+  }
+  t.same(got, want);
 });
 
 t.test('a batch is evaluated against (and pins) only the customers it names', async (t) => {

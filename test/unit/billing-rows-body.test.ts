@@ -1,12 +1,15 @@
 /**
  * The billing rows message body (src/billing/evaluator/rows-body.ts): rows rendered once as
- * JSONEachRow lines with a header of counts, read back per table; the object form of earlier
- * versions still read; a body whose header disagrees with its lines refused; a row line's
- * signal id read from its start as JSON.parse reads it, whatever text the row carries.
+ * JSONCompactEachRow lines (arrays, in the column order the header gives per table) with a
+ * header of counts, read back per table; the JSONEachRow (v2) and object forms of earlier
+ * versions still read; a body whose header disagrees with its lines, or names a column its
+ * table does not have, refused; a row line's signal id read from its start as JSON.parse
+ * reads it, whatever text the row carries.
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { readRows, renderRows, signalIdOf } from '../../src/billing/evaluator/rows-body.js';
+import { RENDER_COLUMNS, readRows, renderRows, signalIdOf, type TableLines } from '../../src/billing/evaluator/rows-body.js';
+import { BILLING_COLUMNS, schemaStatements } from '../../src/store/schema.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from '../../src/billing/evaluator/evaluate.js';
 
 const enc = new TextEncoder();
@@ -23,17 +26,30 @@ t.test('rendered rows read back per table, line for line', async (t) => {
       const body = renderRows({ costs, consumption, unpriced });
       if (costs.length + consumption.length + unpriced.length === 0) return body === null;
       const back = readRows(enc.encode(body!));
-      const parse = (lines: string[]) => lines.map((l) => JSON.parse(l) as unknown);
-      return JSON.stringify([parse(back.costs), parse(back.consumption), parse(back.unpriced)]) === JSON.stringify([costs, consumption, unpriced]);
+      // Each array line, zipped with its column list, is the row object (every field, same values).
+      const objects = (t: TableLines) => t.lines.map((l) => Object.fromEntries((JSON.parse(l) as unknown[]).map((v, i) => [t.columns![i]!, v])));
+      const same = (a: object[], b: object[]) => a.length === b.length && a.every((x, i) => JSON.stringify(Object.entries(x).sort()) === JSON.stringify(Object.entries(b[i]!).sort()));
+      return same(objects(back.costs), costs) && same(objects(back.consumption), consumption) && same(objects(back.unpriced), unpriced);
     }),
     { numRuns: 300 },
   );
 });
 
-t.test("the former object form is read; a body that disagrees with its header, or neither form, is refused", async (t) => {
+t.test("the former forms are read; a body that disagrees with its header, names other columns, or is neither form, is refused", async (t) => {
   const cost = { signal_id: 'sig_a', cost_amount: '1' };
-  t.same(readRows(enc.encode(JSON.stringify({ costs: [cost], consumption: [] }))), { costs: [JSON.stringify(cost)], consumption: [], unpriced: [] }, 'without unpriced (before fact_unpriced existed)');
+  const objects = (lines: string[]): TableLines => ({ columns: null, lines });
+  t.same(readRows(enc.encode(JSON.stringify({ costs: [cost], consumption: [] }))), { costs: objects([JSON.stringify(cost)]), consumption: objects([]), unpriced: objects([]) }, 'without unpriced (before fact_unpriced existed)');
+  t.same(readRows(enc.encode('{"v":2,"costs":1,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), { costs: objects(['{"signal_id":"sig_a"}']), consumption: objects([]), unpriced: objects([]) }, 'v2: JSONEachRow lines');
+  t.same(
+    readRows(enc.encode('{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":["cost_amount","signal_id"]}}\n["1","sig_a"]\n')).costs,
+    { columns: ['cost_amount', 'signal_id'], lines: ['["1","sig_a"]'] },
+    'v3 in another order (another version): read with its own column list',
+  );
   t.throws(() => readRows(enc.encode('{"v":2,"costs":2,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), /header counts 2 lines, the body has 1/);
+  for (const columns of [['signal_id', 'drop_table'], ['signal_id', 'signal_id'], ['cost_amount'], ['signal_id', 'pool_id'], 'signal_id', ['signal_id', 1]]) {
+    t.throws(() => readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n["sig_a"]\n`)), /column|no column list/, `columns ${JSON.stringify(columns)}`);
+  }
+  t.throws(() => readRows(enc.encode('{"v":3,"costs":1,"consumption":0,"unpriced":0}\n["sig_a"]\n')), /no column list for its costs/);
   t.throws(() => readRows(enc.encode('{"nothing":1}')), /neither form/);
   t.throws(() => readRows(enc.encode('not json')));
 });
@@ -46,5 +62,25 @@ t.test('signalIdOf reads the id as JSON.parse would', async (t) => {
     }),
     { numRuns: 500 },
   );
+  fc.assert(
+    fc.property(fc.oneof(costArb, consumptionArb, unpricedArb), fc.boolean(), (row, idFirst) => {
+      const columns = idFirst ? RENDER_COLUMNS.costs : ['event_name', 'signal_id'];
+      const line = JSON.stringify(columns.map((c) => (row as unknown as Record<string, unknown>)[c] ?? null));
+      return signalIdOf(line, columns) === row.signal_id;
+    }),
+    { numRuns: 500 },
+  );
+  t.equal(signalIdOf('["sig_\\"x","a"]', ['signal_id', 'event_name']), 'sig_"x', 'an id that needs escaping: parsed whole');
   t.equal(signalIdOf('{"event_name":"\\"signal_id\\":\\"fake","signal_id":"sig_real"}'), 'sig_real', 'a user text that looks like the field: parsed whole');
+});
+
+t.test("BILLING_COLUMNS are the billing tables' columns, as created", async (t) => {
+  const statements = schemaStatements('db');
+  for (const [table, columns] of Object.entries(BILLING_COLUMNS)) {
+    const create = statements.find((s) => s.includes(`TABLE IF NOT EXISTS db.${table} (`))!;
+    const body = create.slice(create.indexOf('(') + 1, create.indexOf(') ENGINE'));
+    const names = body.split('\n').map((l) => l.trim()).filter(Boolean).map((l) => l.split(/\s+/)[0]!);
+    t.same(columns, names, table);
+  }
+  for (const [part, columns] of Object.entries(RENDER_COLUMNS)) t.equal(columns[0], 'signal_id', `${part}: signal_id first`);
 });

@@ -34,7 +34,21 @@ t.test('an insert: the statement in the URL, the rows in the body', async (t) =>
   const r = req({ query: 'INSERT INTO billing.signals FORMAT JSONEachRow', max_partitions_per_insert_block: '0' }, '{"a":1}\n');
   t.equal(r.insertData?.toString(), '{"a":1}\n');
   t.same(insertTarget(r.sql), { table: 'billing.signals', format: 'JSONEachRow' });
-  for (const bad of ['INSERT INTO signals FORMAT JSONEachRow', 'INSERT INTO a.b SELECT 1', 'INSERT INTO a.b FORMAT CSV', 'INSERT INTO a.b; DROP TABLE a.b FORMAT JSONEachRow']) {
+  t.same(insertTarget('INSERT INTO billing.costs (signal_id, org_id,cost_amount) FORMAT JSONCompactEachRow'), { table: 'billing.costs', format: 'JSONCompactEachRow', columns: ['signal_id', 'org_id', 'cost_amount'] }, 'compact rows with their column list');
+  for (const bad of [
+    'INSERT INTO signals FORMAT JSONEachRow',
+    'INSERT INTO a.b SELECT 1',
+    'INSERT INTO a.b FORMAT CSV',
+    'INSERT INTO a.b; DROP TABLE a.b FORMAT JSONEachRow',
+    'INSERT INTO a.b FORMAT JSONCompactEachRow',
+    'INSERT INTO a.b (x) FORMAT JSONEachRow',
+    'INSERT INTO a.b (x, x) FORMAT JSONCompactEachRow',
+    'INSERT INTO a.b (x, y z) FORMAT JSONCompactEachRow',
+    'INSERT INTO a.b (x, `y`) FORMAT JSONCompactEachRow',
+    'INSERT INTO a.b (x) SELECT 1 FORMAT JSONCompactEachRow',
+    'INSERT INTO a.b (x, (SELECT 1)) FORMAT JSONCompactEachRow',
+    'INSERT INTO a.b () FORMAT JSONCompactEachRow',
+  ]) {
     t.ok(refused(() => insertTarget(bad)), bad);
   }
 });

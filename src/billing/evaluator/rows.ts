@@ -18,7 +18,7 @@ import type { Store } from '../../store/index.js';
 import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
 import { H_MODE, H_ORG } from '../../bus/batch.js';
-import { readRows, signalIdOf, type RowLines } from './rows-body.js';
+import { readRows, signalIdOf, type RowLines, type TableLines } from './rows-body.js';
 
 /** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
 export interface BatchMarks {
@@ -73,7 +73,7 @@ export class BillingRowsInserter {
       this.held.add(m);
       this.buffer.msgs.push(m);
       this.buffer.rows.push(rows);
-      this.rowCount += rows.costs.length + rows.consumption.length + rows.unpriced.length;
+      this.rowCount += rows.costs.lines.length + rows.consumption.lines.length + rows.unpriced.lines.length;
       if (this.rowCount >= FLUSH_ROWS) await this.flush();
       else this.timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
     }
@@ -90,30 +90,22 @@ export class BillingRowsInserter {
     this.flushing = this.flushing.then(async () => {
       if (batch.msgs.length === 0) return;
       try {
-        const costs: string[] = [];
-        const consumption: string[] = [];
-        const unpriced: string[] = [];
-        // A signal's row once per table, even when a message and its redelivery (or a former
-        // version's message of the same batch) meet in one flush.
-        const seen = { costs: new Set<string>(), consumption: new Set<string>(), unpriced: new Set<string>() };
-        const take = (into: string[], from: string[], ids: Set<string>): void => {
-          for (const line of from) {
-            const id = signalIdOf(line);
-            if (!ids.has(id)) (ids.add(id), into.push(line));
-          }
-        };
+        // Per table, the lines of each shape (JSONEachRow objects, or arrays in one column
+        // order: one shape unless versions meet in a flush), a signal's row once per table,
+        // even when a message and its redelivery (or a former version's message of the same
+        // batch) meet in one flush.
+        const tables = { costs: new Shapes(), consumption: new Shapes(), unpriced: new Shapes() };
         const first = await Promise.all(batch.msgs.map((m) => this.firstTake(m)));
         for (let i = 0; i < batch.msgs.length; i++) {
           const m = batch.msgs[i]!;
           const rows = m.redelivered || !first[i] ? await this.notYetStored(m, batch.rows[i]!) : batch.rows[i]!;
-          take(costs, rows.costs, seen.costs);
-          take(consumption, rows.consumption, seen.consumption);
-          take(unpriced, rows.unpriced, seen.unpriced);
+          tables.costs.take(rows.costs);
+          tables.consumption.take(rows.consumption);
+          tables.unpriced.take(rows.unpriced);
         }
-        const lines = (rows: string[]): Buffer => Buffer.from(`${rows.join('\n')}\n`);
-        if (costs.length > 0) await observeInsert('fact_cost', costs.length, () => this.store.insertCosts(lines(costs)));
-        if (consumption.length > 0) await observeInsert('fact_credit_consumption', consumption.length, () => this.store.insertConsumption(lines(consumption)));
-        if (unpriced.length > 0) await observeInsert('fact_unpriced', unpriced.length, () => this.store.insertUnpriced(lines(unpriced)));
+        for (const { columns, lines, count } of tables.costs.all()) await observeInsert('fact_cost', count, () => this.store.insertCosts(lines, columns));
+        for (const { columns, lines, count } of tables.consumption.all()) await observeInsert('fact_credit_consumption', count, () => this.store.insertConsumption(lines, columns));
+        for (const { columns, lines, count } of tables.unpriced.all()) await observeInsert('fact_unpriced', count, () => this.store.insertUnpriced(lines, columns));
         for (const m of batch.msgs) m.ack();
       } catch (err) {
         log.error('billing rows insert failed; will be redelivered', { err, messages: batch.msgs.length });
@@ -142,17 +134,19 @@ export class BillingRowsInserter {
   /** The rows of a message whose signals are not in their tables yet. */
   private async notYetStored(m: JsMsg, rows: RowLines): Promise<RowLines> {
     const orgId = m.headers?.get(H_ORG) ?? '';
-    const ids = { costs: rows.costs.map(signalIdOf), consumption: rows.consumption.map(signalIdOf), unpriced: rows.unpriced.map(signalIdOf) };
-    const all = [...new Set([...ids.costs, ...ids.consumption, ...ids.unpriced])];
+    const ids = (t: TableLines): string[] => t.lines.map((l) => signalIdOf(l, t.columns));
+    const of = { costs: ids(rows.costs), consumption: ids(rows.consumption), unpriced: ids(rows.unpriced) };
+    const all = [...new Set([...of.costs, ...of.consumption, ...of.unpriced])];
     const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
       this.store.existingCostIds(orgId, all),
       this.store.existingConsumptionIds(orgId, all),
       this.store.existingUnpricedIds(orgId, all),
     ]);
+    const keep = (t: TableLines, idsOf: string[], have: Set<string>): TableLines => ({ columns: t.columns, lines: t.lines.filter((_, i) => !have.has(idsOf[i]!)) });
     return {
-      costs: rows.costs.filter((_, i) => !haveCosts.has(ids.costs[i]!)),
-      consumption: rows.consumption.filter((_, i) => !haveConsumption.has(ids.consumption[i]!)),
-      unpriced: rows.unpriced.filter((_, i) => !haveUnpriced.has(ids.unpriced[i]!)),
+      costs: keep(rows.costs, of.costs, haveCosts),
+      consumption: keep(rows.consumption, of.consumption, haveConsumption),
+      unpriced: keep(rows.unpriced, of.unpriced, haveUnpriced),
     };
   }
 
@@ -161,5 +155,27 @@ export class BillingRowsInserter {
     await this.loopDone;
     await this.flush();
     if (this.heartbeat) clearInterval(this.heartbeat);
+  }
+}
+
+/** One table's lines of a flush, by shape (column list; none: JSONEachRow objects), each signal's row once. */
+class Shapes {
+  private readonly seen = new Set<string>();
+  private readonly byShape = new Map<string, { columns: readonly string[] | undefined; lines: string[] }>();
+
+  take(t: TableLines): void {
+    if (t.lines.length === 0) return;
+    const key = t.columns ? t.columns.join(',') : '';
+    let shape = this.byShape.get(key);
+    if (!shape) this.byShape.set(key, (shape = { columns: t.columns ?? undefined, lines: [] }));
+    for (const line of t.lines) {
+      const id = signalIdOf(line, t.columns);
+      if (!this.seen.has(id)) (this.seen.add(id), shape.lines.push(line));
+    }
+  }
+
+  /** What to insert: per shape, the lines as one body. */
+  all(): { columns: readonly string[] | undefined; lines: Buffer; count: number }[] {
+    return [...this.byShape.values()].filter((s) => s.lines.length > 0).map((s) => ({ columns: s.columns, lines: Buffer.from(`${s.lines.join('\n')}\n`), count: s.lines.length }));
   }
 }

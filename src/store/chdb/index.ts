@@ -24,7 +24,7 @@ import path from 'node:path';
 import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
-import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
+import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, decimalMigrations, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../engine.js';
 import { storeLog as log } from '../../log.js';
@@ -88,16 +88,21 @@ export class ChdbStore implements Store {
     return this.existingIn('signals', orgId, ids);
   }
 
-  async insertCosts(rows: Buffer): Promise<void> {
-    await this.run(() => this.session.insert({ table: `${this.db}.costs`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
+  insertCosts(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insertBilling('costs', rows, columns);
   }
 
-  async insertConsumption(rows: Buffer): Promise<void> {
-    await this.run(() => this.session.insert({ table: `${this.db}.credit_consumption`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
+  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insertBilling('credit_consumption', rows, columns);
   }
 
-  async insertUnpriced(rows: Buffer): Promise<void> {
-    await this.run(() => this.session.insert({ table: `${this.db}.unpriced`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
+  insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insertBilling('unpriced', rows, columns);
+  }
+
+  private async insertBilling(table: BillingTable, rows: Buffer, columns: readonly string[] | undefined): Promise<void> {
+    const shape = columns ? { format: 'JSONCompactEachRow' as const, columns: compactColumns(table, columns) } : { format: 'JSONEachRow' as const };
+    await this.run(() => this.session.insert({ table: `${this.db}.${table}`, values: rows, ...shape, settings: INSERT_SETTINGS }));
   }
 
   existingCostIds(orgId: string, ids: string[]): Promise<Set<string>> {

@@ -7,7 +7,7 @@ import { Readable } from 'node:stream';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
-import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, decimalMigrations, schemaStatements, type RowTable } from '../schema.js';
+import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, decimalMigrations, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { EngineError } from '../engine-error.js';
 import type { AnalyticsEngine } from '../engine.js';
@@ -105,16 +105,16 @@ export class ClickHouseStore implements Store {
     return this.insertInto('signals', rows);
   }
 
-  insertCosts(rows: Buffer): Promise<void> {
-    return this.insertInto('costs', rows);
+  insertCosts(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insertInto('costs', rows, columns);
   }
 
-  insertConsumption(rows: Buffer): Promise<void> {
-    return this.insertInto('credit_consumption', rows);
+  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insertInto('credit_consumption', rows, columns);
   }
 
-  insertUnpriced(rows: Buffer): Promise<void> {
-    return this.insertInto('unpriced', rows);
+  insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insertInto('unpriced', rows, columns);
   }
 
   async existingUnpricedIds(orgId: string, ids: string[]): Promise<Set<string>> {
@@ -135,10 +135,15 @@ export class ClickHouseStore implements Store {
     return new Set((await rs.json<{ signal_id: string }>()).map((x) => x.signal_id));
   }
 
-  private async insertInto(table: string, rows: Buffer): Promise<void> {
+  /** `columns` (billing tables only): JSONCompactEachRow rows in that order, the list checked against the table's columns first. */
+  private async insertInto(table: RowTable, rows: Buffer, columns?: readonly string[]): Promise<void> {
+    const query =
+      columns && table !== 'signals'
+        ? `INSERT INTO ${this.db}.${table} (${compactColumns(table as BillingTable, columns).join(', ')}) FORMAT JSONCompactEachRow`
+        : `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`;
     try {
       const r = await this.client.exec({
-        query: `INSERT INTO ${this.db}.${table} FORMAT JSONEachRow`,
+        query,
         values: Readable.from([rows]),
         clickhouse_settings: INSERT_SETTINGS,
       });

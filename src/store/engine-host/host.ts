@@ -23,7 +23,7 @@ import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { Session } from 'chdb';
 import { Lane } from './lane.js';
-import { HostError, basicAuth, errorCode, insertTarget, paramReset, paramStatements, parseRequest, settingsClause } from './protocol.js';
+import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
 
 export interface HostStart {
   type: 'start';
@@ -125,12 +125,12 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
       say('warn', 'engine host fault: insert answer lost', { table: target.table, delayMs: LOSE_INSERT_DELAY_MS });
       req.socket.destroy();
       await new Promise((resolve) => setTimeout(resolve, LOSE_INSERT_DELAY_MS));
-      const s = await lanes.writer.run((session) => session.insert({ table: target.table, values: data, format: target.format, settings: Object.fromEntries(r.settings) }));
+      const s = await lanes.writer.run((session) => session.insert({ table: target.table, values: data, ...shape(target), settings: Object.fromEntries(r.settings) }));
       say('warn', 'engine host fault: lost insert ran', { table: target.table, rows: s.rowsWritten });
       return;
     }
     const s = await lanes.writer.run((session) =>
-      session.insert({ table: target.table, values: data, format: target.format, settings: Object.fromEntries(r.settings) }),
+      session.insert({ table: target.table, values: data, ...shape(target), settings: Object.fromEntries(r.settings) }),
     );
     res.writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ written_rows: String(s.rowsWritten), written_bytes: String(s.bytesWritten) }) }).end();
     return;
@@ -142,6 +142,11 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
   res
     .writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ read_rows: String(out.rowsRead), read_bytes: String(out.bytesRead), elapsed_ns: String(Math.round(out.elapsed * 1e9)) }) })
     .end(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+}
+
+/** The format (and column list) of an insert, as chdb's raw insert takes them. */
+function shape(target: InsertTarget): { format: 'JSONEachRow' } | { format: 'JSONCompactEachRow'; columns: string[] } {
+  return target.format === 'JSONEachRow' ? { format: target.format } : { format: target.format, columns: target.columns };
 }
 
 function fail(res: http.ServerResponse, err: unknown): void {

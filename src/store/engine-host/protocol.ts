@@ -143,18 +143,30 @@ export function paramReset(params: readonly [string, string][]): string | undefi
   return params.length === 0 ? undefined : params.map(([k]) => `SET param_${k} = ''`).join('; ');
 }
 
-export interface InsertTarget {
-  table: string;
-  format: 'JSONEachRow';
-}
+export type InsertTarget = { table: string; format: 'JSONEachRow' } | { table: string; format: 'JSONCompactEachRow'; columns: string[] };
 
-const INSERT = /^\s*INSERT\s+INTO\s+([A-Za-z_][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*)\s+FORMAT\s+JSONEachRow\s*$/i;
+const NAME = '[A-Za-z_][A-Za-z0-9_]*';
+const INSERT = new RegExp(`^\\s*INSERT\\s+INTO\\s+(${NAME}\\.${NAME})\\s+(?:\\(\\s*(${NAME}(?:\\s*,\\s*${NAME})*)\\s*\\)\\s+)?FORMAT\\s+(JSONEachRow|JSONCompactEachRow)\\s*$`, 'i');
 
-/** The table of `INSERT INTO db.t FORMAT JSONEachRow` (the only insert the host takes), or a HostError. */
+/**
+ * The target of the only inserts the host takes: `INSERT INTO db.t FORMAT JSONEachRow`, or
+ * `INSERT INTO db.t (c1, c2, …) FORMAT JSONCompactEachRow` (a list of plain identifiers,
+ * each once); a HostError otherwise. Rebuilt from the parts, never passed on as text.
+ */
 export function insertTarget(sql: string): InsertTarget {
   const m = INSERT.exec(sql);
-  if (!m) throw new HostError(400, 62, 'SYNTAX_ERROR', 'The engine host takes inserts only as INSERT INTO <db>.<table> FORMAT JSONEachRow with the rows in the body');
-  return { table: m[1]!, format: 'JSONEachRow' };
+  const refuse = (): HostError =>
+    new HostError(400, 62, 'SYNTAX_ERROR', 'The engine host takes inserts only as INSERT INTO <db>.<table> FORMAT JSONEachRow, or INSERT INTO <db>.<table> (<columns>) FORMAT JSONCompactEachRow, with the rows in the body');
+  if (!m) throw refuse();
+  const format = m[3]!.toLowerCase() === 'jsoneachrow' ? 'JSONEachRow' : 'JSONCompactEachRow';
+  if (format === 'JSONEachRow') {
+    if (m[2] !== undefined) throw refuse();
+    return { table: m[1]!, format };
+  }
+  if (m[2] === undefined) throw refuse();
+  const columns = m[2].split(',').map((c) => c.trim());
+  if (new Set(columns).size !== columns.length) throw refuse();
+  return { table: m[1]!, format, columns };
 }
 
 /** The error code number and name of a chdb error message ("Code: 62. DB::Exception: … (SYNTAX_ERROR)"). */

@@ -138,16 +138,16 @@ export class HostedStore implements Store {
     return this.insert((s) => s.insertSignals(rows));
   }
 
-  insertCosts(rows: Buffer): Promise<void> {
-    return this.insert((s) => s.insertCosts(rows));
+  insertCosts(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insert((s) => s.insertCosts(rows, columns));
   }
 
-  insertConsumption(rows: Buffer): Promise<void> {
-    return this.insert((s) => s.insertConsumption(rows));
+  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insert((s) => s.insertConsumption(rows, columns));
   }
 
-  insertUnpriced(rows: Buffer): Promise<void> {
-    return this.insert((s) => s.insertUnpriced(rows));
+  insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void> {
+    return this.insert((s) => s.insertUnpriced(rows, columns));
   }
 
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>> {
