@@ -1,15 +1,24 @@
 /**
  * piscina worker: evaluates a group of billable messages of one partition
  * (src/billing/evaluator/group.ts). Pure CPU work on exact decimals; the main thread does the
- * I/O (state, period keys, rows, events). Two tasks: `evaluateGroup` evaluates; `groupCapPeriods`
- * lists the cap periods a group touches, whose totals the main thread reads before evaluating.
+ * I/O (state, period keys, rows, events). One task per group: it lists the cap periods the
+ * group touches, posts them on the task's port, and evaluates once the main thread answered
+ * with the customers' states and those periods' totals (or gave up), so the pin and the
+ * messages are copied here and parsed once.
  */
-import { configsOf, unitsOf, evaluateGroup as evaluate, groupCapPeriods as listCapPeriods, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type ScopedCapPeriodRef, type WorkerTask } from '../src/billing/evaluator/group.js';
+import { configsOf, unitsOf, evaluateGroup, groupCapPeriods, type AskingTask, type GroupOutput, type WorkerAnswer } from '../src/billing/evaluator/group.js';
 
-export function evaluateGroup(input: WorkerTask<GroupInput>): GroupOutput {
-  return evaluate({ ...input, configs: configsOf(input), units: unitsOf(input) });
-}
-
-export function groupCapPeriods(input: WorkerTask<GroupCapPeriodsInput>): ScopedCapPeriodRef[] {
-  return listCapPeriods({ ...input, configs: configsOf(input), units: unitsOf(input) });
+export async function evaluateAsking(input: AskingTask): Promise<GroupOutput> {
+  const { port } = input;
+  try {
+    const configs = configsOf(input);
+    const units = unitsOf(input);
+    const answer = new Promise<WorkerAnswer>((resolve) => port.once('message', resolve));
+    port.postMessage(groupCapPeriods({ configs, units }));
+    const got = await answer;
+    if ('error' in got) throw new Error(`billing evaluation abandoned: ${got.error}`);
+    return evaluateGroup({ configs, units, states: got.states, periods: got.periods });
+  } finally {
+    port.close();
+  }
 }

@@ -4,6 +4,7 @@
  * A stage sees only `WorkerPool` and runs typed tasks of its own worker file (`workerTask`),
  * so no stage owns the pool or needs to know another stage's task types.
  */
+import type { MessagePort } from 'node:worker_threads';
 import { Piscina } from 'piscina';
 
 export interface TaskOptions {
@@ -12,7 +13,7 @@ export interface TaskOptions {
   /** The named export to run; default: the default export. */
   name?: string;
   /** Buffers moved to the worker rather than copied. */
-  transferList?: ArrayBuffer[];
+  transferList?: (ArrayBuffer | MessagePort)[];
 }
 
 export interface WorkerPool {
@@ -30,7 +31,7 @@ export function createWorkerPool(threads: number, maxQueue: number): WorkerPool 
  * One task of a worker file, typed: `In` is what the export takes, `Out` what it returns
  * (the worker file's own signature; workers/*.ts).
  */
-export function workerTask<In, Out>(filename: string, name?: string): (pool: WorkerPool, input: In, transferList?: ArrayBuffer[]) => Promise<Out> {
+export function workerTask<In, Out>(filename: string, name?: string): (pool: WorkerPool, input: In, transferList?: (ArrayBuffer | MessagePort)[]) => Promise<Out> {
   return async (pool, input, transferList) =>
     (await pool.run(input, { filename, ...(name === undefined ? {} : { name }), ...(transferList ? { transferList } : {}) })) as Out;
 }

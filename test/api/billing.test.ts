@@ -95,6 +95,27 @@ t.test('many concurrent signals draining one pool: one depletion, exact balance'
   t.same(await query(s.org.live, 'SELECT count(), toString(min(balance_after)) FROM fact_credit_consumption'), [['150', '-49.5']]);
 });
 
+t.test('a group larger than the inline bound is evaluated on a worker, in one task: the same exact results', async (t) => {
+  // 200 signals of one customer in one batch: one partition message, more than INLINE_SIGNALS
+  // (64), so a worker lists its cap periods, asks for the totals and states, and evaluates.
+  const s = await setup({ granted: '100', included: '50', capAmount: '150', capFrequency: 'DAILY', capFrom: '2026-04-01T00:00:00Z' });
+  const signals = Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-04-0${1 + (i % 2)}T00:00:${String(i % 60).padStart(2, '0')}Z`, idempotencyKey: `w-${i}` }));
+  await ok(sendBatch(svc.url, s.org.live, { signals }), [202]);
+  await billed(iso);
+  // A second group goes on from the states and period totals the first left (each day 100 of 150).
+  await ok(sendBatch(svc.url, s.org.live, { signals: signals.slice(0, 100).map((x, i) => ({ ...x, idempotencyKey: `w2-${i}` })) }), [202]);
+  await billed(iso);
+  const events = (await busEvents(iso)).filter((e) => e.organizationId === s.org.id);
+  const named = (n: string) => events.filter((e) => e.event === n);
+  t.equal(named('billing-credits-depleted').length, 1, 'one depletion');
+  t.same(named('billing-overage-incurred').map((e) => e.data.overage.eventType).sort(), ['OverageCredit', 'OverageUsage']);
+  t.same(named('billing-credit-cap-reached').map((e) => e.data.period.start).sort(), ['2026-04-01T00:00:00Z', '2026-04-02T00:00:00Z'], 'each day reaches its cap of 150 in the second group, once');
+  t.same(await query(s.org.live, 'SELECT count(), toString(sum(cost_amount)) FROM fact_cost'), [['300', '150']]);
+  t.same(await query(s.org.live, 'SELECT count(), toString(sum(credits)), toString(min(balance_after)) FROM fact_credit_consumption'), [['300', '300', '-200']]);
+  const totals = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: { used: string } }).after.used).sort();
+  t.same(totals, ['150', '150'], "both days' period totals");
+});
+
 t.test('a cap fires once in each period across a boundary', async (t) => {
   const s = await setup({ granted: '1000', capAmount: '2', capFrequency: 'DAILY', capFrom: '2026-03-01T06:00:00Z' });
   const at = (iso: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'team', timestamp: iso });

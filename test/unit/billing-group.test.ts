@@ -152,3 +152,34 @@ t.test("a message's billed customers read from its lines' starts, as parsing the
   t.same(billedCustomers(text), parseBillable(text).map((s) => s.customerId));
   t.same(billedCustomers('{"i":"sig","k":"cus_z","e":"e","c":"c","u":null,"t":1,"d":{}}'), ['cus_z'], 'k elsewhere: parsed whole');
 });
+
+t.test('the worker task (workers/billing.ts evaluateAsking): asks for exactly the cap periods, evaluates from the answer, or gives up on an error', async (t) => {
+  const { evaluateAsking } = await import('../../workers/billing.js');
+  const { MessageChannel } = await import('node:worker_threads');
+  const cfg = config();
+  const configs = { [scopeOf('org_a', 'live')]: cfg };
+  const [unit] = units([{ org: 'org_a', mode: 'live', signals: [{ customer: 'cus_1', q: 4, day: 0, unit: 'dev' }, { customer: 'cus_1', q: 4, day: 1, unit: 'root' }] }]);
+  const lines = unit!.signals.map((s) => JSON.stringify({ i: s.id, e: s.eventName, k: s.customerId, u: s.unitId, t: s.ts, d: s.data })).join('\n');
+  const task = { pinJson: JSON.stringify({ scopes: [{ orgId: 'org_a', mode: 'live', config: cfg }] }), units: [{ orgId: 'org_a', mode: 'live' as const, evaluatedAt: unit!.evaluatedAt, text: `${lines}\n` }] };
+  const refs = groupCapPeriods({ configs, units: [unit!] });
+  t.equal(refs.length, 2, 'two days of the daily cap');
+  // Day 0 already at 8 of 9 before the group: the first signal (4 × 1.5 credits) reaches it.
+  const periods = Object.fromEntries(refs.map((r, i) => [r.key, { used: i === 0 ? '8' : '0', reached: false }]));
+  const states = { [scopeOf('org_a', 'live')]: { lastSeq: 0, consumed: { cp_1: '19' }, usage: {} } };
+  const { port1, port2 } = new MessageChannel();
+  const asked: unknown[] = [];
+  port1.on('message', (m) => {
+    asked.push(m);
+    port1.postMessage({ states, periods });
+  });
+  const out = await evaluateAsking({ ...task, port: port2 });
+  port1.close();
+  t.same(asked, [refs], 'asked once, for the periods the group touches');
+  t.same(out, evaluateGroup({ configs, units: [unit!], states, periods }), 'the same output as the group evaluated from those states and totals');
+  t.ok(out.units[0]!.events.some((e) => e.event === 'billing-credit-cap-reached'), 'from the answer: day 0 went on from 8');
+
+  const failing = new MessageChannel();
+  failing.port1.once('message', () => failing.port1.postMessage({ error: 'state read failed' }));
+  await t.rejects(evaluateAsking({ ...task, port: failing.port2 }), /billing evaluation abandoned: state read failed/);
+  failing.port1.close();
+});

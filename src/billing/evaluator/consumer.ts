@@ -95,6 +95,7 @@
  * uncommitted message, so it waits for their redelivery rather than overtake them. Balances and period totals live in JetStream KV on disk,
  * never only in Redis. Test-only fault points along this order: fault.ts.
  */
+import { MessageChannel } from 'node:worker_threads';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
 import { headers as natsHeaders } from '@nats-io/transport-node';
@@ -109,7 +110,7 @@ import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
 import { busEvent, eventMessage } from '../../bus/events.js';
 import type { BillingConfig } from '../model.js';
 import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
-import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
+import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
 import { CustomerStates, formerStateKey, type ReadStates } from './customer-state.js';
 import { stringEnd, type BillablePartitioner } from './partition.js';
@@ -117,8 +118,7 @@ import type { Mode } from '../../shared/mode.js';
 import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
 
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
-const evaluateTask = workerTask<WorkerTask<GroupInput>, GroupOutput>(WORKER_FILE, 'evaluateGroup');
-const capPeriodsTask = workerTask<WorkerTask<GroupCapPeriodsInput>, ScopedCapPeriodRef[]>(WORKER_FILE, 'groupCapPeriods');
+const evaluateTask = workerTask<AskingTask, GroupOutput>(WORKER_FILE, 'evaluateAsking');
 /** Groups with at most this many signals are evaluated on the main thread (see evaluate). */
 const INLINE_SIGNALS = 64;
 /** At most this many messages in a group. */
@@ -316,18 +316,38 @@ export class BillingEvaluator {
   }
 
   /**
-   * The pure steps (group.ts) on the worker pool, or on this thread for a group of at most
-   * INLINE_SIGNALS signals, for which the hop to a worker (and the copies there and back)
-   * costs more than the work.
+   * The pure steps (group.ts) of a group on the worker pool, in one task (workers/billing.ts
+   * evaluateAsking): the worker posts the cap periods the group touches, `before` reads what
+   * the evaluation starts from, the worker evaluates. A group of at most INLINE_SIGNALS
+   * signals is evaluated on this thread instead (step): the hop to a worker (and the copies
+   * there and back) costs more than the work.
    */
-  private capPeriods(task: GroupCapPeriodsInput, texts: UnitText[], inline: boolean, pinJson: string | null): Promise<ScopedCapPeriodRef[]> {
-    if (inline) return Promise.resolve(groupCapPeriods(task));
-    return this.poolSlots.with(() => capPeriodsTask(this.pool, forWorker(task, texts, pinJson)));
-  }
-
-  private evaluate(task: GroupInput, texts: UnitText[], inline: boolean, pinJson: string | null): Promise<GroupOutput> {
-    if (inline) return Promise.resolve(evaluateGroup(task));
-    return this.poolSlots.with(() => evaluateTask(this.pool, forWorker(task, texts, pinJson)));
+  private evaluateAsking(task: WorkerTask<GroupCapPeriodsInput>, before: (refs: ScopedCapPeriodRef[]) => Promise<Pick<GroupInput, 'states' | 'periods'>>): Promise<GroupOutput> {
+    return this.poolSlots.with(async () => {
+      const { port1, port2 } = new MessageChannel();
+      let asked: Promise<void> = Promise.resolve();
+      port1.once('message', (refs: ScopedCapPeriodRef[]) => {
+        asked = before(refs).then(
+          (answer) => port1.postMessage(answer satisfies WorkerAnswer),
+          (err: unknown) => {
+            port1.postMessage({ error: err instanceof Error ? err.message : String(err) } satisfies WorkerAnswer);
+            throw err;
+          },
+        );
+        asked.catch(() => undefined); // awaited below; not an unhandled rejection meanwhile
+      });
+      try {
+        const out = await evaluateTask(this.pool, { ...task, port: port2 }, [port2]);
+        await asked;
+        return out;
+      } catch (err) {
+        // A failed read is the error to report (the worker only abandoned because of it).
+        await asked;
+        throw err;
+      } finally {
+        port1.close();
+      }
+    });
   }
 
   private get fault(): FaultHook {
@@ -581,29 +601,38 @@ export class BillingEvaluator {
     const texts: UnitText[] = inline ? [] : group.map(({ unit: { orgId, mode, evaluatedAt, text } }) => ({ orgId, mode, evaluatedAt, text }));
 
     // 3. The running state of G's customers and the totals of the cap periods G touches.
-    const [revision, reads, refs] = await Promise.all([
-      pinWrite,
-      this.customers.readMany(priced, seq),
-      priced.some((s) => Object.keys(s.config.caps).length > 0) ? this.capPeriods({ configs, units }, texts, inline, pinJson) : Promise.resolve([] as ScopedCapPeriodRef[]),
-    ]);
-    pinned.revision = revision;
-    lane.pin = { value: pin, revision };
-    const readOf = new Map<string, ReadStates>(priced.map((s, i) => [scopeOf(s.orgId, s.mode), reads[i]!]));
-    const entries = await this.stateReader.getMany(refs.map((r) => r.key));
-    const periods: Record<string, PeriodTotal> = {};
-    for (let i = 0; i < refs.length; i++) {
-      const r = refs[i]!;
-      const e = entries[i];
-      const stored = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as PeriodEntry) : null;
-      // No key yet: what the former layout's document (read with the states) kept for it.
-      const legacy = stored ? undefined : readOf.get(r.scope)?.former?.caps?.[r.capKey]?.[r.start];
-      periods[r.key] = startingTotal(stored, seq, legacy);
-    }
-
-    // 4. Evaluate.
-    const states: Record<string, BillingState> = {};
-    for (const [scope, read] of readOf) states[scope] = read.state;
-    const out = await this.evaluate({ configs, units, states, periods }, texts, inline, pinJson);
+    // 4. Evaluate. On a worker, in one task: it lists the cap periods and asks for their
+    // totals and the states over a port (the pin and the messages cross and are parsed once).
+    let readOf = new Map<string, ReadStates>();
+    let refs: ScopedCapPeriodRef[] = [];
+    let entries: (KvEntry | null)[] = [];
+    let periods: Record<string, PeriodTotal> = {};
+    /** The states and period totals before G, once the pin is written: `listed` the cap periods G touches. */
+    const before = async (listed: ScopedCapPeriodRef[]): Promise<Pick<GroupInput, 'states' | 'periods'>> => {
+      refs = listed;
+      const [revision, reads] = await Promise.all([pinWrite, this.customers.readMany(priced, seq)]);
+      pinned.revision = revision;
+      lane.pin = { value: pin, revision };
+      readOf = new Map<string, ReadStates>(priced.map((s, i) => [scopeOf(s.orgId, s.mode), reads[i]!]));
+      entries = await this.stateReader.getMany(refs.map((r) => r.key));
+      periods = {};
+      for (let i = 0; i < refs.length; i++) {
+        const r = refs[i]!;
+        const e = entries[i];
+        const stored = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as PeriodEntry) : null;
+        // No key yet: what the former layout's document (read with the states) kept for it.
+        const legacy = stored ? undefined : readOf.get(r.scope)?.former?.caps?.[r.capKey]?.[r.start];
+        periods[r.key] = startingTotal(stored, seq, legacy);
+      }
+      const states: Record<string, BillingState> = {};
+      for (const [scope, read] of readOf) states[scope] = read.state;
+      return { states, periods };
+    };
+    let out: GroupOutput;
+    if (inline) {
+      const task = { configs, units };
+      out = evaluateGroup({ ...task, ...(await before(priced.some((s) => Object.keys(s.config.caps).length > 0) ? groupCapPeriods(task) : [])) });
+    } else out = await this.evaluateAsking(forWorker({ configs, units }, texts, pinJson), before);
     const events = out.units.reduce((n, u) => n + u.events.length, 0);
     const fault: FaultContext = { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode, events };
     await this.fault.at('after-pin', fault);

@@ -65,6 +65,14 @@ export interface UnitText extends Omit<GroupUnit, 'signals'> {
  */
 export type WorkerTask<T extends GroupCapPeriodsInput> = Omit<T, 'configs' | 'units'> & ({ configs: Record<string, BillingConfig> } | { pinJson: string }) & { units: UnitText[] };
 
+/**
+ * The one-task form (workers/billing.ts evaluateAsking): the worker lists the cap periods,
+ * posts them on `port`, and evaluates once the main thread answered with the states and the
+ * periods' totals (or gave up: `error`).
+ */
+export type AskingTask = WorkerTask<GroupCapPeriodsInput> & { port: import('node:worker_threads').MessagePort };
+export type WorkerAnswer = Pick<GroupInput, 'states' | 'periods'> | { error: string };
+
 /** The units of a worker task, parsed. */
 export function unitsOf(task: { units: UnitText[] }): GroupUnit[] {
   return task.units.map((u) => ({ orgId: u.orgId, mode: u.mode, evaluatedAt: u.evaluatedAt, signals: parseBillable(u.text) }));
