@@ -81,15 +81,22 @@ export class BillablePartitioner {
     const found = missing.length > 0 ? await this.resolver(orgId, mode, missing) : new Map<string, string | null>();
     for (const [ref, id] of found) if (id !== null) this.remember(cacheKey(orgId, mode, ref), id);
     const byPartition = new Map<number, string[]>();
+    // Per distinct reference of the batch (a batch names each customer many times): its
+    // partition and the prefix its lines get, computed once.
+    const target = new Map<string, { k: number; prefix: string | null }>();
     lines.forEach((line, i) => {
       const ref = refs[i]!;
-      const id = this.cache.get(cacheKey(orgId, mode, ref)) ?? found.get(ref) ?? null;
-      const k = partitionOf(orgId, mode, id ?? ref, this.partitions);
-      // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
-      const out = id === null ? line : `{"k":${JSON.stringify(id)},${line.slice(1)}`;
-      const list = byPartition.get(k);
+      let to = target.get(ref);
+      if (!to) {
+        const id = this.cache.get(cacheKey(orgId, mode, ref)) ?? found.get(ref) ?? null;
+        // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
+        to = { k: partitionOf(orgId, mode, id ?? ref, this.partitions), prefix: id === null ? null : `{"k":${JSON.stringify(id)},` };
+        target.set(ref, to);
+      }
+      const out = to.prefix === null ? line : to.prefix + line.slice(1);
+      const list = byPartition.get(to.k);
       if (list) list.push(out);
-      else byPartition.set(k, [out]);
+      else byPartition.set(to.k, [out]);
     });
     return [...byPartition].sort((a, b) => a[0] - b[0]).map(([partition, l]) => ({ partition, lines: l }));
   }
