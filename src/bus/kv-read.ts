@@ -78,14 +78,19 @@ export interface KvReader {
  * bucket opened by nats.js 3's Kvm on nats-server ≥ 2.9 does), otherwise `kv.get` per key.
  */
 export function kvReader(kv: KV, timeoutMs?: number): KvReader {
-  if (kv instanceof Bucket && kv.direct) {
-    // The client's connection: JetStreamClient's implementation (BaseApiClientImpl) exposes it as `nc`.
-    const nc = (kv.js as unknown as { nc?: NatsConnection }).nc;
-    const opts = kv.js.getOptions();
-    // The JetStream client's timeout by default (PUBLISH_TIMEOUT_MS in the service), as kv.get had.
-    if (nc) return new DirectKvReader(nc, kv.bucket, kv.stream, opts.apiPrefix ?? '$JS.API', timeoutMs ?? opts.timeout ?? KV_READ_TIMEOUT_MS);
-  }
+  // The client's connection (JetStreamClient's implementation exposes it as `nc`); the
+  // JetStream client's timeout by default (PUBLISH_TIMEOUT_MS in the service), as kv.get had.
+  const s = kvStream(kv, timeoutMs);
+  if (s && kv instanceof Bucket) return new DirectKvReader(s.nc, kv.bucket, s.stream, s.apiPrefix, s.timeoutMs);
   return new PerKeyReader(kv);
+}
+
+/** The connection, stream and API prefix of a bucket read by direct gets (what `kvReader` uses), or null. */
+export function kvStream(kv: KV, timeoutMs?: number): { nc: NatsConnection; stream: string; apiPrefix: string; timeoutMs: number } | null {
+  if (!(kv instanceof Bucket) || !kv.direct) return null;
+  const nc = (kv.js as unknown as { nc?: NatsConnection }).nc;
+  const opts = kv.js.getOptions();
+  return nc ? { nc, stream: kv.stream, apiPrefix: opts.apiPrefix ?? '$JS.API', timeoutMs: timeoutMs ?? opts.timeout ?? KV_READ_TIMEOUT_MS } : null;
 }
 
 /** Direct gets of many keys of one bucket, one publish each, one shared reply subscription and one timer per call. */

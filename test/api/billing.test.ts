@@ -116,6 +116,25 @@ t.test('a group larger than the inline bound is evaluated on a worker, in one ta
   t.same(totals, ['150', '150'], "both days' period totals");
 });
 
+t.test('a configuration change is seen by the next batch, though the evaluator keeps documents between groups', async (t) => {
+  const s = await setup({ granted: '2' });
+  const pools = async () => (await ok(http(svc.url, 'GET', `/api/v2/customers/${s.customerId}/credit-pools`, { token: s.org.live }))).creditPools as { id: string; balance: string }[];
+  const signal = (key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', idempotencyKey: key });
+  await ok(sendBatch(svc.url, s.org.live, { signals: [signal('f1'), signal('f2')] }), [202]);
+  await billed(iso);
+  const [pool] = await pools();
+  t.equal(pool!.balance, '0', 'the document read (and kept) by the evaluator');
+  // Top-ups right before each next batch: each batch evaluated against the pool as it is then.
+  for (const [i, credits] of ['5', '0.5'].entries()) {
+    await ok(http(svc.url, 'POST', `/api/v2/customers/${s.customerId}/credit-pools/${pool!.id}/top-ups`, { token: s.org.live, body: { credits } }), [201]);
+    await ok(sendBatch(svc.url, s.org.live, { signals: [signal(`g${i}`)] }), [202]);
+    await billed(iso);
+  }
+  const balances = await query(s.org.live, 'SELECT toString(balance_after) FROM fact_credit_consumption ORDER BY created_at, balance_after DESC');
+  t.same(balances.map((r) => r[0]).slice(-2), ['4', '3.5'], 'after +5: 5 − 1 = 4; after +0.5: 4.5 − 1 = 3.5');
+  t.match(await pools(), [{ balance: '3.5' }]);
+});
+
 t.test('a cap fires once in each period across a boundary', async (t) => {
   const s = await setup({ granted: '1000', capAmount: '2', capFrequency: 'DAILY', capFrom: '2026-03-01T06:00:00Z' });
   const at = (iso: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'team', timestamp: iso });

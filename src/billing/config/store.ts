@@ -33,7 +33,8 @@
 import type { KV, KvEntry } from '@nats-io/kv';
 import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
 import type { Nats } from '../../bus/connection.js';
-import { kvReader, type KvReader } from '../../bus/kv-read.js';
+import { kvReader, kvStream, type KvReader } from '../../bus/kv-read.js';
+import { FencedKvCache, streamState } from '../../bus/kv-fenced.js';
 import { ensure } from '../../bus/topology.js';
 import { ApiError } from '../../errors.js';
 import { billingLog as log } from '../../log.js';
@@ -106,6 +107,14 @@ function unavailable(err: unknown): ApiError {
   return new ApiError('BILLING_UNAVAILABLE', 'the billing configuration store (JetStream) is unreachable; nothing changed, retry later');
 }
 
+function deepFreeze<T>(v: T): T {
+  if (v && typeof v === 'object' && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 const present = (e: KvEntry | null): e is KvEntry => e !== null && e.operation === 'PUT' && e.length > 0;
 const parse = <T>(e: KvEntry): T => JSON.parse(dec.decode(e.value)) as T;
@@ -120,6 +129,9 @@ const backoff = (attempt: number): Promise<void> => sleep(Math.random() * Math.m
 export function billingConfigBucket(nats: Nats): Promise<KV> {
   return ensure(nats, { bucket: nats.topology.buckets.billingConfig, options: { history: 1, storage: StorageType.File } });
 }
+
+/** Configuration entries the evaluator keeps (documents of about 2 KB, and externalId claims). */
+const EVALUATION_CACHE_MAX = 20_000;
 
 /** Plans kept in memory by forBatch (about 200 bytes each). */
 const PLANS_SEEN_MAX = 100_000;
@@ -143,7 +155,19 @@ export class BillingConfigStore {
   ) {
     this.maxDocumentBytes = maxPayload - MESSAGE_OVERHEAD_BYTES;
     this.reader = kvReader(kv);
+    const s = kvStream(kv);
+    this.evaluation = s ? new FencedKvCache(this.reader, () => streamState(s.nc, s.apiPrefix, s.stream, s.timeoutMs), EVALUATION_CACHE_MAX) : null;
   }
+
+  /**
+   * The evaluator's reads (forBatch): documents kept while the bucket is unchanged
+   * (bus/kv-fenced.ts), so a busy evaluator reads each customer's document once per
+   * configuration change anywhere in the deployment, not once per group. Null for a bucket
+   * without direct gets (read every time).
+   */
+  private readonly evaluation: FencedKvCache | null;
+  /** Each document entry the evaluation cache holds, parsed once (entries kept are the same objects on every hit). */
+  private readonly parsed = new WeakMap<KvEntry, VersionedCustomer>();
 
   private async raw(key: string): Promise<KvEntry | null> {
     try {
@@ -154,10 +178,10 @@ export class BillingConfigStore {
   }
 
   /** Many keys in one round (one publish each, one timer): null where a key has no value. */
-  private async rawMany(keys: readonly string[]): Promise<(KvEntry | null)[]> {
+  private async rawMany(keys: readonly string[], reader: KvReader = this.reader): Promise<(KvEntry | null)[]> {
     if (keys.length === 0) return [];
     try {
-      return await this.reader.getMany(keys);
+      return await reader.getMany(keys);
     } catch (err) {
       throw unavailable(err);
     }
@@ -365,9 +389,16 @@ export class BillingConfigStore {
    * claim), in order, null where none: two rounds of batched reads — the service ids' documents
    * with the externalIds' claims, then the claimed customers' documents.
    */
-  private async customersByRefs(orgId: string, mode: Mode, refs: readonly string[]): Promise<(VersionedCustomer | null)[]> {
-    const asDoc = (e: KvEntry | null): VersionedCustomer | null => (present(e) ? { doc: parse<CustomerDoc>(e), revision: e.revision } : null);
-    const first = await this.rawMany(refs.map((ref) => (CUSTOMER_ID.test(ref) ? customerKey(orgId, mode, ref) : externalIdKey(orgId, mode, ref))));
+  private async customersByRefs(orgId: string, mode: Mode, refs: readonly string[], reader?: KvReader): Promise<(VersionedCustomer | null)[]> {
+    const rawMany = reader ? (keys: readonly string[]) => this.rawMany(keys, reader) : (keys: readonly string[]) => this.rawMany(keys);
+    const asDoc = (e: KvEntry | null): VersionedCustomer | null => {
+      if (!present(e)) return null;
+      let v = this.parsed.get(e);
+      // Frozen: a kept document is shared by every group that reads it until the next change.
+      if (!v) this.parsed.set(e, (v = deepFreeze({ doc: parse<CustomerDoc>(e), revision: e.revision })));
+      return v;
+    };
+    const first = await rawMany(refs.map((ref) => (CUSTOMER_ID.test(ref) ? customerKey(orgId, mode, ref) : externalIdKey(orgId, mode, ref))));
     const out: (VersionedCustomer | null)[] = refs.map((ref, i) => (CUSTOMER_ID.test(ref) ? asDoc(first[i]!) : null));
     const claimed: { i: number; id: string }[] = [];
     refs.forEach((ref, i) => {
@@ -382,7 +413,7 @@ export class BillingConfigStore {
       if (CUSTOMER_ID.test(ref)) docs.set(ref, out[i]!);
     });
     const ids = [...new Set(claimed.map((c) => c.id))].filter((id) => !docs.has(id));
-    const second = await this.rawMany(ids.map((id) => customerKey(orgId, mode, id)));
+    const second = await rawMany(ids.map((id) => customerKey(orgId, mode, id)));
     ids.forEach((id, j) => docs.set(id, asDoc(second[j]!)));
     for (const { i, id } of claimed) {
       const c = docs.get(id) ?? null;
@@ -411,7 +442,13 @@ export class BillingConfigStore {
   async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
     const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
     const revisions: Record<string, number> = {};
-    const found = await this.customersByRefs(orgId, mode, [...new Set(refs)]);
+    let view: KvReader | undefined;
+    try {
+      view = this.evaluation ? await this.evaluation.view() : undefined;
+    } catch (err) {
+      throw unavailable(err);
+    }
+    const found = await this.customersByRefs(orgId, mode, [...new Set(refs)], view);
     const planIds = new Set<string>();
     for (const f of found) {
       if (!f) continue;
