@@ -385,8 +385,8 @@ export const systemResolver: Resolver = async (host) => (await dns.lookup(host, 
  * address the resolution fails with the first error (NXDOMAIN is ENOTFOUND).
  * `setServers` throws a TypeError for a malformed server (configuration checks with it).
  */
-export function dnsServersResolver(servers: readonly string[]): Resolver {
-  const resolver = new dns.Resolver({ timeout: 2_000, tries: 2 });
+export function dnsServersResolver(servers: readonly string[], opts: { timeout: number; tries: number } = { timeout: 2_000, tries: 2 }): Resolver {
+  const resolver = new dns.Resolver(opts);
   resolver.setServers([...servers]);
   return async (host) => {
     const [v6, v4] = await Promise.allSettled([resolver.resolve6(host), resolver.resolve4(host)]);

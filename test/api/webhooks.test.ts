@@ -25,6 +25,12 @@ class Receiver {
   secrets: string[] = [];
   /** Status per request (in order); default 200. 'hang' never answers. */
   script: (number | 'hang')[] = [];
+  /** Per request left hanging: when it came and when the sender gave up on it (null: still open). */
+  readonly hung: { from: number; to: number | null }[] = [];
+  /** Requests left hanging that were open at `at` (epoch ms). */
+  openAt(at: number): number {
+    return this.hung.filter((h) => h.from <= at && (h.to === null || h.to > at)).length;
+  }
   private server = http.createServer((req, res) => {
     const chunks: Buffer[] = [];
     req.on('data', (c: Buffer) => chunks.push(c));
@@ -33,7 +39,12 @@ class Receiver {
       const header = String(req.headers['x-webhook-signature'] ?? '');
       this.got.push({ path: req.url ?? '', body: raw.toString(), signature: header, envelope: JSON.parse(raw.toString()), verifiedWith: this.verify(raw, header) });
       const step = this.script.shift() ?? 200;
-      if (step === 'hang') return;
+      if (step === 'hang') {
+        const h = { from: Date.now(), to: null as number | null };
+        this.hung.push(h);
+        res.on('close', () => (h.to = Date.now()));
+        return;
+      }
       res.writeHead(step).end();
     });
   });
@@ -260,7 +271,12 @@ t.test('payment events from the operator API: validated, delivered once, and a s
   const again = await ops(org.id, { mode: 'live', event: 'billing-payment-succeeded', data: { payment: payment('pay_fast') } });
   t.same([again.status, again.body.duplicate], [202, true], 'the same payment again is the same event');
   await waitFor(async () => receiver.got.length, (n) => n > before, 10_000);
-  t.ok(Date.now() - sentAt < 900, `delivered in ${Date.now() - sentAt} ms while the other organization's receiver hangs`);
+  const deliveredAt = Date.now();
+  // Held back, it would come only after a hanging delivery was given up (1 s, WEBHOOK_TIMEOUT_MS),
+  // with none open. Within 900 ms, or with some hanging delivery still open when it came (a
+  // loaded machine can be slower than the bound without anything being held back).
+  const open = hanging.openAt(deliveredAt - 100);
+  t.ok(deliveredAt - sentAt < 900 || open > 0, `delivered in ${deliveredAt - sentAt} ms, ${open} of the other organization's deliveries hanging then`);
   await sleep(500);
   const got = receiver.got.slice(before).filter((g) => g.path === '/pay');
   t.equal(got.length, 1, 'delivered once');

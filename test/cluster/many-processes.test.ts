@@ -199,7 +199,7 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
   t.equal(kills.length, 3, 'three kills');
   t.same([...statuses.keys()].filter((s) => s !== 202 && s !== 503), [], `only 202 (and 503 resent) answers: ${JSON.stringify(Object.fromEntries(statuses))}`);
 
-  await billed(iso, 60_000);
+  await billed(iso);
   const expectedSignals = PRICED_BATCHES * PER + LOAD_BATCHES * 500;
   t.equal(await waitFor(stored, (n) => n >= expectedSignals, 20_000), expectedSignals, `exactly ${expectedSignals} signal rows`);
 

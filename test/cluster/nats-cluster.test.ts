@@ -120,7 +120,7 @@ t.test('kill -9 of a node, then of the signals stream leader, under load', async
   let stop = false;
   let batches = 0;
   const producer = (async () => {
-    const deadline = Date.now() + 35_000;
+    const deadline = Date.now() + 90_000;
     for (let i = 0; i < MAX_BATCHES && !stop && Date.now() < deadline; i++) {
       const body = makeBatch(i);
       for (;;) {

@@ -45,10 +45,11 @@ t.test('concurrent acquirers never exceed the limit', async (t) => {
 });
 
 t.test('a live holder keeps its slot past the lease by renewing it', async (t) => {
-  const s = slots(t, 300);
+  // A 1 s lease, renewed every third of it: a pause of the test process or Redis under 600 ms changes nothing.
+  const s = slots(t, 1_000);
   const h = await s.acquire('org_d', 'live', 1);
   t.not(h, null);
-  await sleep(1_000);
+  await sleep(3_500);
   t.equal(await s.acquire('org_d', 'live', 1), null, 'still held after three leases');
   await h!.release();
   const next = await s.acquire('org_d', 'live', 1);
@@ -57,14 +58,14 @@ t.test('a live holder keeps its slot past the lease by renewing it', async (t) =
 });
 
 t.test('the slot of a holder that died frees itself when its lease ends', async (t) => {
-  const s = slots(t, 300);
+  const s = slots(t, 1_000);
   // What a crashed process leaves behind: a lease nobody renews.
   const acquire = new LuaScript(redis, 'acquire-slot', 1);
-  t.same(await acquire.run([s.key('org_e', 'live')], [1, 300, 'dead-holder']), [1, 1]);
+  t.same(await acquire.run([s.key('org_e', 'live')], [1, 1_000, 'dead-holder']), [1, 1]);
   t.equal(await s.acquire('org_e', 'live', 1), null, 'taken while the lease runs');
-  await sleep(400);
+  await sleep(1_300);
   const h = await s.acquire('org_e', 'live', 1);
   t.not(h, null, 'free once the lease ended');
   await h!.release();
-  t.ok((await redis.pttl(s.key('org_e', 'live'))) <= 300, 'the key itself expires');
+  t.ok((await redis.pttl(s.key('org_e', 'live'))) <= 1_000, 'the key itself expires');
 });

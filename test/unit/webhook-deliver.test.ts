@@ -209,7 +209,7 @@ t.test('hostile receivers: redirects are not followed, every stall ends at the t
   for (const [name, scheme, behaviour] of stalls) {
     const o = await run(scheme, await start(behaviour));
     t.match(o, { ok: false, statusCode: null, error: 'no answer within 500 ms' }, name);
-    t.ok(o.ms < 1_500, `${name}: ended at the timeout (${Math.round(o.ms)} ms)`);
+    t.ok(o.ms < 5_000, `${name}: ended at the timeout (${Math.round(o.ms)} ms; unbounded it would hang on)`);
   }
 
   // An endless answer: 64 KiB are read, then the connection is dropped (the status decides).
@@ -239,18 +239,18 @@ t.test('an unresponsive DNS server: the URL check and the attempt both end withi
   const dns = await new DnsResponder().start();
   t.teardown(() => dns.close());
   dns.silence('silent.test');
-  // c-ares alone may take up to 2 s + 4 s on a cold channel (timeout 2000 ms, 2 tries): the check must not wait for it.
-  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 400, resolver: dnsServersResolver([dns.server]) });
+  // The resolver's own timeout here is 10 s (the service's: 2 s, 2 tries): the check and the attempt must not wait for it.
+  const d = new Deliverer({ policy: { allowHttp: true, allowedNetworks: ['127.0.0.0/8'] }, timeoutMs: 400, resolver: dnsServersResolver([dns.server], { timeout: 10_000, tries: 1 }) });
   let started = performance.now();
   const check = await d.check('http://silent.test/hook');
   const checkMs = performance.now() - started;
   t.match(check, { ok: false, code: 'RESOLUTION_FAILED', reason: 'the host silent.test could not be resolved within 400 ms' }, 'the check made when a URL is configured is bounded too');
-  t.ok(checkMs < 1_900, `answered before the resolver's own 2 s timeout (${Math.round(checkMs)} ms)`);
+  t.ok(checkMs < 5_000, `answered long before the resolver's own 10 s timeout (${Math.round(checkMs)} ms)`);
   t.ok(dns.count('silent.test') >= 1, 'the server was asked');
   started = performance.now();
   const o = await d.attempt('http://silent.test/hook', Buffer.from('{}'), 'whsec_x');
   t.same({ ok: o.ok, statusCode: o.statusCode, error: o.error }, { ok: false, statusCode: null, error: 'url: the host silent.test could not be resolved within 400 ms' });
-  t.ok(performance.now() - started < 1_900);
+  t.ok(performance.now() - started < 5_000);
 });
 
 t.test('addressesToTry: families alternate from the first address, at most MAX_ADDRESSES_TRIED', async (t) => {
