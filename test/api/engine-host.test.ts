@@ -11,6 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
+import { Readable } from 'node:stream';
 import { rejection } from '../helpers/rejection.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
@@ -48,6 +49,21 @@ t.test('schema, inserts and bound parameters through the writer', async (t) => {
   const later = await writer.query({ query: 'SELECT {k:String} AS k', format: 'JSONEachRow' }).then((r) => r.json(), (e: unknown) => e);
   t.ok(later instanceof ClickHouseError || (Array.isArray(later) && later.length === 1 && (later[0] as { k: string }).k === ''), 'a later statement on the session does not read the earlier request’s parameter');
   t.equal((await writer.ping()).success, true);
+});
+
+t.test('insert data with an empty line is refused whole: what follows it never runs as SQL', async (t) => {
+  await writer.command({ query: 'CREATE TABLE IF NOT EXISTS b.victim (k String) ENGINE = Memory' });
+  const before = await (await writer.query({ query: 'SELECT count() AS n FROM b.t', format: 'JSONEachRow' })).json();
+  for (const [query, body] of [
+    ['INSERT INTO b.t FORMAT JSONEachRow', '{"k":"smuggled","v":9}\n\nDROP TABLE b.victim\n'],
+    ['INSERT INTO b.t (k, v) FORMAT JSONCompactEachRow', '["smuggled",9]\n\nDROP TABLE b.victim\n'],
+    ['INSERT INTO b.t FORMAT JSONEachRow', '\nDROP TABLE b.victim\n'],
+  ] as const) {
+    const e = await failure(writer.exec({ query, values: Readable.from([Buffer.from(body)]) }).then((r) => r.stream.resume()));
+    t.equal(e.type, 'INCORRECT_DATA', `${JSON.stringify(body)}: refused`);
+  }
+  t.same(await (await writer.query({ query: "SELECT count() AS n FROM system.tables WHERE database = 'b' AND name = 'victim'", format: 'JSONEachRow' })).json(), [{ n: '1' }], 'the table is still there');
+  t.same(await (await writer.query({ query: 'SELECT count() AS n FROM b.t', format: 'JSONEachRow' })).json(), before, 'and no row went in');
 });
 
 t.test('the analytics user reads its database and cannot write anything', async (t) => {

@@ -26,6 +26,7 @@ import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, decimalMigrations, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
+import { checkInsertData } from '../insert-data.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../engine.js';
 import { storeLog as log } from '../../log.js';
 
@@ -81,6 +82,7 @@ export class ChdbStore implements Store {
   }
 
   async insertSignals(rows: Buffer): Promise<void> {
+    checkInsertData(rows);
     await this.run(() => this.session.insert({ table: `${this.db}.signals`, values: rows, format: 'JSONEachRow', settings: INSERT_SETTINGS }));
   }
 
@@ -102,6 +104,7 @@ export class ChdbStore implements Store {
 
   private async insertBilling(table: BillingTable, rows: Buffer, columns: readonly string[] | undefined): Promise<void> {
     const shape = columns ? { format: 'JSONCompactEachRow' as const, columns: compactColumns(table, columns) } : { format: 'JSONEachRow' as const };
+    checkInsertData(rows);
     await this.run(() => this.session.insert({ table: `${this.db}.${table}`, values: rows, ...shape, settings: INSERT_SETTINGS }));
   }
 

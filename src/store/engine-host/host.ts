@@ -23,6 +23,7 @@ import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { Session } from 'chdb';
 import { Lane } from './lane.js';
+import { emptyLineAt, emptyLineError } from '../insert-data.js';
 import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
 
 export interface HostStart {
@@ -120,6 +121,8 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
     if (role !== 'writer') throw new HostError(403, 164, 'READONLY', 'Cannot execute query in readonly mode');
     const target = insertTarget(r.sql);
     const data = r.insertData;
+    const blank = emptyLineAt(data);
+    if (blank >= 0) throw new HostError(400, 117, 'INCORRECT_DATA', emptyLineError(blank).replace(/^Code: 117\. DB::Exception: /, '').replace(/ \(INCORRECT_DATA\)$/, ''));
     if (cfg.fault === 'lose-insert' && !faultFired && target.table.endsWith('.signals')) {
       faultFired = true;
       say('warn', 'engine host fault: insert answer lost', { table: target.table, delayMs: LOSE_INSERT_DELAY_MS });

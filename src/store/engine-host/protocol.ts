@@ -84,10 +84,14 @@ export function parseRequest(search: URLSearchParams, body: Buffer): ParsedReque
   const insertData = inUrl !== null && body.length > 0 ? body : null;
   let format = search.get('default_format') ?? 'TabSeparated';
   if (insertData === null) {
-    const m = TRAILING_FORMAT.exec(text);
+    // Matched on the end of the text only: on the whole text, a long run of whitespace (inside
+    // a literal) made the match quadratic (20,000 spaces: 0.45 s of the host's one thread).
+    const trimmed = text.trimEnd();
+    const from = Math.max(0, trimmed.length - 128);
+    const m = TRAILING_FORMAT.exec(trimmed.slice(from));
     if (m) {
       format = m[1]!;
-      text = text.slice(0, m.index);
+      text = trimmed.slice(0, from + m.index);
     }
   }
   if (text.trim() === '') throw new HostError(400, 62, 'SYNTAX_ERROR', 'Empty query');
