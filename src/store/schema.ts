@@ -30,9 +30,10 @@ export const BILLING_COLUMNS = {
 export type BillingTable = 'costs' | 'credit_consumption' | 'unpriced';
 
 /**
- * The column list of a compact insert into `table`, checked: distinct columns of the table
- * (BILLING_COLUMNS), `signal_id` among them. Returns a copy; throws on anything else (the
- * list comes from a message on the bus: never printed into SQL unchecked).
+ * The column list of a compact insert into `table`, checked: every column of the table
+ * (BILLING_COLUMNS), each once, in any order. Returns a copy; throws on anything else (the
+ * list comes from a message on the bus: never printed into SQL unchecked; and a row without
+ * its organization, mode or time would be stored where the redelivery check never finds it).
  */
 export function compactColumns(table: BillingTable, columns: readonly unknown[]): string[] {
   const known: readonly string[] = BILLING_COLUMNS[table];
@@ -41,7 +42,7 @@ export function compactColumns(table: BillingTable, columns: readonly unknown[])
     if (typeof c !== 'string' || !known.includes(c) || out.includes(c)) throw new Error(`insert into ${table}: column ${JSON.stringify(c)} is not one of the table's, or repeated`);
     out.push(c);
   }
-  if (!out.includes('signal_id')) throw new Error(`insert into ${table}: the column list lacks signal_id`);
+  if (out.length !== known.length) throw new Error(`insert into ${table}: the column list lacks ${known.filter((c) => !out.includes(c)).join(', ')}`);
   return out;
 }
 

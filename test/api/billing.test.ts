@@ -207,10 +207,10 @@ t.test('rows messages of every form (in flight across an upgrade) are stored', a
     org_id: org.id, livemode: true, signal_id: signal, created_at: Date.parse('2026-05-01T00:00:00Z'), event_name: 'api_call', customer_id: 'cus_formsformsformsforms',
     unit_id: null, plan_id: 'plan_x', order_line_attribute_id: 'ola_x', quantity: '1', unit_price: cost, cost_amount: cost, currency: 'USD',
   });
-  const columns = ['cost_amount', 'signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'currency'];
+  const columns = ['cost_amount', 'signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'currency'];
   const compact = (r: ReturnType<typeof row>) => JSON.stringify(columns.map((c) => (r as Record<string, unknown>)[c]));
   const bodies = [
-    // this version's: arrays, the column list in the header (here in another order, unit_id left to its default)
+    // this version's: arrays, the column list in the header (here in another order: another version's)
     `{"v":3,"costs":2,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${compact(row('sig_form3a', '1'))}\n${compact(row('sig_form3b', '2'))}\n`,
     // v2: JSONEachRow lines
     `{"v":2,"costs":1,"consumption":0,"unpriced":0}\n${JSON.stringify(row('sig_form2', '4'))}\n`,

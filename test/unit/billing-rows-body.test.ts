@@ -1,14 +1,14 @@
 /**
  * The billing rows message body (src/billing/evaluator/rows-body.ts): rows rendered once as
  * JSONCompactEachRow lines (arrays, in the column order the header gives per table) with a
- * header of counts, read back per table; the JSONEachRow (v2) and object forms of earlier
- * versions still read; a body whose header disagrees with its lines, or names a column its
- * table does not have, refused; a row line's signal id read from its start as JSON.parse
- * reads it, whatever text the row carries.
+ * header of counts, read back per table with each line's signal id; the JSONEachRow (v2) and
+ * object forms of earlier versions still read; a body whose header disagrees with its lines,
+ * whose column list is not exactly its table's columns, or with a line that is not one row of
+ * that shape with a string signal id, refused.
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { RENDER_COLUMNS, readRows, renderRows, signalIdOf, type TableLines } from '../../src/billing/evaluator/rows-body.js';
+import { RENDER_COLUMNS, readRows, renderRows, type TableLines } from '../../src/billing/evaluator/rows-body.js';
 import { BILLING_COLUMNS, schemaStatements } from '../../src/store/schema.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from '../../src/billing/evaluator/evaluate.js';
 
@@ -29,49 +29,56 @@ t.test('rendered rows read back per table, line for line', async (t) => {
       // Each array line, zipped with its column list, is the row object (every field, same values).
       const objects = (t: TableLines) => t.lines.map((l) => Object.fromEntries((JSON.parse(l) as unknown[]).map((v, i) => [t.columns![i]!, v])));
       const same = (a: object[], b: object[]) => a.length === b.length && a.every((x, i) => JSON.stringify(Object.entries(x).sort()) === JSON.stringify(Object.entries(b[i]!).sort()));
-      return same(objects(back.costs), costs) && same(objects(back.consumption), consumption) && same(objects(back.unpriced), unpriced);
+      const ids = (t: TableLines, rows: { signal_id: string }[]) => JSON.stringify(t.ids) === JSON.stringify(rows.map((r) => r.signal_id));
+      return same(objects(back.costs), costs) && same(objects(back.consumption), consumption) && same(objects(back.unpriced), unpriced) && ids(back.costs, costs) && ids(back.consumption, consumption) && ids(back.unpriced, unpriced);
     }),
     { numRuns: 300 },
   );
 });
 
-t.test("the former forms are read; a body that disagrees with its header, names other columns, or is neither form, is refused", async (t) => {
+t.test('the former forms are read; a body that disagrees with its header, names other columns, or holds a line that is not one row, is refused', async (t) => {
   const cost = { signal_id: 'sig_a', cost_amount: '1' };
-  const objects = (lines: string[]): TableLines => ({ columns: null, lines });
-  t.same(readRows(enc.encode(JSON.stringify({ costs: [cost], consumption: [] }))), { costs: objects([JSON.stringify(cost)]), consumption: objects([]), unpriced: objects([]) }, 'without unpriced (before fact_unpriced existed)');
-  t.same(readRows(enc.encode('{"v":2,"costs":1,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), { costs: objects(['{"signal_id":"sig_a"}']), consumption: objects([]), unpriced: objects([]) }, 'v2: JSONEachRow lines');
+  const objects = (lines: string[], ids: string[]): TableLines => ({ columns: null, lines, ids });
+  t.same(readRows(enc.encode(JSON.stringify({ costs: [cost], consumption: [] }))), { costs: objects([JSON.stringify(cost)], ['sig_a']), consumption: objects([], []), unpriced: objects([], []) }, 'without unpriced (before fact_unpriced existed)');
+  t.same(readRows(enc.encode('{"v":2,"costs":1,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), { costs: objects(['{"signal_id":"sig_a"}'], ['sig_a']), consumption: objects([], []), unpriced: objects([], []) }, 'v2: JSONEachRow lines');
+  const reversed = [...RENDER_COLUMNS.costs].reverse();
+  const line = JSON.stringify(reversed.map((c) => (c === 'signal_id' ? 'sig_r' : null)));
   t.same(
-    readRows(enc.encode('{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":["cost_amount","signal_id"]}}\n["1","sig_a"]\n')).costs,
-    { columns: ['cost_amount', 'signal_id'], lines: ['["1","sig_a"]'] },
+    readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(reversed)}}}\n${line}\n`)).costs,
+    { columns: reversed, lines: [line], ids: ['sig_r'] },
     'v3 in another order (another version): read with its own column list',
   );
   t.throws(() => readRows(enc.encode('{"v":2,"costs":2,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), /header counts 2 lines, the body has 1/);
-  for (const columns of [['signal_id', 'drop_table'], ['signal_id', 'signal_id'], ['cost_amount'], ['signal_id', 'pool_id'], 'signal_id', ['signal_id', 1]]) {
-    t.throws(() => readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n["sig_a"]\n`)), /column|no column list/, `columns ${JSON.stringify(columns)}`);
+  t.throws(() => readRows(enc.encode('{"v":3,"costs":0,"consumption":0,"unpriced":0}')), /a header without lines/);
+  const all = RENDER_COLUMNS.costs;
+  for (const columns of [[...all, 'drop_table'], [...all, 'signal_id'], all.filter((c) => c !== 'org_id'), ['signal_id', 'cost_amount'], 'signal_id', [...all.slice(1), 1]]) {
+    t.throws(() => readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n["sig_a"]\n`)), /column|no column list|lacks/, `columns ${JSON.stringify(columns)}`);
   }
   t.throws(() => readRows(enc.encode('{"v":3,"costs":1,"consumption":0,"unpriced":0}\n["sig_a"]\n')), /no column list for its costs/);
+  const v3 = (l: string) => enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(all)}}}\n${l}\n`);
+  const row = (id: unknown) => JSON.stringify(all.map((c) => (c === 'signal_id' ? id : 'x')));
+  t.ok(readRows(v3(row('sig_ok'))), 'a well-formed line');
+  const bad: [string, string][] = [
+    [row(123), 'a number for an id'],
+    [row(null), 'null for an id'],
+    [row({ a: 1 }), 'an object for an id'],
+    [row('sig"x'), 'an id that needs escaping'],
+    [row(''), 'an empty id'],
+    [`${row('sig_a')} ${row('sig_h')}`, 'two rows on one line'],
+    [`${row('sig_a')}x`, 'trailing text'],
+    [JSON.stringify(['sig_a']), 'too few values'],
+    [JSON.stringify({ signal_id: 'sig_a' }), 'an object line in a v3 body'],
+    ['', 'an empty line'],
+  ];
+  for (const [l, why] of bad) t.throws(() => readRows(v3(l)), /billing rows body|JSON/, why);
+  const lookalikes: [string, string][] = [
+    ['{"x\\"signal_id":"fake","signal_id":"real"}', 'the id is the field, not a look-alike in a key'],
+    ['{"meta":{"signal_id":"fake"},"signal_id":"real"}', 'nor one in a nested object'],
+  ];
+  for (const [l, why] of lookalikes) t.same(readRows(enc.encode(`{"v":2,"costs":1,"consumption":0,"unpriced":0}\n${l}\n`)).costs.ids, ['real'], why);
+  t.throws(() => readRows(enc.encode('{"v":2,"costs":1,"consumption":0,"unpriced":0}\n["sig_a"]\n')), /not one row object/);
   t.throws(() => readRows(enc.encode('{"nothing":1}')), /neither form/);
   t.throws(() => readRows(enc.encode('not json')));
-});
-
-t.test('signalIdOf reads the id as JSON.parse would', async (t) => {
-  fc.assert(
-    fc.property(fc.oneof(costArb, consumptionArb, unpricedArb), (row) => {
-      const line = JSON.stringify(row);
-      return signalIdOf(line) === (JSON.parse(line) as { signal_id: string }).signal_id;
-    }),
-    { numRuns: 500 },
-  );
-  fc.assert(
-    fc.property(fc.oneof(costArb, consumptionArb, unpricedArb), fc.boolean(), (row, idFirst) => {
-      const columns = idFirst ? RENDER_COLUMNS.costs : ['event_name', 'signal_id'];
-      const line = JSON.stringify(columns.map((c) => (row as unknown as Record<string, unknown>)[c] ?? null));
-      return signalIdOf(line, columns) === row.signal_id;
-    }),
-    { numRuns: 500 },
-  );
-  t.equal(signalIdOf('["sig_\\"x","a"]', ['signal_id', 'event_name']), 'sig_"x', 'an id that needs escaping: parsed whole');
-  t.equal(signalIdOf('{"event_name":"\\"signal_id\\":\\"fake","signal_id":"sig_real"}'), 'sig_real', 'a user text that looks like the field: parsed whole');
 });
 
 t.test("BILLING_COLUMNS are the billing tables' columns, as created", async (t) => {

@@ -13,7 +13,8 @@
  * bytes a priced signal, for its cost and consumption rows), and every byte of a row is
  * copied from the worker, sent to NATS, stored, delivered to the inserter and sent to the
  * engine. The column lists travel with the body, so an inserter reads a body of another
- * version as long as the columns are its tables' (checked: store/schema.ts compactColumns).
+ * version as long as the columns are its tables' (checked: store/schema.ts compactColumns), and
+ * every line is checked to be one row of that shape with a string signal id (readRows).
  *
  * Earlier forms are still read (messages in flight across an upgrade): `{"v":2,…}` with
  * JSONEachRow object lines, and one JSON object `{costs: [...], consumption: [...],
@@ -22,10 +23,11 @@
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import { BILLING_COLUMNS, compactColumns, type BillingTable } from '../../store/schema.js';
 
-/** The lines of one table: JSONEachRow objects (`columns` null), or JSONCompactEachRow arrays in `columns` order. */
+/** The lines of one table: JSONEachRow objects (`columns` null), or JSONCompactEachRow arrays in `columns` order; each line's signal id. */
 export interface TableLines {
   columns: readonly string[] | null;
   lines: string[];
+  ids: string[];
 }
 
 export interface RowLines {
@@ -38,7 +40,7 @@ type Part = keyof RowLines;
 const PARTS: readonly Part[] = ['costs', 'consumption', 'unpriced'];
 const TABLE: Record<Part, BillingTable> = { costs: 'costs', consumption: 'credit_consumption', unpriced: 'unpriced' };
 
-/** The order this version renders each table's values in: `signal_id` first (signalIdOf reads it from the line's start), then the table's order. */
+/** The order this version renders each table's values in: `signal_id` first, then the table's order. */
 const first = (cols: readonly string[]): string[] => ['signal_id', ...cols.filter((c) => c !== 'signal_id')];
 export const RENDER_COLUMNS: Record<Part, readonly string[]> = {
   costs: first(BILLING_COLUMNS.costs),
@@ -67,12 +69,19 @@ export function renderRows(rows: { costs: readonly CostRow[]; consumption: reado
 
 const dec = new TextDecoder();
 
-/** The lines of a body of any form; throws on anything else (a column list that is not its table's included). */
+/**
+ * The lines of a body of any form, each checked to be one row of its table's shape: one JSON
+ * array of as many values as the column list names (or one JSON object), its signal id a
+ * string. Throws on anything else — a column list that is not its table's included — so a
+ * line the engine would refuse, or that holds more than one row, or whose id the redelivery
+ * check could not match, never reaches an insert.
+ */
 export function readRows(data: Uint8Array): RowLines {
   const text = dec.decode(data);
   const v3 = text.startsWith(V3);
   if (v3 || text.startsWith(V2)) {
     const nl = text.indexOf('\n');
+    if (nl < 0) throw new Error('billing rows body: a header without lines');
     const head = JSON.parse(text.slice(0, nl)) as { costs: number; consumption: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
     const lines = text.slice(nl + 1).split('\n');
     if (lines.at(-1) === '') lines.pop();
@@ -80,47 +89,43 @@ export function readRows(data: Uint8Array): RowLines {
     if (![costs, consumption, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + consumption! + unpriced! !== lines.length) {
       throw new Error(`billing rows body: the header counts ${costs! + consumption! + unpriced!} lines, the body has ${lines.length}`);
     }
-    const columnsOf = (p: Part, n: number): readonly string[] | null => {
-      if (!v3 || n === 0) return null;
+    const table = (p: Part, from: number, n: number): TableLines => {
+      const mine = lines.slice(from, from + n);
+      if (!v3 || n === 0) return { columns: null, lines: mine, ids: mine.map(objectId) };
       const c = head.columns?.[p];
       if (!Array.isArray(c)) throw new Error(`billing rows body: no column list for its ${p}`);
-      return compactColumns(TABLE[p], c);
+      const columns = compactColumns(TABLE[p], c);
+      const at = columns.indexOf('signal_id');
+      return { columns, lines: mine, ids: mine.map((l) => arrayId(l, columns.length, at)) };
     };
-    return {
-      costs: { columns: columnsOf('costs', costs!), lines: lines.slice(0, costs) },
-      consumption: { columns: columnsOf('consumption', consumption!), lines: lines.slice(costs, costs! + consumption!) },
-      unpriced: { columns: columnsOf('unpriced', unpriced!), lines: lines.slice(costs! + consumption!) },
-    };
+    return { costs: table('costs', 0, costs!), consumption: table('consumption', costs!, consumption!), unpriced: table('unpriced', costs! + consumption!, unpriced!) };
   }
   const former = JSON.parse(text) as { costs?: unknown[]; consumption?: unknown[]; unpriced?: unknown[] };
   if (!Array.isArray(former.costs) || !Array.isArray(former.consumption)) throw new Error('billing rows body: neither form');
-  const objects = (rows: unknown[] | undefined): TableLines => ({ columns: null, lines: (rows ?? []).map((r) => JSON.stringify(r)) });
+  const objects = (rows: unknown[] | undefined): TableLines => {
+    const lines = (rows ?? []).map((r) => JSON.stringify(r));
+    return { columns: null, lines, ids: lines.map(objectId) };
+  };
   return { costs: objects(former.costs), consumption: objects(former.consumption), unpriced: objects(former.unpriced) };
 }
 
-const SIGNAL_ID = '"signal_id":"';
+const SIGNAL_ID = /^[\w-]{1,200}$/;
 
-/**
- * The signal id of a row line, of either shape. An object line: rows are rendered with
- * `org_id`, `livemode`, `signal_id` first (evaluate.ts), before any text a user chose, and
- * signal ids need no escaping, so the first `"signal_id":"` of the line is the field. An
- * array line with `signal_id` first: the line's first string. Any other line is parsed.
- */
-export function signalIdOf(line: string, columns: readonly string[] | null = null): string {
-  if (columns === null) {
-    const at = line.indexOf(SIGNAL_ID);
-    if (at >= 0 && at < 128) {
-      const end = line.indexOf('"', at + SIGNAL_ID.length);
-      const id = line.slice(at + SIGNAL_ID.length, end);
-      if (end > 0 && /^[\w-]+$/.test(id)) return id;
-    }
-    return (JSON.parse(line) as { signal_id: string }).signal_id;
-  }
-  const i = columns.indexOf('signal_id');
-  if (i === 0 && line.startsWith('["')) {
-    const end = line.indexOf('"', 2);
-    const id = line.slice(2, end);
-    if (end > 0 && /^[\w-]+$/.test(id)) return id;
-  }
-  return (JSON.parse(line) as unknown[])[i] as string;
+function idOf(v: unknown, line: string): string {
+  if (typeof v !== 'string' || !SIGNAL_ID.test(v)) throw new Error(`billing rows body: a row without a valid signal id: ${line.slice(0, 120)}`);
+  return v;
+}
+
+/** The signal id of a JSONEachRow line holding one object. */
+function objectId(line: string): string {
+  const row = JSON.parse(line) as unknown;
+  if (row === null || typeof row !== 'object' || Array.isArray(row)) throw new Error(`billing rows body: a line that is not one row object: ${line.slice(0, 120)}`);
+  return idOf((row as { signal_id?: unknown }).signal_id, line);
+}
+
+/** The signal id of a JSONCompactEachRow line holding one array of `arity` values. */
+function arrayId(line: string, arity: number, at: number): string {
+  const row = JSON.parse(line) as unknown;
+  if (!Array.isArray(row) || row.length !== arity) throw new Error(`billing rows body: a line that is not one row of ${arity} values: ${line.slice(0, 120)}`);
+  return idOf(row[at], line);
 }

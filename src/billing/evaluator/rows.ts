@@ -18,7 +18,7 @@ import type { Store } from '../../store/index.js';
 import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
 import { H_MODE, H_ORG } from '../../bus/batch.js';
-import { readRows, signalIdOf, type RowLines, type TableLines } from './rows-body.js';
+import { readRows, type RowLines, type TableLines } from './rows-body.js';
 
 /** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
 export interface BatchMarks {
@@ -134,15 +134,17 @@ export class BillingRowsInserter {
   /** The rows of a message whose signals are not in their tables yet. */
   private async notYetStored(m: JsMsg, rows: RowLines): Promise<RowLines> {
     const orgId = m.headers?.get(H_ORG) ?? '';
-    const ids = (t: TableLines): string[] => t.lines.map((l) => signalIdOf(l, t.columns));
-    const of = { costs: ids(rows.costs), consumption: ids(rows.consumption), unpriced: ids(rows.unpriced) };
+    const of = { costs: rows.costs.ids, consumption: rows.consumption.ids, unpriced: rows.unpriced.ids };
     const all = [...new Set([...of.costs, ...of.consumption, ...of.unpriced])];
     const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
       this.store.existingCostIds(orgId, all),
       this.store.existingConsumptionIds(orgId, all),
       this.store.existingUnpricedIds(orgId, all),
     ]);
-    const keep = (t: TableLines, idsOf: string[], have: Set<string>): TableLines => ({ columns: t.columns, lines: t.lines.filter((_, i) => !have.has(idsOf[i]!)) });
+    const keep = (t: TableLines, idsOf: string[], have: Set<string>): TableLines => {
+      const at = idsOf.flatMap((id, i) => (have.has(id) ? [] : [i]));
+      return { columns: t.columns, lines: at.map((i) => t.lines[i]!), ids: at.map((i) => idsOf[i]!) };
+    };
     return {
       costs: keep(rows.costs, of.costs, haveCosts),
       consumption: keep(rows.consumption, of.consumption, haveConsumption),
@@ -168,10 +170,10 @@ class Shapes {
     const key = t.columns ? t.columns.join(',') : '';
     let shape = this.byShape.get(key);
     if (!shape) this.byShape.set(key, (shape = { columns: t.columns ?? undefined, lines: [] }));
-    for (const line of t.lines) {
-      const id = signalIdOf(line, t.columns);
+    t.lines.forEach((line, i) => {
+      const id = t.ids[i]!;
       if (!this.seen.has(id)) (this.seen.add(id), shape.lines.push(line));
-    }
+    });
   }
 
   /** What to insert: per shape, the lines as one body. */
