@@ -9,7 +9,7 @@
  * Every role serves GET /healthz, GET /readyz and GET /metrics on PORT; the routes of each
  * role are in the route table (src/routes.ts).
  */
-import { createRedis } from './ratelimit/connect.js';
+import { createRedis, watchRedis } from './ratelimit/connect.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { configureLog, log } from './log.js';
 import { Nats } from './bus/connection.js';
@@ -131,7 +131,11 @@ export async function start(cfg: Config): Promise<Running> {
       const redis = createRedis(cfg);
       redis.on('error', (err) => log.warn('redis error', { err: err.message }));
       await redis.connect().catch((err: Error) => log.warn('redis not reachable yet', { err: err.message }));
-      closers.push(() => void redis.disconnect());
+      const watchdog = watchRedis(redis, { onForce: (ms) => log.warn('redis unreachable for a while: reconnecting from scratch', { failingMs: ms }) });
+      closers.push(() => {
+        watchdog.stop();
+        void redis.disconnect();
+      });
       checks.redis = async () => {
         await redis.ping();
       };

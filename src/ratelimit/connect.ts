@@ -62,3 +62,55 @@ export function createRedis(cfg: Pick<Config, 'redisUrl' | 'redisTopology'>): Re
       });
   }
 }
+
+/**
+ * A watchdog for a connection that stays broken. ioredis reconnects by itself, and on this
+ * machine it does within ~0.3 s of a Sentinel promotion; but once, in a CI run under load, a
+ * client answered nothing for the 12 s after a promotion the drill watched
+ * (test/cluster/redis-sentinel.test.ts), with no sign of coming back. So every `everyMs` it
+ * pings, and when pings have failed for `stuckMs` on end (and the last forced reconnect is
+ * that old), it drops the connection and connects again, which asks the sentinels anew.
+ * Nothing happens while pings succeed. For a cluster, ioredis's own slot refresh does this.
+ */
+export function watchRedis(
+  redis: RedisClient,
+  opts: { everyMs?: number; stuckMs?: number; onForce?: (failingMs: number) => void } = {},
+): { stop(): void; forced(): number } {
+  const everyMs = opts.everyMs ?? 1_000;
+  const stuckMs = opts.stuckMs ?? 5_000;
+  let failingSince: number | null = null;
+  let lastForced = 0;
+  let forced = 0;
+  let busy = false;
+  const timer = setInterval(() => {
+    if (busy || redis instanceof Cluster) return;
+    busy = true;
+    let timeout: NodeJS.Timeout | undefined;
+    // A hung server never answers: a ping without an answer within `everyMs` failed too.
+    Promise.race([redis.ping(), new Promise((_, reject) => (timeout = setTimeout(() => reject(new Error('no answer')), everyMs)))])
+      .then(
+        () => {
+          failingSince = null;
+        },
+        () => {
+          const now = Date.now();
+          failingSince ??= now;
+          if (now - failingSince >= stuckMs && now - lastForced >= stuckMs) {
+            lastForced = now;
+            forced++;
+            opts.onForce?.(now - failingSince);
+            // Destroyed, not ended: a hung server never acknowledges an end, and the connection
+            // stays (ioredis #1314). The close then reconnects through the retry strategy.
+            if (redis.stream && !redis.stream.destroyed) redis.stream.destroy();
+            else redis.disconnect(true);
+          }
+        },
+      )
+      .finally(() => {
+        clearTimeout(timeout);
+        busy = false;
+      });
+  }, everyMs);
+  timer.unref();
+  return { stop: () => clearInterval(timer), forced: () => forced };
+}
