@@ -57,6 +57,9 @@ import { keptLines } from './lines.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
+import { isDataError } from '../store/engine-error.js';
+
+export { isDataError };
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
 export interface BillablePublisher {
   /** `lines`: BillableLine JSON texts as UTF-8, each ending in '\n' (src/pipeline/lines.ts); never empty. */
@@ -68,20 +71,6 @@ const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.j
 /** Batches processed at once (held by the loop) with `threads` workers; the pool queues twice as many tasks. */
 export const maxInflight = (threads: number): number => Math.max(4, threads * 4);
 
-
-/**
- * ClickHouse error codes that mean "this data cannot be inserted", as opposed to "the engine
- * cannot insert right now": CANNOT_PARSE_TEXT 6, CANNOT_PARSE_ESCAPE_SEQUENCE 25,
- * CANNOT_PARSE_QUOTED_STRING 26, CANNOT_PARSE_INPUT_ASSERTION_FAILED 27, CANNOT_PARSE_DATE 38,
- * CANNOT_PARSE_DATETIME 41, TYPE_MISMATCH 53, CANNOT_PARSE_NUMBER 72, INCORRECT_DATA 117,
- * TOO_LARGE_STRING_SIZE 131, ARGUMENT_OUT_OF_BOUND 69, CANNOT_CONVERT_TYPE 70.
- */
-const DATA_ERROR_CODES = new Set([6, 25, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131]);
-
-export function isDataError(err: unknown): boolean {
-  const m = /Code: (\d+)\./.exec(err instanceof Error ? err.message : String(err));
-  return m !== null && DATA_ERROR_CODES.has(Number(m[1]));
-}
 
 interface Buffered {
   msgs: JsMsg[];

@@ -30,3 +30,18 @@ export function toEngineError(err: unknown): EngineError {
   if (cut) return new EngineError('', Number(cut[1]), cut[2]!);
   return new EngineError('', 0, msg);
 }
+
+/**
+ * ClickHouse error codes that mean "this data cannot be inserted", as opposed to "the engine
+ * cannot insert right now": CANNOT_PARSE_TEXT 6, CANNOT_PARSE_ESCAPE_SEQUENCE 25,
+ * CANNOT_PARSE_QUOTED_STRING 26, CANNOT_PARSE_INPUT_ASSERTION_FAILED 27, CANNOT_PARSE_DATE 38,
+ * CANNOT_PARSE_DATETIME 41, TYPE_MISMATCH 53, CANNOT_PARSE_NUMBER 72, INCORRECT_DATA 117,
+ * TOO_LARGE_STRING_SIZE 131, ARGUMENT_OUT_OF_BOUND 69, CANNOT_CONVERT_TYPE 70. An insert that
+ * fails with one is dead-lettered (the pipeline's batches, the billing rows), never retried.
+ */
+const DATA_ERROR_CODES = new Set([6, 25, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131]);
+
+export function isDataError(err: unknown): boolean {
+  const m = /Code: (\d+)\./.exec(err instanceof Error ? err.message : String(err));
+  return m !== null && DATA_ERROR_CODES.has(Number(m[1]));
+}

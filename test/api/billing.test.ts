@@ -6,7 +6,7 @@
 import t from 'tap';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
 import { connect, headers } from '@nats-io/transport-node';
-import { jetstream } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { NATS_URL, createOrg, http, ok, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 
@@ -237,6 +237,44 @@ t.test('rows messages of every form (in flight across an upgrade) are stored', a
     got = await query(org.live, q);
   }
   t.same(got, want);
+});
+
+t.test('a rows message the engine refuses for its content is dead-lettered with the reason; the others are stored', async (t) => {
+  const org = await createOrg(svc.url, { burst: 1_000, refillPerSecond: 1_000 });
+  const columns = ['signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'cost_amount', 'currency'];
+  const body = (signal: string, cost: string) =>
+    `{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${JSON.stringify([signal, org.id, true, Date.parse('2026-05-02T00:00:00Z'), 'api_call', 'cus_x', null, 'plan_x', 'ola_x', '1', cost, cost, 'USD'])}\n`;
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const js = jetstream(nc);
+    // Both in one flush, most likely: the bad one must not hold the good one back either way.
+    await Promise.all(
+      [body('sig_poisonrow', 'not-a-number'), body('sig_goodrow', '3')].map((b, i) => {
+        const h = headers();
+        h.set('Billing-Org', org.id);
+        h.set('Billing-Mode', 'live');
+        return js.publish(`${iso.natsPrefix}.billing-rows.${org.id}`, b, { headers: h, msgID: `rows-poison-${org.id}-${i}` });
+      }),
+    );
+    let got: unknown[][] = [];
+    for (let i = 0; i < 100 && got.length === 0; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      got = await query(org.live, 'SELECT signal_id, toString(cost_amount) FROM fact_cost');
+    }
+    t.same(got, [['sig_goodrow', '3']], 'the good one stored, the bad one not');
+    const jsm = await jetstreamManager(nc);
+    let dead: { reason: string; stream: string } | null = null;
+    for (let i = 0; i < 100 && !dead; i++) {
+      const m = await jsm.streams.getMessage(`${iso.natsPrefix}_SIGNALS_DLQ`, { last_by_subj: `${iso.natsPrefix}.dlq.${org.id}` }).catch(() => null);
+      if (m) dead = { reason: m.header.get('Billing-Dead-Letter-Reason'), stream: m.header.get('Billing-Original-Stream') };
+      else await new Promise((r) => setTimeout(r, 100));
+    }
+    t.match(dead, { reason: /Code: \d+\./, stream: `${iso.natsPrefix}_BILLING_ROWS` }, 'dead-lettered with the engine\'s reason and where it came from');
+    const rows = await jsm.consumers.info(`${iso.natsPrefix}_BILLING_ROWS`, 'billing-rows');
+    t.equal(rows.num_ack_pending + rows.num_pending, 0, 'nothing left to retry');
+  } finally {
+    await nc.close();
+  }
 });
 
 t.test('a batch is evaluated against (and pins) only the customers it names', async (t) => {

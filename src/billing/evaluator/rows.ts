@@ -19,6 +19,9 @@ import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
 import { H_MODE, H_ORG } from '../../bus/batch.js';
 import { readRows, type RowLines, type TableLines } from './rows-body.js';
+import { headers as natsHeaders } from '@nats-io/transport-node';
+import { publishDurable } from '../../bus/publish.js';
+import { isDataError } from '../../store/engine-error.js';
 
 /** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
 export interface BatchMarks {
@@ -26,6 +29,7 @@ export interface BatchMarks {
 }
 
 const FLUSH_ROWS = 10_000;
+const DLQ_PUBLISH_TIMEOUT_MS = 10_000;
 const FLUSH_MS = 200;
 /** How often held messages are marked in progress (BILLING_ACK_WAIT_MS is at least 1 s). */
 const WORKING_MS = 400;
@@ -90,31 +94,84 @@ export class BillingRowsInserter {
     this.flushing = this.flushing.then(async () => {
       if (batch.msgs.length === 0) return;
       try {
-        // Per table, the lines of each shape (JSONEachRow objects, or arrays in one column
-        // order: one shape unless versions meet in a flush), a signal's row once per table,
-        // even when a message and its redelivery (or a former version's message of the same
-        // batch) meet in one flush.
-        const tables = { costs: new Shapes(), consumption: new Shapes(), unpriced: new Shapes() };
         const first = await Promise.all(batch.msgs.map((m) => this.firstTake(m)));
-        for (let i = 0; i < batch.msgs.length; i++) {
-          const m = batch.msgs[i]!;
-          const rows = m.redelivered || !first[i] ? await this.notYetStored(m, batch.rows[i]!) : batch.rows[i]!;
-          tables.costs.take(rows.costs);
-          tables.consumption.take(rows.consumption);
-          tables.unpriced.take(rows.unpriced);
-        }
-        for (const { columns, lines, count } of tables.costs.all()) await observeInsert('fact_cost', count, () => this.store.insertCosts(lines, columns));
-        for (const { columns, lines, count } of tables.consumption.all()) await observeInsert('fact_credit_consumption', count, () => this.store.insertConsumption(lines, columns));
-        for (const { columns, lines, count } of tables.unpriced.all()) await observeInsert('fact_unpriced', count, () => this.store.insertUnpriced(lines, columns));
+        const rows = await Promise.all(batch.msgs.map((m, i) => (m.redelivered || !first[i] ? this.notYetStored(m, batch.rows[i]!) : batch.rows[i]!)));
+        await this.insert(rows);
         for (const m of batch.msgs) m.ack();
       } catch (err) {
-        log.error('billing rows insert failed; will be redelivered', { err, messages: batch.msgs.length });
-        for (const m of batch.msgs) m.nak(2_000);
+        if (isDataError(err)) await this.isolate(batch, err);
+        else {
+          log.error('billing rows insert failed; will be redelivered', { err, messages: batch.msgs.length });
+          for (const m of batch.msgs) m.nak(2_000);
+        }
       } finally {
         for (const m of batch.msgs) this.held.delete(m);
       }
     });
     return this.flushing;
+  }
+
+  /**
+   * The rows of some messages, one statement per table and shape. Per table, the lines of each
+   * shape (JSONEachRow objects, or arrays in one column order: one shape unless versions meet
+   * in a flush), a signal's row once per table, even when a message and its redelivery (or a
+   * former version's message of the same batch) meet in one flush.
+   */
+  private async insert(rows: RowLines[]): Promise<void> {
+    const tables = { costs: new Shapes(), consumption: new Shapes(), unpriced: new Shapes() };
+    for (const r of rows) {
+      tables.costs.take(r.costs);
+      tables.consumption.take(r.consumption);
+      tables.unpriced.take(r.unpriced);
+    }
+    for (const { columns, lines, count } of tables.costs.all()) await observeInsert('fact_cost', count, () => this.store.insertCosts(lines, columns));
+    for (const { columns, lines, count } of tables.consumption.all()) await observeInsert('fact_credit_consumption', count, () => this.store.insertConsumption(lines, columns));
+    for (const { columns, lines, count } of tables.unpriced.all()) await observeInsert('fact_unpriced', count, () => this.store.insertUnpriced(lines, columns));
+  }
+
+  /**
+   * A flush the engine refused for its content (a value it cannot parse: bodies are checked
+   * when read, so only a producer's bug or a forged message gets here): each message again on
+   * its own, after dropping what the failed flush may have stored of it (its other tables'
+   * inserts may have landed). One the engine still refuses for its content goes to the
+   * dead-letter stream with the reason and is acked, so it cannot hold back every other
+   * organization's rows; any other failure naks it for a retry.
+   */
+  private async isolate(batch: { msgs: JsMsg[]; rows: RowLines[] }, err: unknown): Promise<void> {
+    log.warn('billing rows refused for their content; inserting message by message', { err, messages: batch.msgs.length });
+    for (let i = 0; i < batch.msgs.length; i++) {
+      const m = batch.msgs[i]!;
+      try {
+        await this.insert([await this.notYetStored(m, batch.rows[i]!)]);
+        m.ack();
+      } catch (e) {
+        if (!isDataError(e)) {
+          log.error('billing rows insert failed; will be redelivered', { err: e, seq: m.seq });
+          m.nak(2_000);
+          continue;
+        }
+        try {
+          await this.deadLetter(m, e);
+        } catch (dlqErr) {
+          log.error('dead-letter publish failed; will retry', { err: dlqErr, seq: m.seq });
+          m.nak(2_000);
+        }
+      }
+    }
+  }
+
+  /** Moves a rows message the engine refuses to `<P>_SIGNALS_DLQ` (with the reason and where it came from), then acks it. */
+  private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
+    const reason = (err instanceof Error ? err.message : String(err)).slice(0, 2_000);
+    const h = natsHeaders();
+    if (m.headers) for (const k of m.headers.keys()) if (!k.startsWith('Nats-')) h.set(k, m.headers.get(k));
+    h.set('Billing-Dead-Letter-Reason', reason.replace(/[\r\n]+/g, ' '));
+    h.set('Billing-Original-Stream', this.nats.topology.billingRows.stream);
+    h.set('Billing-Original-Seq', String(m.seq));
+    const org = m.headers?.get(H_ORG) || m.subject.split('.').pop()!;
+    await publishDurable(this.nats.nc, this.nats.topology.deadLetters.subject(org), m.data, h, `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, DLQ_PUBLISH_TIMEOUT_MS);
+    m.ack();
+    log.error('billing rows moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 
   /**
