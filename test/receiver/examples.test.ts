@@ -143,6 +143,8 @@ for (const [name, start] of Object.entries(FRAMEWORKS)) {
     await ok(api('POST', `/api/v2/customers/${customer.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '1.5' }));
     t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'call', customerId: 'acme' }, { eventName: 'call', customerId: 'acme' }] })).status, 202);
     await waitFor(async () => processed.filter((e) => e.event === 'billing-credits-depleted').length, (n) => n > 0, 30_000);
+    // The example processes the event before its answer is written: wait for the answer too.
+    await waitFor(async () => recorder.of('billing-credits-depleted').length, (n) => n >= 2, 10_000);
     const depletions = recorder.of('billing-credits-depleted');
     t.same(depletions.map((d) => [d.status, d.answer]), [[500, { error: 'could not queue the event' }], [200, { action: 'process' }]], 'queueing failed: 500, the service retried, the retry was processed (the key was released)');
     t.equal(depletions[0]!.body.toString(), depletions[1]!.body.toString(), 'the retry carried the same bytes');
