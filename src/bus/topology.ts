@@ -124,20 +124,30 @@ export async function ensure(nats: JetStreamAdmin, r: Resource): Promise<KV | vo
 
 async function ensureStream(nats: JetStreamAdmin, config: Partial<StreamConfig> & { name: string }, existing: 'update' | 'keep'): Promise<void> {
   const wanted = { ...config, num_replicas: nats.replicas };
-  let found: { config: Record<string, unknown> };
-  try {
-    found = (await nats.jsm.streams.info(config.name)) as unknown as { config: Record<string, unknown> };
-  } catch (err) {
-    if (!isNotFound(err)) throw err;
+  const info = async (): Promise<{ config: Record<string, unknown> } | null> => {
+    try {
+      return (await nats.jsm.streams.info(config.name)) as unknown as { config: Record<string, unknown> };
+    } catch (err) {
+      if (!isNotFound(err)) throw err;
+      return null;
+    }
+  };
+  let found = await info();
+  if (!found) {
     try {
       await nats.jsm.streams.add(wanted as StreamConfig);
+      return;
     } catch (e) {
-      throw new Error(
-        `cannot create JetStream stream ${config.name} with ${nats.replicas} replica(s) (NATS_REPLICAS=${nats.replicas}): ${(e as Error).message}. ` +
-          'NATS_REPLICAS must not exceed the number of JetStream servers of the cluster (1 for a single server).',
-      );
+      // Another process starting at the same moment created it first (nats-server 2.9 then
+      // answers "subjects overlap with an existing stream"): go on with the one it made.
+      found = await info();
+      if (!found) {
+        throw new Error(
+          `cannot create JetStream stream ${config.name} with ${nats.replicas} replica(s) (NATS_REPLICAS=${nats.replicas}): ${(e as Error).message}. ` +
+            'NATS_REPLICAS must not exceed the number of JetStream servers of the cluster (1 for a single server).',
+        );
+      }
     }
-    return;
   }
   const have = Number(found.config.num_replicas ?? 1);
   if (existing === 'update') {
