@@ -138,8 +138,10 @@ async function ensureStream(nats: JetStreamAdmin, config: Partial<StreamConfig> 
       await nats.jsm.streams.add(wanted as StreamConfig);
       return;
     } catch (e) {
-      // Another process starting at the same moment created it first (nats-server 2.9 then
-      // answers "subjects overlap with an existing stream"): go on with the one it made.
+      // Another process starting at the same moment created it first, perhaps with its role's
+      // settings (nats-server 2.9 answers "stream name already in use with a different
+      // configuration", or "subjects overlap with an existing stream"): go on with the one it
+      // made, as if it had been there (updated to `config` when `existing` is 'update').
       found = await info();
       if (!found) {
         throw new Error(
