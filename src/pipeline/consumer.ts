@@ -48,9 +48,8 @@ import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import { PULL_EXPIRES_MS, type Nats } from '../bus/connection.js';
 import type { Store } from '../store/index.js';
-import { headers as natsHeaders } from '@nats-io/transport-node';
 import { IdempotencyClaims } from './dedupe.js';
-import { publishDurable } from '../bus/publish.js';
+import { deadLetter } from '../bus/dead-letter.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
 import { keptLines } from './lines.js';
@@ -278,13 +277,7 @@ export class Pipeline {
   }
 
   private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
-    const reason = (err instanceof Error ? err.message : String(err)).slice(0, 2_000);
-    const h = natsHeaders();
-    if (m.headers) for (const k of m.headers.keys()) if (!k.startsWith('Nats-')) h.set(k, m.headers.get(k));
-    h.set('Billing-Dead-Letter-Reason', reason.replace(/[\r\n]+/g, ' '));
-    h.set('Billing-Original-Seq', String(m.seq));
-    await publishDurable(this.nats.nc, this.nats.topology.deadLetters.subject(m.subject.split('.').pop()!), m.data, h, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
-    m.ack();
+    const reason = await deadLetter(this.nats, m, err, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
     log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 

@@ -19,8 +19,7 @@ import { billingLog as log } from '../../log.js';
 import { observeInsert } from '../../metrics/index.js';
 import { H_MODE, H_ORG } from '../../bus/batch.js';
 import { readRows, type RowLines, type TableLines } from './rows-body.js';
-import { headers as natsHeaders } from '@nats-io/transport-node';
-import { publishDurable } from '../../bus/publish.js';
+import { deadLetter } from '../../bus/dead-letter.js';
 import { isDataError } from '../../store/engine-error.js';
 
 /** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
@@ -160,17 +159,9 @@ export class BillingRowsInserter {
     }
   }
 
-  /** Moves a rows message the engine refuses to `<P>_SIGNALS_DLQ` (with the reason and where it came from), then acks it. */
+  /** Moves a rows message the engine refuses to the dead-letter stream (bus/dead-letter.ts), which acks it. */
   private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
-    const reason = (err instanceof Error ? err.message : String(err)).slice(0, 2_000);
-    const h = natsHeaders();
-    if (m.headers) for (const k of m.headers.keys()) if (!k.startsWith('Nats-')) h.set(k, m.headers.get(k));
-    h.set('Billing-Dead-Letter-Reason', reason.replace(/[\r\n]+/g, ' '));
-    h.set('Billing-Original-Stream', this.nats.topology.billingRows.stream);
-    h.set('Billing-Original-Seq', String(m.seq));
-    const org = m.headers?.get(H_ORG) || m.subject.split('.').pop()!;
-    await publishDurable(this.nats.nc, this.nats.topology.deadLetters.subject(org), m.data, h, `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, DLQ_PUBLISH_TIMEOUT_MS);
-    m.ack();
+    const reason = await deadLetter(this.nats, m, err, `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, DLQ_PUBLISH_TIMEOUT_MS);
     log.error('billing rows moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 
