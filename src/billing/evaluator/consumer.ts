@@ -588,6 +588,10 @@ export class BillingEvaluator {
       pinned = { pin: made.pin, revision: 0 };
       pinJson = made.bytes;
       pinWrite = this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]).then(([r]) => r!);
+      // Awaited by `before` (step 3); a worker that fails before asking leaves it unawaited: not
+      // an unhandled rejection then (the step fails with the worker's error, and the next one
+      // reads the pin again).
+      pinWrite.catch(() => undefined);
     }
     const { pin } = pinned;
     const seq = pin.seq;
