@@ -387,7 +387,18 @@ export class BillingEvaluator {
    */
   private async pull(k: number, lane: Lane): Promise<void> {
     const { billableParts } = this.nats.topology;
-    const consumer = await this.nats.js.consumers.get(billableParts.stream, billableParts.consumer(k));
+    // Looked up until it answers: a puller that ended on a slow lookup would leave partition k
+    // to nobody in this process until the membership changed (seen in CI: 70 messages left).
+    let consumer: Awaited<ReturnType<typeof this.nats.js.consumers.get>> | null = null;
+    while (!consumer && this.pulling.has(k) && !this.stopping) {
+      try {
+        consumer = await this.nats.js.consumers.get(billableParts.stream, billableParts.consumer(k));
+      } catch (err) {
+        log.warn('billing partition consumer lookup failed; looking again', { err, partition: k });
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+    if (!consumer) return;
     while (this.pulling.has(k) && !this.stopping) {
       const room = GROUP_HELD - lane.held.length;
       if (room <= 0) {
@@ -558,7 +569,18 @@ export class BillingEvaluator {
       // 2'. A pinned group: exactly its messages, once all are held here.
       const want = new Set(current.seqs);
       group = lane.held.filter((h) => want.has(h.seq));
-      if (group.length !== current.seqs.length) return committed.length > 0;
+      if (group.length !== current.seqs.length) {
+        // Part of the group is held by another process. One that no longer pulls partition k
+        // gives its part back (naks it): otherwise both holders could wait for each other for
+        // ever (the group's messages redelivered after a crash, split between the process that
+        // pulled k then and the one k was given to next).
+        if (!this.pulling.has(k) && group.length > 0) {
+          log.warn('a pinned billing group is held partly elsewhere: giving back this part', { partition: k, seqs: group.map((h) => h.seq) });
+          for (const h of group) h.m.nak();
+          lane.remove(new Set(group.map((h) => h.seq)));
+        }
+        return committed.length > 0;
+      }
       pinned = { pin: current, revision: pinRevision };
     } else {
       group = formGroup(lane.held);
