@@ -8,4 +8,5 @@ COPY . .
 RUN npm run build && npm prune --omit=dev
 ENV NODE_ENV=production
 EXPOSE 8080
-CMD ["node", "dist/src/main.js"]
+# The Node options of src/shared/node-flags.ts (a unit test checks they match).
+CMD ["node", "--max-semi-space-size=64", "dist/src/main.js"]

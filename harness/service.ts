@@ -31,6 +31,7 @@ import { Redis } from 'ioredis';
 import { connect } from '@nats-io/transport-node';
 import { jetstreamManager } from '@nats-io/jetstream';
 import { freePort } from './ports.js';
+import { NODE_FLAGS } from '../src/shared/node-flags.js';
 
 /** The repository root, from the source file (tap) or from its compiled copy in dist/harness. */
 export const ROOT = fileURLToPath(new URL(fileURLToPath(import.meta.url).includes(`${path.sep}dist${path.sep}harness${path.sep}`) ? '../../' : '../', import.meta.url));
@@ -184,8 +185,9 @@ const MAX_OUTPUT = 4 * 1024 * 1024;
 /** Starts `node file args` in its own process group, its output collected. */
 export function startChild(file: string, args: string[], env: Record<string, string | undefined>): Child {
   hookProcess();
-  // SERVICE_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof": node options for the started processes (profiling a bench).
-  const nodeArgs = process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [];
+  // The service's own Node options (src/shared/node-flags.ts), as users start it; then
+  // SERVICE_NODE_ARGS="--cpu-prof --cpu-prof-dir=/tmp/prof": more for the started processes (profiling a bench).
+  const nodeArgs = [...NODE_FLAGS, ...(process.env.SERVICE_NODE_ARGS?.split(' ').filter(Boolean) ?? [])];
   // SERVICE_CPUS="0": the started processes (and what they fork: the engine host) run on those
   // CPUs only (`taskset -c`, which execs the command: same pid), to measure what a core buys.
   const cpus = process.env.SERVICE_CPUS;

@@ -25,4 +25,5 @@ if [ -z "${WEBHOOK_ENCRYPTION_KEY:-}" ]; then
   export WEBHOOK_ENCRYPTION_KEY
   echo "run: WEBHOOK_ENCRYPTION_KEY not set; using the one in $DATA_DIR/webhook-encryption-key"
 fi
-exec node dist/src/main.js "$@"
+# The Node options of src/shared/node-flags.ts (a unit test checks they match).
+exec node --max-semi-space-size=64 dist/src/main.js "$@"

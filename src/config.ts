@@ -15,8 +15,10 @@ import { X509Certificate } from 'node:crypto';
 import { Resolver } from 'node:dns';
 
 /** Points of the billing evaluator's commit order where the test-only fault hook can act. */
-export const BILLING_FAULT_POINTS = ['after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const;
+export const BILLING_FAULT_POINTS = ['before-states', 'after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const;
 export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
+/** BILLING_PARTITIONS' upper bound (and of the number a deployment keeps: billing/evaluator/streams.ts). */
+export const MAX_BILLING_PARTITIONS = 256;
 
 export type Role = 'all' | 'ingress' | 'pipeline' | 'dispatcher';
 export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline', 'dispatcher'];
@@ -98,9 +100,11 @@ export interface Config {
      * of the commit order where it acts, null (the default) for none.
      */
     faultPoint: BillingFaultPoint | null;
-    /** What the hook does there: `kill` (SIGKILL of this process) or `pause` (log, wait faultPauseMs, go on). */
-    faultAction: 'kill' | 'pause';
+    /** What the hook does there: `kill` (SIGKILL of this process), `pause` (log, wait faultPauseMs, go on) or `stall` (log, block the main thread faultPauseMs, go on). */
+    faultAction: 'kill' | 'pause' | 'stall';
     faultPauseMs: number;
+    /** With `stall`: a file whose existence ends the stall early (BILLING_FAULT_RELEASE_FILE), null for none. */
+    faultReleaseFile: string | null;
   };
   webhooks: {
     /** WEBHOOK_ENCRYPTION_KEY: seals signing secrets at rest; null disables webhooks. */
@@ -310,10 +314,11 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     },
     billing: {
       ackWaitMs: r.int('BILLING_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
-      partitions: r.int('BILLING_PARTITIONS', 16, 1, 256),
+      partitions: r.int('BILLING_PARTITIONS', 16, 1, MAX_BILLING_PARTITIONS),
       faultPoint: r.optional('BILLING_FAULT_POINT') === null ? null : r.oneOf<BillingFaultPoint>('BILLING_FAULT_POINT', 'after-pin', BILLING_FAULT_POINTS),
-      faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause'] as const),
+      faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause', 'stall'] as const),
       faultPauseMs: r.int('BILLING_FAULT_PAUSE_MS', 5_000, 10, 600_000),
+      faultReleaseFile: r.optional('BILLING_FAULT_RELEASE_FILE'),
     },
     webhooks: {
       encryptionKey: null,

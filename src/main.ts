@@ -25,6 +25,7 @@ import { dedupeBucket, ensureDeadLetterStream, ensurePipelineConsumer } from './
 import { ensureSignalStream } from './ingress/stream.js';
 import { uWS } from './http/wrap.js';
 import { isMain } from './is-main.js';
+import { missingNodeFlags } from './shared/node-flags.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
 import { createWorkerPool } from './shared/worker-pool.js';
@@ -54,6 +55,8 @@ export interface Running {
 
 export async function start(cfg: Config): Promise<Running> {
   configureLog({ level: cfg.logLevel, role: cfg.role });
+  const missing = missingNodeFlags();
+  if (missing.length > 0) log.warn('started without the service\'s Node options (src/shared/node-flags.ts): it runs, with more CPU per signal; start it with them', { missing });
   startDefaultMetrics();
   const closers: (() => Promise<void> | void)[] = [];
   let nats: Nats | null = null;
@@ -96,7 +99,8 @@ export async function start(cfg: Config): Promise<Running> {
       let made: Promise<T> | null = null;
       return () => (made ??= make());
     };
-    const billingStreams = once(() => ensureBillingStreams(n, cfg.billing.ackWaitMs, cfg.billing.partitions));
+    const billingState = once(() => stateBucket(n));
+    const billingStreams = once(async () => ensureBillingStreams(n, await billingState(), cfg.billing.ackWaitMs, cfg.billing.partitions));
     const deliveryLog = once(async () => {
       const l = new DeliveryLog(n);
       await l.ensure();
@@ -109,7 +113,6 @@ export async function start(cfg: Config): Promise<Running> {
       await s.migrate();
       return s;
     });
-    const billingState = once(() => stateBucket(n));
     // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
     const watchLag = (kind: string, stream: string, consumer: string): void => {
       closers.push(
@@ -182,7 +185,7 @@ export async function start(cfg: Config): Promise<Running> {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
         partitions,
-        fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs),
+        fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs, cfg.billing.faultReleaseFile),
       });
       // What a former version left on the single billing lane goes first into the partitions.
       const routed = await evaluator.routeFormer(partitioner);
@@ -193,7 +196,7 @@ export async function start(cfg: Config): Promise<Running> {
       const ev = evaluator;
       members = new Members(await membersBucket(nats), memberId(randomToken(8)), partitions, (mine) => ev.assign(mine));
       await members.start();
-      billingRows = new BillingRowsInserter(nats, store, new IdempotencyClaims(await dedupeBucket(nats, cfg), nats.nc, topology.buckets.dedupe, cfg.publishTimeoutMs));
+      billingRows = new BillingRowsInserter(nats, store, new IdempotencyClaims(await dedupeBucket(nats, cfg), nats.nc, topology.buckets.dedupe, cfg.publishTimeoutMs), cfg.publishTimeoutMs);
       await billingRows.start();
       watchLag('SIGNALS', topology.signals.stream, topology.signals.consumer);
       for (let k = 0; k < partitions; k++) watchLag('BILLABLE', topology.billableParts.stream, topology.billableParts.consumer(k));

@@ -27,7 +27,7 @@ export async function nextSeq(nc: NatsConnection, apiPrefix: string, stream: str
   if (a!.headers?.hasError) throw new StreamGetError(`stream ${stream} message get: status ${a!.headers.code} ${a!.headers.description}`);
   const r = JSON.parse(dec.decode(a!.data)) as { message?: { seq?: number }; error?: { code?: number; err_code?: number; description?: string } };
   if (r.error) {
-    if (r.error.err_code === NO_MESSAGE || r.error.code === 404) return 0;
+    if (r.error.err_code === NO_MESSAGE) return 0; // (a missing stream is a 404 too: 10059, an error)
     throw new StreamGetError(`stream ${stream} message get: ${r.error.description ?? JSON.stringify(r.error)}`);
   }
   if (typeof r.message?.seq !== 'number') throw new StreamGetError(`stream ${stream} message get: an answer without a sequence`);

@@ -10,6 +10,9 @@
  * a dead process comes back quickly.
  */
 import t, { type Test } from 'tap';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { connect, headers as natsHeaders } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
@@ -17,7 +20,7 @@ import { TcpProxy } from '../helpers/proxy.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../src/bus/batch.js';
 import { partitionOf } from '../../src/billing/evaluator/partition.js';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
+import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, logsOnFailure, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
 const ACK_WAIT = { BILLING_ACK_WAIT_MS: '2000' };
@@ -108,6 +111,7 @@ async function killedAt(t: Test, p: ServiceProcess, exited: Promise<{ code: numb
 
 /** At the end: stops the processes (those current then) and removes both isolations (two pipeline processes need two data directories). */
 function teardownBoth(t: Test, iso: Isolation, isoB: Isolation, procs: () => ServiceProcess[]): void {
+  logsOnFailure(t, procs);
   t.teardown(async () => {
     for (const p of procs()) await p.stop();
     await cleanup(iso);
@@ -221,6 +225,88 @@ t.test('two pipeline processes evaluating at once', async (t) => {
   await billed(iso);
   checkEvents(t, await busEvents(iso, org.id));
   t.equal(await consumedInState(iso, org.id), '1200');
+});
+
+t.test('a process stalled past the ack wait between its pin and its reads: its group is finished elsewhere, and it publishes nothing from the later state', async (t) => {
+  const iso = isolation('billstall');
+  const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  // A signals batch the stalled process had already pulled comes back to the other within 3 s.
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT };
+  // Stalled (main thread blocked, as by a long GC on a starved CPU) until the test releases
+  // it: its held messages come back to the other process, its heartbeat lapses (members.ts).
+  const release = join(mkdtempSync(join(tmpdir(), 'billstall-')), 'release');
+  t.teardown(() => rmSync(dirname(release), { recursive: true, force: true }));
+  const p1 = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'before-states', BILLING_FAULT_ACTION: 'stall', BILLING_FAULT_PAUSE_MS: '300000', BILLING_FAULT_RELEASE_FILE: release });
+  let p2: ServiceProcess | null = null;
+  teardownBoth(t, iso, isoB, () => [ingress, p1, ...(p2 ? [p2] : [])]);
+  await Promise.all([ingress.start(), p1.start()]);
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const { c } = await acmeWithPool(ingress.url, org, '100');
+  await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '90', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
+  const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
+
+  // 80 credits (evaluated on a worker: more than the inline limit), under the cap and the pool.
+  t.equal((await sendBatch(ingress.url, org.live, signals(80, 'a'))).status, 202);
+  const stalledLine = await waitFor(async () => faultLine(p1.output), (l) => l !== undefined, 60_000);
+  t.match(stalledLine, { point: 'before-states', action: 'stall', orgId: org.id }, 'p1 pinned the group and stalled before reading its states');
+  const seq1 = stalledLine!.seq;
+  t.notOk(await committed(iso, seq1), 'the group is pinned, not committed');
+
+  // p2 takes the partition (the group's messages come back to it after the ack wait) and
+  // finishes the group, then evaluates the next batch: 15 credits, the cap of 90 reached.
+  p2 = new ServiceProcess(isoB, env);
+  await p2.start();
+  t.ok(await waitFor(() => committed(iso, seq1), (v) => v, 60_000), 'p2 committed the stalled group');
+  t.equal((await sendBatch(ingress.url, org.live, signals(15, 'b'))).status, 202);
+  t.ok(
+    await waitFor(async () => Object.values(await customerStates(iso, org.id)).some((s) => s.seq > seq1), (v) => v, 60_000),
+    "the next batch's state is written: a later group's",
+  );
+  await waitFor(async () => (await busEvents(iso, org.id)).length, (n) => n >= 1, 20_000);
+  const outputAt = p1.output;
+  t.equal(outputAt.slice(outputAt.indexOf('billing fault point reached')).trim().split('\n').length, 1, 'p1 was still stalled meanwhile: nothing written after its fault line');
+
+  // p1 wakes and reads the states: the later group's. It abandons its evaluation.
+  writeFileSync(release, '');
+  const abandoned = await waitFor(async () => logLines(p1, 'billing group committed by another holder while this one evaluated it; abandoned before publishing, looking again'), (l) => l.length > 0, 60_000);
+  t.match(abandoned, [{ seq: seq1 }], 'p1 saw a later sequence in the state it read and abandoned the group');
+  await billed(iso);
+  const events = await busEvents(iso, org.id);
+  t.same(events.map((e) => e.event), ['billing-credit-cap-reached'], 'only the cap, reached once in the second batch: no depletion from a state counted twice');
+  t.equal(events[0]?.data.usedDecimal, '90');
+  t.equal(await consumedInState(iso, org.id), '95', 'the pool consumed 80 + 15 credits: the stalled process wrote nothing');
+  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '95', reached: true }]);
+});
+
+t.test('a state key from a later sequence while no later group is pinned (a recreated stream): the partition stops with an error, publishing nothing, and goes on once mended', async (t) => {
+  const iso = isolation('billforeign');
+  const pipeline = new ServiceProcess(iso, { ROLE: 'all', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
+  t.teardown(async () => {
+    await pipeline.stop();
+    await cleanup(iso);
+  });
+  await pipeline.start();
+  const org = await createOrg(pipeline.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const { c, pool } = await acmeWithPool(pipeline.url, org, '10');
+  // The customer's state as a stream of an earlier life left it: sequence 1,000,000.
+  const key = `cs.${org.id}.live.${c.id}`;
+  const foreign = { seq: 1_000_000, before: { consumed: {}, usage: {} }, after: { consumed: { [pool.id]: '7' }, usage: {} } };
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing_state`);
+  await kv.put(key, JSON.stringify(foreign));
+  const signals = (n: number, k: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${k}-${i}` })) });
+  t.equal((await sendBatch(pipeline.url, org.live, signals(12, 'a'))).status, 202);
+  const stopped = await waitFor(async () => logLines(pipeline, 'billing evaluation failed; retrying in place'), (l) => l.some((x) => /while no later group is pinned/.test(String((x.err as { message?: string })?.message ?? x.err))), 60_000);
+  t.ok(stopped.some((x) => /partition \d+: a state key names stream sequence 1000000/.test(JSON.stringify(x))), 'the error names the partition and the sequence');
+  t.same(await busEvents(iso, org.id), [], 'nothing published: no depletion from a state that is not the customer\'s');
+  t.same((await kv.get(key))?.json(), foreign, 'the key left as it was');
+  // Mended (the operator removes the stray key): the partition goes on from no state.
+  await kv.purge(key);
+  await billed(iso);
+  t.same((await busEvents(iso, org.id)).map((e) => e.event).sort(), ['billing-credits-depleted', 'billing-overage-incurred'], '12 credits from a pool of 10');
+  t.equal(await consumedInState(iso, org.id), '12');
 });
 
 t.test('NATS cut while an evaluation is held between its events and its commit: retried in place, nothing lost or doubled', async (t) => {

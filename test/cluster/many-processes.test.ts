@@ -21,7 +21,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
 import { isAlive } from '../../bench/lib/nats-cluster.js';
-import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http as call, isolation, sendBatch, sleep, waitFor, type TestOrg } from '../helpers/service.js';
+import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http as call, isolation, logsOnFailure, sendBatch, sleep, waitFor, type TestOrg } from '../helpers/service.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const STANDALONE = path.join(ROOT, 'dist/src/store/engine-host/standalone.js');
@@ -113,6 +113,7 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
   await new Promise<void>((r) => receiver.listen(0, '127.0.0.1', r));
   const hookUrl = `http://127.0.0.1:${(receiver.address() as { port: number }).port}/hook`;
 
+  logsOnFailure(t, () => [...ingress, ...pipelines, dispatcher]);
   t.teardown(async () => {
     for (const p of [...ingress, ...pipelines, dispatcher]) await p.stop().catch(() => undefined);
     receiver.closeAllConnections();

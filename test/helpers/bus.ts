@@ -3,9 +3,11 @@
  * waiting until the pipeline, the billing evaluator and the billing rows inserter have
  * nothing pending.
  */
-import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { Kvm } from '@nats-io/kv';
+import type { Test } from 'tap';
+import { randomBytes } from 'node:crypto';
+import { connect, type NatsConnection } from '@nats-io/transport-node';
+import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
+import { Kvm, type KV } from '@nats-io/kv';
 import { NATS_URL, drained, sleep, type Isolation } from './service.js';
 import { topology } from '../../src/bus/topology.js';
 import type { BusEvent as TypedBusEvent } from '../../src/bus/events.js';
@@ -70,4 +72,28 @@ export async function stateKeys(i: Isolation, prefix: string): Promise<Record<st
   } finally {
     await nc.close();
   }
+}
+
+/**
+ * A connection and a KV bucket of a unit test file's own, `TUNIT<random>_<label>` (history 1),
+ * for the bus modules' tests against the real JetStream. `scratch(suffix)` names more buckets
+ * of the file; every one of them is deleted, and the connection closed, at the file's end.
+ */
+export async function scratchBucket(t: Test, label: string): Promise<{ nc: NatsConnection; js: JetStreamClient; jsm: JetStreamManager; kv: KV; name: string; scratch: (suffix: string) => string }> {
+  const nc = await connect({ servers: NATS_URL, noAsyncTraces: true } as Parameters<typeof connect>[0]);
+  const js = jetstream(nc);
+  const jsm = await jetstreamManager(nc);
+  const made: string[] = [];
+  const scratch = (suffix: string): string => {
+    const name = `TUNIT${randomBytes(4).toString('hex')}_${suffix}`;
+    made.push(name);
+    return name;
+  };
+  const name = scratch(label);
+  const kv = await new Kvm(js).create(name, { history: 1 });
+  t.teardown(async () => {
+    for (const b of made) await jsm.streams.delete(`KV_${b}`).catch(() => undefined);
+    await nc.close();
+  });
+  return { nc, js, jsm, kv, name, scratch };
 }

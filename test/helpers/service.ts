@@ -30,12 +30,33 @@ export function logLines(svc: ServiceProcess, msg?: string): Record<string, unkn
 }
 
 /**
+ * When `t` has failed by its teardown: the last warn and error lines each of these services
+ * logged, on stderr, which the suite's output shows — so that a failure seen once in CI can
+ * be read afterwards (the processes and their output are gone by then).
+ */
+export function logsOnFailure(t: Test, procs: () => readonly (ServiceProcess | null | undefined)[]): void {
+  t.teardown(() => {
+    if (t.passing()) return;
+    for (const p of procs()) {
+      if (!p?.child) continue;
+      const lines = p.output
+        .split('\n')
+        .filter((l) => /"level":"(warn|error|fatal)"/.test(l))
+        .slice(-40)
+        .map((l) => (l.length > 800 ? `${l.slice(0, 800)}…` : l));
+      console.error(`--- failed: ${t.name}; ${p.env.ROLE ?? 'all'} process ${p.proc?.pid ?? '?'} (${p.iso.natsPrefix}), its last warn/error lines:\n${lines.join('\n') || '(none)'}`);
+    }
+  });
+}
+
+/**
  * The usual set-up of an API test file: one service (ROLE=all unless `env` says otherwise)
  * with its own isolation, started before the tests and removed with all it made afterwards.
  */
 export function useService(t: Test, name: string, env: Record<string, string> = {}): { iso: Isolation; svc: ServiceProcess } {
   const iso = isolation(name);
   const svc = new ServiceProcess(iso, env);
+  logsOnFailure(t, () => [svc]);
   t.before(() => svc.start().then(() => undefined));
   t.teardown(async () => {
     await svc.stop();
@@ -48,6 +69,7 @@ export function useService(t: Test, name: string, env: Record<string, string> = 
 export async function startService(t: Test, name: string, env: Record<string, string> = {}): Promise<{ iso: Isolation; svc: ServiceProcess }> {
   const iso = isolation(name);
   const svc = new ServiceProcess(iso, env);
+  logsOnFailure(t, () => [svc]);
   t.teardown(async () => {
     await svc.stop();
     await cleanup(iso);

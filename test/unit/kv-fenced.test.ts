@@ -6,22 +6,11 @@
  * than the cache's is neither taken from nor kept in it.
  */
 import t from 'tap';
-import { randomBytes } from 'node:crypto';
-import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { Kvm } from '@nats-io/kv';
+import { scratchBucket } from '../helpers/bus.js';
 import { kvReader, kvStream, type KvReader } from '../../src/bus/kv-read.js';
 import { FencedKvCache, streamState, type StreamState } from '../../src/bus/kv-fenced.js';
 
-const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
-const name = `TUNIT${randomBytes(4).toString('hex')}_kvfenced`;
-const nc = await connect({ servers: NATS_URL, noAsyncTraces: true } as Parameters<typeof connect>[0]);
-const jsm = await jetstreamManager(nc);
-const kv = await new Kvm(jetstream(nc)).create(name, { history: 1 });
-t.teardown(async () => {
-  await jsm.streams.delete(`KV_${name}`).catch(() => undefined);
-  await nc.close();
-});
+const { nc, jsm, kv, name } = await scratchBucket(t, 'kvfenced');
 const s = kvStream(kv)!;
 
 /** The bucket's reader, counting the keys it is asked for. */

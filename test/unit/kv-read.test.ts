@@ -5,23 +5,12 @@
  * The test makes its own buckets `TUNIT<random>_kvread…` and deletes their streams at the end.
  */
 import t from 'tap';
-import { randomBytes } from 'node:crypto';
-import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
-import { DirectKvReader, KvReadError, kvReader } from '../../src/bus/kv-read.js';
+import { jetstream } from '@nats-io/jetstream';
+import { Kvm } from '@nats-io/kv';
+import { scratchBucket } from '../helpers/bus.js';
+import { DirectKvReader, KvReadError, LeaderKvReader, kvReader } from '../../src/bus/kv-read.js';
 
-const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
-const name = `TUNIT${randomBytes(4).toString('hex')}_kvread`;
-const nc = await connect({ servers: NATS_URL, noAsyncTraces: true } as Parameters<typeof connect>[0]);
-const js = jetstream(nc);
-const jsm = await jetstreamManager(nc);
-const kv: KV = await new Kvm(js).create(name, { history: 1 });
-const made = [name];
-t.teardown(async () => {
-  for (const b of made) await jsm.streams.delete(`KV_${b}`).catch(() => undefined);
-  await nc.close();
-});
+const { nc, js, jsm, kv, name, scratch } = await scratchBucket(t, 'kvread');
 const reader = kvReader(kv);
 
 t.test('the bucket allows direct gets: the reader is the direct one', async (t) => {
@@ -92,8 +81,7 @@ t.test('keys that are not KV keys are refused before anything is sent', async (t
 });
 
 t.test('a bucket without its stream: no answer, the call rejects after the timeout', async (t) => {
-  const gone = `TUNIT${randomBytes(4).toString('hex')}_kvreadgone`;
-  made.push(gone);
+  const gone = scratch('kvreadgone');
   // No timeout given: the JetStream client's (500 ms here), as kv.get uses.
   const kv2 = await new Kvm(jetstream(nc, { timeout: 500 })).create(gone, { history: 1 });
   const r = kvReader(kv2);
@@ -104,7 +92,7 @@ t.test('a bucket without its stream: no answer, the call rejects after the timeo
 });
 
 t.test('no answer within the timeout: the call rejects; late answers are ignored', async (t) => {
-  const silent = `TUNIT${randomBytes(4).toString('hex')}_silent`;
+  const silent = scratch('silent'); // never made: its gets go unanswered
   const held: { respond(data: Uint8Array): boolean }[] = [];
   const sub = nc.subscribe(`$JS.API.DIRECT.GET.KV_${silent}.>`, { callback: (_err, m) => void held.push(m) });
   t.teardown(() => sub.unsubscribe());
@@ -118,8 +106,7 @@ t.test('no answer within the timeout: the call rejects; late answers are ignored
 });
 
 t.test('a bucket without allow_direct is read with kv.get per key, same answers', async (t) => {
-  const plain = `TUNIT${randomBytes(4).toString('hex')}_kvreadplain`;
-  made.push(plain);
+  const plain = scratch('kvreadplain');
   const kv3 = await new Kvm(js).create(plain, { history: 1 });
   await jsm.streams.update(`KV_${plain}`, { allow_direct: false });
   const bound = await new Kvm(js).open(plain);
@@ -132,4 +119,53 @@ t.test('a bucket without allow_direct is read with kv.get per key, same answers'
   t.equal(got[0]?.string(), 'v');
   t.equal(got[0]?.revision, rev);
   t.same(got.slice(1), [null, null], 'deleted and missing: null');
+});
+
+t.test('leader reads (LeaderKvReader): the same answers as direct gets, through the stream leader', async (t) => {
+  const leader = kvReader(kv, undefined, { leader: true });
+  t.ok(leader instanceof LeaderKvReader);
+  const r1 = await kv.put('l.present', '{"n":2}');
+  await kv.put('l.deleted', 'x');
+  await kv.delete('l.deleted');
+  await kv.put('l.purged', 'y');
+  await kv.purge('l.purged');
+  await kv.put('l.empty', '');
+  const keys = ['l.present', 'l.missing', 'l.deleted', 'l.purged', 'l.empty'];
+  const [viaLeader, viaDirect] = await Promise.all([leader.getMany(keys), reader.getMany(keys)]);
+  t.same(viaLeader.map((e) => e && [e.string(), e.revision, e.key, e.length]), viaDirect.map((e) => e && [e.string(), e.revision, e.key, e.length]), 'value, revision, key and length alike');
+  t.equal(viaLeader[0]?.revision, r1);
+  t.same(viaLeader[0]?.json(), { n: 2 });
+  t.equal(viaLeader[0]?.created.getTime(), viaDirect[0]?.created.getTime(), 'the same creation time');
+  t.same(viaLeader.slice(1, 4), [null, null, null], 'missing, deleted, purged: null');
+  await t.rejects(leader.getMany(['bad key']), KvReadError, 'a key that is not one');
+  // The revision serves a compare-and-set.
+  const next = await kv.update('l.present', 'v2', viaLeader[0]!.revision);
+  t.equal((await leader.get('l.present'))?.revision, next);
+});
+
+t.test('leader reads of a bucket without its stream: a clear error, not a hang', async (t) => {
+  const other = scratch('kvgone');
+  const gone = await new Kvm(js).create(other, { history: 1 });
+  const leader = kvReader(gone, 1_000, { leader: true });
+  await jsm.streams.delete(`KV_${other}`);
+  await t.rejects(leader.get('a'), KvReadError);
+});
+
+t.test('with markers: a deleted or purged key is its marker, whose revision a compare-and-set writes over', async (t) => {
+  await kv.put('m.deleted', 'a');
+  await kv.delete('m.deleted');
+  await kv.put('m.purged', 'b');
+  await kv.purge('m.purged');
+  for (const r of [reader, kvReader(kv, undefined, { leader: true })]) {
+    const [del, pur, none, live] = await r.getMany(['m.deleted', 'm.purged', 'm.none', 'a.present'], { markers: true });
+    t.equal(del?.operation, 'DEL');
+    t.equal(del?.length, 0);
+    t.equal(pur?.operation, 'DEL', 'a purge marker too');
+    t.equal(none, null, 'never written: still null');
+    t.equal(live?.operation, 'PUT');
+    t.same(await r.getMany(['m.deleted', 'm.purged']), [null, null], 'without markers: null, as before');
+  }
+  const [del] = await reader.getMany(['m.deleted'], { markers: true });
+  const next = await kv.update('m.deleted', 'c', del!.revision);
+  t.equal((await reader.get('m.deleted'))?.revision, next, "the marker's revision does");
 });

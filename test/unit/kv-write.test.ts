@@ -6,21 +6,10 @@
  * behind it is a KvWriteError.
  */
 import t from 'tap';
-import { randomBytes } from 'node:crypto';
-import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
-import { Kvm } from '@nats-io/kv';
+import { scratchBucket } from '../helpers/bus.js';
 import { KvWriteConflict, KvWriteError, PublishKvWriter, kvWriter } from '../../src/bus/kv-write.js';
 
-const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
-const name = `TUNIT${randomBytes(4).toString('hex')}_kvwrite`;
-const nc = await connect({ servers: NATS_URL, noAsyncTraces: true } as Parameters<typeof connect>[0]);
-const jsm = await jetstreamManager(nc);
-const kv = await new Kvm(jetstream(nc)).create(name, { history: 1 });
-t.teardown(async () => {
-  await jsm.streams.delete(`KV_${name}`).catch(() => undefined);
-  await nc.close();
-});
+const { nc, jsm, kv, name } = await scratchBucket(t, 'kvwrite');
 const writer = kvWriter(kv, 5_000);
 
 t.test('creates and updates at the revision read; the revisions are those kv.get reports', async (t) => {

@@ -42,7 +42,8 @@
  *     (one stream message get, `next_by_subj` of the partition's subjects: the stream is a
  *     work queue, so a message still there and after `last` is not committed) — or it was
  *     delivered right after the last message this process committed (by the next rule, no
- *     message of the partition lies between them); and
+ *     message of the partition lies between them; a redelivered last message does not count:
+ *     newer messages may have been delivered before it); and
  *   - each next message was delivered right after the one before it (consecutive consumer
  *     delivery sequences, neither redelivered): the consumer hands out new messages in stream
  *     order, so nothing of the partition lies between them, held elsewhere.
@@ -67,7 +68,12 @@
  *  3. Read the running state of G's customers (their `cs` keys: `before` when the key's seq
  *     is S, `after` otherwise; no key: the former document's values, or nothing), list the
  *     cap periods G touches (groupCapPeriods) and read their keys, by the same rule (no key:
- *     zero, or what a former document kept for that period).
+ *     zero, or what a former document kept for that period). A key whose seq is after S was
+ *     written by a later group: G was committed meanwhile by another holder (this one paused
+ *     past the ack wait, G's messages redelivered), so these are not G's starting values and
+ *     G is abandoned here, before anything is published (overtaken; with the pin unchanged
+ *     there is no later group: the key comes from elsewhere, and the partition stops with an
+ *     error rather than guess).
  *  4. Evaluate (group.ts: each message as alone, in order, from the state the ones before it
  *     left) in a piscina worker, or on the main thread for a group of at most INLINE_SIGNALS
  *     signals, where the hop costs more than the work: pure and deterministic, so a replay,
@@ -112,7 +118,8 @@ import type { BillingConfig } from '../model.js';
 import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
-import { CustomerStates, formerStateKey, type ReadStates } from './customer-state.js';
+import { CustomerStates, formerStateKey, type CustomerEntry, type ReadStates } from './customer-state.js';
+import { StateCache, knownOf, type Known, type ReadKnown } from './state-cache.js';
 import { stringEnd, type BillablePartitioner } from './partition.js';
 import type { Mode } from '../../shared/mode.js';
 import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
@@ -131,6 +138,8 @@ export const GROUP_HELD = 2 * GROUP_MESSAGES;
 const FETCH_EXPIRES_MS = 2_000;
 /** How long a process waits before looking again when older messages of a partition are held elsewhere. */
 const WAIT_MS = 25;
+/** State keys a lane keeps at most (state-cache.ts): a customer's state and its cap periods, for a few thousand customers. */
+const STATE_CACHE_KEYS = 8_192;
 
 export interface ConfigSource {
   /** The configuration restricted to the customers `refs` name (ids or externalIds) and the plans they use. */
@@ -168,6 +177,18 @@ export interface DonePin extends Omit<Pin, 'scopes'> {
 
 function donePin(pin: Pin): DonePin {
   return { ...pin, scopes: pin.scopes.map(({ orgId, mode, revisions }) => ({ orgId, mode, revisions })), done: true };
+}
+
+/** Group `seq` of partition `k` was committed by another holder while this one read its states (BillingEvaluator.overtaken). */
+export class GroupOvertaken extends Error {
+  constructor(
+    readonly partition: number,
+    readonly seq: number,
+    readonly newest: number,
+  ) {
+    super(`billing group ${seq} of partition ${partition} was committed elsewhere: a state key names sequence ${newest}`);
+    this.name = 'GroupOvertaken';
+  }
 }
 
 /** The pin of a former version: one message. */
@@ -251,10 +272,13 @@ class Lane {
    */
   pin: { value: Pin | DonePin; revision: number } | null = null;
   lastDelivery: number | null = null;
+  /** The partition's state keys as of this lane's last commit (used while `pin` is: state-cache.ts). */
+  readonly states = new StateCache(STATE_CACHE_KEYS);
 
   forget(): void {
     this.pin = null;
     this.lastDelivery = null;
+    this.states.clear();
   }
 
   add(h: Held): void {
@@ -309,7 +333,8 @@ export class BillingEvaluator {
     private readonly pool: WorkerPool,
     private readonly opts: EvaluatorOptions,
   ) {
-    this.stateReader = kvReader(state);
+    // With replicas, read from the leader: a follower may not have applied the last group's writes yet (kv-read.ts LeaderKvReader).
+    this.stateReader = kvReader(state, undefined, { leader: nats.replicas > 1 });
     this.stateWriter = kvWriter(state);
     this.customers = new CustomerStates(state, this.stateReader);
     this.poolSlots = new Slots(Math.max(1, pool.maxThreads));
@@ -505,10 +530,11 @@ export class BillingEvaluator {
         } catch (err) {
           if (this.stopping) return;
           lane.forget();
-          if (err instanceof KvWriteConflict && attempt < 3) {
+          if ((err instanceof KvWriteConflict || err instanceof GroupOvertaken) && attempt < 3) {
             // Another holder wrote the pin or a state key in between: look again at once.
             attempt++;
-            log.warn('billing evaluation lost a compare-and-set; looking again', { seq: lane.held[0]?.seq, partition: k, keys: err.keys.slice(0, 3) });
+            if (err instanceof GroupOvertaken) log.warn('billing group committed by another holder while this one evaluated it; abandoned before publishing, looking again', { seq: err.seq, newest: err.newest, partition: k });
+            else log.warn('billing evaluation lost a compare-and-set; looking again', { seq: lane.held[0]?.seq, partition: k, keys: err.keys.slice(0, 3) });
             continue;
           }
           attempt++;
@@ -544,8 +570,8 @@ export class BillingEvaluator {
     let pinRevision: number;
     if (lane.pin) ({ value: current, revision: pinRevision } = lane.pin);
     else {
-      const e = await this.stateReader.get(pinKey(k));
-      current = readPin(e);
+      const [e] = await this.stateReader.getMany([pinKey(k)], { markers: true });
+      current = readPin(e ?? null);
       pinRevision = e?.revision ?? 0;
     }
     if (current && !('done' in current) && !current.seqs.every((s) => lane.held.some((h) => h.seq === s))) {
@@ -591,6 +617,8 @@ export class BillingEvaluator {
       if (!next && (await this.oldest(k, committedUpTo)) !== group[0]!.seq) return committed.length > 0; // older messages held elsewhere
     }
 
+    // The partition's keys as this lane last left them stand while its own pin is in use (state-cache.ts).
+    const trusted = lane.pin !== null;
     // 2. The configuration G is evaluated against: pinned (written) while step 3 reads.
     let pinWrite: Promise<number>;
     /** The pin's JSON text, when this step wrote it: what the worker gets instead of the configurations' objects. */
@@ -602,7 +630,7 @@ export class BillingEvaluator {
       if (made.unpriced) {
         const [revision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]);
         lane.pin = { value: donePin(made.pin), revision: revision! };
-        lane.lastDelivery = group.at(-1)!.m.info.deliverySequence;
+        lane.lastDelivery = lastDelivery(group);
         this.ackAll(lane, group);
         this.committed(group, 0, 0);
         return true;
@@ -631,25 +659,37 @@ export class BillingEvaluator {
     // totals and the states over a port (the pin and the messages cross and are parsed once).
     let readOf = new Map<string, ReadStates>();
     let refs: ScopedCapPeriodRef[] = [];
-    let entries: (KvEntry | null)[] = [];
+    let entries: Known[] = [];
     let periods: Record<string, PeriodTotal> = {};
+    // Markers too: a key deleted or purged by hand is written over at its marker's revision.
+    const readKnown: ReadKnown = async (keys) => (await this.stateReader.getMany(keys, { markers: true })).map(knownOf);
+    const known: ReadKnown = (keys) => lane.states.readMany(keys, trusted, readKnown);
     /** The states and period totals before G, once the pin is written: `listed` the cap periods G touches. */
     const before = async (listed: ScopedCapPeriodRef[]): Promise<Pick<GroupInput, 'states' | 'periods'>> => {
       refs = listed;
-      const [revision, reads] = await Promise.all([pinWrite, this.customers.readMany(priced, seq)]);
+      const read = (): Promise<ReadStates[]> => this.customers.readMany(priced, seq, known);
+      // The test-only fault point between the pin and the reads orders them (else concurrent).
+      const [revision, reads] = this.fault.armed('before-states')
+        ? await pinWrite.then(async (r) => {
+            await this.fault.at('before-states', { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode });
+            return [r, await read()] as const;
+          })
+        : await Promise.all([pinWrite, read()]);
       pinned.revision = revision;
       lane.pin = { value: pin, revision };
       readOf = new Map<string, ReadStates>(priced.map((s, i) => [scopeOf(s.orgId, s.mode), reads[i]!]));
-      entries = await this.stateReader.getMany(refs.map((r) => r.key));
+      entries = await known(refs.map((r) => r.key));
       periods = {};
+      let newest = Math.max(0, ...reads.map((r) => r.newest));
       for (let i = 0; i < refs.length; i++) {
         const r = refs[i]!;
-        const e = entries[i];
-        const stored = e && e.operation === 'PUT' && e.length > 0 ? (e.json() as PeriodEntry) : null;
+        const stored = entries[i]!.value as PeriodEntry | null;
+        if (stored) newest = Math.max(newest, stored.seq);
         // No key yet: what the former layout's document (read with the states) kept for it.
         const legacy = stored ? undefined : readOf.get(r.scope)?.former?.caps?.[r.capKey]?.[r.start];
         periods[r.key] = startingTotal(stored, seq, legacy);
       }
+      if (newest > seq) await this.overtaken(k, seq, newest, revision);
       const states: Record<string, BillingState> = {};
       for (const [scope, read] of readOf) states[scope] = read.state;
       return { states, periods };
@@ -685,24 +725,25 @@ export class BillingEvaluator {
     // 7. Period keys and customer states, each compare-and-set on what step 3 read, in one round.
     // Only the periods G spent in: a listed period G did not touch keeps its value (a replay
     // reads its `after`, as G's evaluation did).
-    const writes: KvWrite[] = refs.flatMap((r, i) => {
+    const writes: (KvWrite & { entry: PeriodEntry | CustomerEntry })[] = refs.flatMap((r, i) => {
       const after = out.periods[r.key];
       if (!after) return [];
-      const value: PeriodEntry = { seq, before: periods[r.key]!, after };
-      return [{ key: r.key, value: JSON.stringify(value), revision: entries[i]?.revision ?? 0 }];
+      const entry: PeriodEntry = { seq, before: periods[r.key]!, after };
+      return [{ key: r.key, value: JSON.stringify(entry), revision: entries[i]!.revision, entry }];
     });
     for (const s of priced) {
       const scope = scopeOf(s.orgId, s.mode);
       writes.push(...this.customers.writesOf(s.orgId, s.mode, s.config, seq, readOf.get(scope)!, out.states[scope]!));
     }
-    await this.stateWriter.writeMany(writes);
+    const revisions = await this.stateWriter.writeMany(writes);
+    writes.forEach((w, i) => lane.states.set(w.key, w.entry, revisions[i]!));
     await this.fault.at('before-state-write', fault);
 
     // 8. The commit point.
     const done = donePin(pin);
     const [doneRevision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: JSON.stringify(done), revision: pinned.revision }]);
     lane.pin = { value: done, revision: doneRevision! };
-    lane.lastDelivery = group.at(-1)!.m.info.deliverySequence;
+    lane.lastDelivery = lastDelivery(group);
     await this.fault.at('after-state-write', fault);
 
     // 9.
@@ -710,6 +751,25 @@ export class BillingEvaluator {
     this.committed(group, events, out.units.reduce((n, u) => n + u.costs, 0));
     for (const u of out.units) for (const e of u.events) billingEvents.inc({ event: e.event, source: 'evaluator' });
     return true;
+  }
+
+  /**
+   * Step 3 read a key written by a later stream sequence than group `seq`'s. A later group of
+   * the partition wrote it, so G was committed by another holder while this one was not
+   * looking (its messages redelivered after an ack-wait expiry: a long pause of this process):
+   * what was read is where later groups left the customers, not G's start, and evaluating G
+   * from it would publish events of a run that never happened (and could overwrite a state
+   * nobody wrote since). G is abandoned before anything is published; the next step reads
+   * the pin and acks what is committed. With the partition's pin still the one G was
+   * evaluated under, no later group exists: the key comes from elsewhere (the billable stream
+   * recreated, its sequences started again; a process hashing customers over another number
+   * of partitions). Nothing can be evaluated exactly then: the partition stops, with an
+   * error naming it, retried (and logged) until an operator acts.
+   */
+  private async overtaken(k: number, seq: number, newest: number, revision: number): Promise<void> {
+    const e = await this.stateReader.get(pinKey(k));
+    if ((e?.revision ?? 0) !== revision) throw new GroupOvertaken(k, seq, newest);
+    throw new Error(`billing partition ${k}: a state key names stream sequence ${newest}, after group ${seq}, while no later group is pinned: the billable stream was recreated, or a process hashes customers over another number of partitions; this partition is not evaluated until that is mended`);
   }
 
   private committed(group: readonly Held[], events: number, costRows: number): void {
@@ -803,6 +863,17 @@ export function formGroup<H extends { m: Pick<JsMsg, 'redelivered' | 'info'>; un
   return group;
 }
 
+
+/**
+ * The delivery sequence the next step may take as "right after this group" (step): its last
+ * message's, when that was a first delivery. A redelivered one came late (its delivery
+ * sequence is after those of newer messages, possibly held elsewhere): none, then, and the
+ * next step asks the stream for the partition's oldest message.
+ */
+function lastDelivery(group: readonly Held[]): number | null {
+  const { m } = group.at(-1)!;
+  return m.redelivered ? null : m.info.deliverySequence;
+}
 
 /** At most `n` at once; the others wait their turn, in order. */
 class Slots {

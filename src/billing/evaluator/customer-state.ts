@@ -22,6 +22,7 @@ import type { KvWrite } from '../../bus/kv-write.js';
 import type { BillingConfig } from '../model.js';
 import type { Mode } from '../../shared/mode.js';
 import type { BillingState } from './evaluate.js';
+import { knownOf, type ReadKnown } from './state-cache.js';
 
 export interface CustomerState {
   /** Credits consumed per pool id (the customer's pools). */
@@ -47,6 +48,12 @@ export interface ReadStates {
   customers: Map<string, { start: CustomerState; revision: number }>;
   /** The former layout's document of the organization and mode, or null when there is none. */
   former: BillingState | null;
+  /**
+   * The largest `seq` among the keys read (0: none): above the group's own, a later group of
+   * the partition has written a key, so the group is committed and these are not its starting
+   * states (consumer.ts, step 3).
+   */
+  newest: number;
 }
 
 const FORMER_CACHE = 1_024;
@@ -101,13 +108,14 @@ export class CustomerStates {
 
   /**
    * The state before the group `seq` (its first message's sequence, consumer.ts) of every
-   * customer each organization and mode's `config` names, all keys in one batched round.
+   * customer each organization and mode's `config` names, all keys in one batched round
+   * (through `read`: the evaluator's lane answers those it knows, state-cache.ts).
    */
-  async readMany(scopes: readonly { orgId: string; mode: Mode; config: BillingConfig }[], seq: number): Promise<ReadStates[]> {
+  async readMany(scopes: readonly { orgId: string; mode: Mode; config: BillingConfig }[], seq: number, read: ReadKnown = async (keys) => (await this.reader.getMany(keys, { markers: true })).map(knownOf)): Promise<ReadStates[]> {
     const ids = scopes.map((s) => Object.keys(s.config.customers));
     const keys = scopes.flatMap((s, i) => ids[i]!.map((id) => customerStateKey(s.orgId, s.mode, id)));
     // The former documents in the same round: a customer or a cap period without a key of its own starts from them.
-    const [entries, formers] = await Promise.all([this.reader.getMany(keys), this.formerStates(scopes)]);
+    const [entries, formers] = await Promise.all([read(keys), this.formerStates(scopes)]);
     let at = 0;
     return Promise.all(
       scopes.map(async (s, i) => {
@@ -115,18 +123,20 @@ export class CustomerStates {
         const former = formers[i]!;
         const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
         const customers = new Map<string, { start: CustomerState; revision: number }>();
+        let newest = 0;
         ids[i]!.forEach((id, j) => {
-          const e = mine[j];
+          const e = mine[j]!;
           let start: CustomerState;
-          if (present(e)) {
-            const stored = e.json() as CustomerEntry;
+          if (e.value !== null) {
+            const stored = e.value as CustomerEntry;
+            newest = Math.max(newest, stored.seq);
             start = stored.seq === seq ? stored.before : stored.after;
           } else start = former ? sliceOf(former, s.config, id) : { consumed: {}, usage: {} };
-          customers.set(id, { start, revision: e ? e.revision : 0 });
+          customers.set(id, { start, revision: e.revision });
           Object.assign(state.consumed, start.consumed);
           Object.assign(state.usage, start.usage);
         });
-        return { state, customers, former };
+        return { state, customers, former, newest };
       }),
     );
   }
@@ -136,12 +146,13 @@ export class CustomerStates {
    * compare-and-set on the revision read (0: create): a holder that lost the batch to an
    * ack-wait expiry cannot overwrite a later batch's state.
    */
-  writesOf(orgId: string, mode: Mode, config: BillingConfig, seq: number, read: ReadStates, after: BillingState): KvWrite[] {
-    const out: KvWrite[] = [];
+  writesOf(orgId: string, mode: Mode, config: BillingConfig, seq: number, read: ReadStates, after: BillingState): (KvWrite & { entry: CustomerEntry })[] {
+    const out: (KvWrite & { entry: CustomerEntry })[] = [];
     for (const [id, { start, revision }] of read.customers) {
       const next = sliceOf(after, config, id);
       if (sameState(start, next)) continue;
-      out.push({ key: customerStateKey(orgId, mode, id), value: JSON.stringify({ seq, before: start, after: next } satisfies CustomerEntry), revision });
+      const entry: CustomerEntry = { seq, before: start, after: next };
+      out.push({ key: customerStateKey(orgId, mode, id), value: JSON.stringify(entry), revision, entry });
     }
     return out;
   }

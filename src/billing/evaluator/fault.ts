@@ -4,18 +4,27 @@
  * BILLING_FAULT_POINT is set (README "Configuration"; parsed in src/config.ts).
  *
  * The first evaluation of this process that reaches the named point *with at least one event
- * to publish* logs `billing fault point reached` (warn, with point, seq, orgId, mode, events)
- * and then:
+ * to publish* (at `before-states`, where its events are not known yet: any priced group) logs
+ * `billing fault point reached` (warn, with point, seq, orgId, mode, events) and then:
  *   - BILLING_FAULT_ACTION=kill: SIGKILLs its own process there (a real crash at a precise
  *     point: no handler runs, nothing is flushed);
  *   - BILLING_FAULT_ACTION=pause: waits BILLING_FAULT_PAUSE_MS, then goes on (a test cuts
- *     NATS during the pause, for example).
+ *     NATS during the pause, for example);
+ *   - BILLING_FAULT_ACTION=stall: blocks the process's main thread for BILLING_FAULT_PAUSE_MS,
+ *     or until the file BILLING_FAULT_RELEASE_FILE exists (looked at every 50 ms), then goes
+ *     on: what a long garbage collection or a starved CPU does to a loaded process — no
+ *     ack-wait renewal, no heartbeat, nothing read or written meanwhile, so its held messages
+ *     go to another process. The file lets a test end the stall once it has seen what it
+ *     waits for, instead of guessing a length.
  * It acts once per process. Points, in commit order:
- *   after-pin           the batch's configuration is pinned; nothing else is written;
+ *   before-states       the group's pin is written (or a pending pin found); the customers'
+ *                       states and cap periods are not read yet;
+ *   after-pin           the batch's configuration is pinned and evaluated; nothing else is written;
  *   after-events        rows and events are published; no period key or state written;
  *   before-state-write  period keys are written too; the state is not;
  *   after-state-write   the state is committed; the message is not acked.
  */
+import { existsSync } from 'node:fs';
 import type { BillingFaultPoint } from '../../config.js';
 import { billingLog as log } from '../../log.js';
 import type { Mode } from '../../shared/mode.js';
@@ -27,7 +36,8 @@ export interface FaultContext {
   messages?: number;
   orgId: string;
   mode: Mode;
-  events: number;
+  /** The events it publishes; absent where they are not known yet (before-states). */
+  events?: number;
 }
 
 export class FaultHook {
@@ -35,13 +45,20 @@ export class FaultHook {
 
   constructor(
     private readonly point: BillingFaultPoint | null,
-    private readonly action: 'kill' | 'pause',
+    private readonly action: 'kill' | 'pause' | 'stall',
     private readonly pauseMs: number,
+    /** With `stall`: a file whose existence ends the stall early (null: none). */
+    private readonly releaseFile: string | null = null,
     /** Where the "reached" line goes; written synchronously by default (see `at`). */
     private readonly report: (fields: Record<string, unknown>) => void = (fields) => log.now('warn', 'billing fault point reached', fields),
   ) {}
 
-  static readonly off = new FaultHook(null, 'kill', 0);
+  static readonly off = new FaultHook(null, 'kill', 0, null);
+
+  /** Whether the hook may act at `point` (the evaluator orders its reads so that it can, there). */
+  armed(point: BillingFaultPoint): boolean {
+    return this.point === point && !this.fired;
+  }
 
   async at(point: BillingFaultPoint, ctx: FaultContext): Promise<void> {
     if (this.point !== point || this.fired || ctx.events === 0) return;
@@ -52,6 +69,17 @@ export class FaultHook {
       process.kill(process.pid, 'SIGKILL');
       await new Promise<never>(() => undefined);
     }
-    await new Promise((r) => setTimeout(r, this.pauseMs));
+    if (this.action === 'stall') stall(this.pauseMs, this.releaseFile);
+    else await new Promise((r) => setTimeout(r, this.pauseMs));
+  }
+}
+
+/** Blocks this thread for `ms`, or until `releaseFile` exists. */
+function stall(ms: number, releaseFile: string | null): void {
+  const cell = new Int32Array(new SharedArrayBuffer(4));
+  const end = Date.now() + ms;
+  for (let left = ms; left > 0; left = end - Date.now()) {
+    if (releaseFile !== null && existsSync(releaseFile)) return;
+    Atomics.wait(cell, 0, 0, Math.min(50, left));
   }
 }

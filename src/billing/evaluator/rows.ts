@@ -28,7 +28,6 @@ export interface BatchMarks {
 }
 
 const FLUSH_ROWS = 10_000;
-const DLQ_PUBLISH_TIMEOUT_MS = 10_000;
 const FLUSH_MS = 200;
 /** How often held messages are marked in progress (BILLING_ACK_WAIT_MS is at least 1 s). */
 const WORKING_MS = 400;
@@ -49,6 +48,8 @@ export class BillingRowsInserter {
     private readonly store: Store,
     /** The pipeline's batch marks (src/pipeline/dedupe.ts): one per rows message, taken before its insert. */
     private readonly marks: BatchMarks,
+    /** How long a publish (a dead letter) waits for the stream's ack: PUBLISH_TIMEOUT_MS, as the pipeline's. */
+    private readonly publishTimeoutMs: number,
   ) {}
 
   async start(): Promise<void> {
@@ -161,7 +162,7 @@ export class BillingRowsInserter {
 
   /** Moves a rows message the engine refuses to the dead-letter stream (bus/dead-letter.ts), which acks it. */
   private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
-    const reason = await deadLetter(this.nats, m, err, `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, DLQ_PUBLISH_TIMEOUT_MS);
+    const reason = await deadLetter(this.nats, m, err, `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, this.publishTimeoutMs);
     log.error('billing rows moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 
@@ -182,22 +183,17 @@ export class BillingRowsInserter {
   /** The rows of a message whose signals are not in their tables yet. */
   private async notYetStored(m: JsMsg, rows: RowLines): Promise<RowLines> {
     const orgId = m.headers?.get(H_ORG) ?? '';
-    const of = { costs: rows.costs.ids, consumption: rows.consumption.ids, unpriced: rows.unpriced.ids };
-    const all = [...new Set([...of.costs, ...of.consumption, ...of.unpriced])];
+    const all = [...new Set([...rows.costs.ids, ...rows.consumption.ids, ...rows.unpriced.ids])];
     const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
       this.store.existingCostIds(orgId, all),
       this.store.existingConsumptionIds(orgId, all),
       this.store.existingUnpricedIds(orgId, all),
     ]);
-    const keep = (t: TableLines, idsOf: string[], have: Set<string>): TableLines => {
-      const at = idsOf.flatMap((id, i) => (have.has(id) ? [] : [i]));
-      return { columns: t.columns, lines: at.map((i) => t.lines[i]!), ids: at.map((i) => idsOf[i]!) };
+    const keep = (t: TableLines, have: Set<string>): TableLines => {
+      const at = t.ids.flatMap((id, i) => (have.has(id) ? [] : [i]));
+      return { columns: t.columns, lines: at.map((i) => t.lines[i]!), ids: at.map((i) => t.ids[i]!) };
     };
-    return {
-      costs: keep(rows.costs, of.costs, haveCosts),
-      consumption: keep(rows.consumption, of.consumption, haveConsumption),
-      unpriced: keep(rows.unpriced, of.unpriced, haveUnpriced),
-    };
+    return { costs: keep(rows.costs, haveCosts), consumption: keep(rows.consumption, haveConsumption), unpriced: keep(rows.unpriced, haveUnpriced) };
   }
 
   async stop(): Promise<void> {

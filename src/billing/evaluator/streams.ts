@@ -18,7 +18,8 @@
  *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
  *                 days; the webhook dispatcher reads it.
  *   billing state KV: the evaluator's running state per customer, the cap period totals and
- *                 the pin of each partition's batch in flight (consumer.ts).
+ *                 the pin of each partition's batch in flight (consumer.ts); and the key
+ *                 `partitions`: the number of partitions, decided once for good (below).
  *   billing rows  work queue: fact_cost / fact_credit_consumption / fact_unpriced rows per evaluated
  *                 batch (Nats-Msg-Id rows-<batch id>.p<k>), inserted in bulk by rows.ts.
  */
@@ -29,15 +30,19 @@ import { ensure } from '../../bus/topology.js';
 import { NS_PER_MS } from '../../shared/time.js';
 import { billingLog } from '../../log.js';
 import { GROUP_HELD } from './consumer.js';
+import { MAX_BILLING_PARTITIONS } from '../../config.js';
 
 const DAY_MS = 86_400_000;
 
+/** The state bucket's key holding the number of partitions in use. */
+export const PARTITIONS_KEY = 'partitions';
+
 /**
- * Creates the billing streams and consumers and returns the number of partitions in use: the
- * one found (partition consumers already there: customers must keep their partition, so a
- * different BILLING_PARTITIONS is ignored and logged), else `partitions`.
+ * Creates the billing streams and consumers (`state`: the state bucket, stateBucket) and returns the number of partitions in use: the
+ * one decided (the state bucket's key `partitions`: customers must keep their partition, so a
+ * different BILLING_PARTITIONS is ignored and logged), else `partitions`, decided now.
  */
-export async function ensureBillingStreams(nats: Nats, ackWaitMs: number, partitions: number): Promise<number> {
+export async function ensureBillingStreams(nats: Nats, state: KV, ackWaitMs: number, partitions: number): Promise<number> {
   const t = nats.topology;
   // Created once and left alone, except that their replicas are raised to NATS_REPLICAS.
   const keep = (s: { stream: string; subjects: string }, config: Record<string, unknown>): Promise<void> =>
@@ -57,9 +62,8 @@ export async function ensureBillingStreams(nats: Nats, ackWaitMs: number, partit
   const consumer = { ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_deliver: -1 };
   await ensure(nats, { of: t.billingRows.stream, consumer: { ...consumer, durable_name: t.billingRows.consumer, max_ack_pending: 1_000 } });
   await ensure(nats, { of: t.billable.stream, consumer: { ...consumer, durable_name: t.billable.consumer, max_ack_pending: 1 } });
-  const existing = await existingPartitions(nats);
-  const p = existing > 0 ? existing : partitions;
-  if (existing > 0 && existing !== partitions) billingLog.warn('BILLING_PARTITIONS differs from the partitions in use; keeping those', { configured: partitions, inUse: existing });
+  const p = await partitionsInUse(nats, state, partitions);
+  if (p !== partitions) billingLog.warn('BILLING_PARTITIONS differs from the partitions in use; keeping those', { configured: partitions, inUse: p });
   for (let k = 0; k < p; k++) {
     await ensure(nats, {
       of: t.billableParts.stream,
@@ -69,11 +73,44 @@ export async function ensureBillingStreams(nats: Nats, ackWaitMs: number, partit
   return p;
 }
 
-/** The number of partition consumers on the partition stream (0: none yet). */
+/**
+ * The number of partitions, decided once for the deployment: every process must hash a
+ * customer to the same partition, or two partitions would evaluate one customer at once (two
+ * writers of its balance, events of both). Decided by whoever creates the key first
+ * (compare-and-set on its absence), before any partition consumer exists; everyone else reads
+ * it. Counting the partition consumers instead (as before) raced with a process still
+ * creating them: a process starting alongside found 7 of 16 and hashed over 7. Consumers
+ * there without the key were made by a version that counted them, all before it ran: their
+ * number is decided.
+ */
+export async function partitionsInUse(nats: Nats, state: KV, configured: number): Promise<number> {
+  for (let attempt = 0; ; attempt++) {
+    const e = await state.get(PARTITIONS_KEY);
+    if (e && e.operation === 'PUT' && e.length > 0) {
+      const n = Number(e.string());
+      if (!Number.isInteger(n) || n < 1 || n > MAX_BILLING_PARTITIONS) throw new Error(`the billing state's key ${PARTITIONS_KEY} holds ${JSON.stringify(e.string())}, not a number of partitions from 1 to ${MAX_BILLING_PARTITIONS}`);
+      return n;
+    }
+    const existing = await existingPartitions(nats);
+    const proposal = existing > 0 ? existing : configured;
+    try {
+      await state.create(PARTITIONS_KEY, String(proposal));
+      return proposal;
+    } catch (err) {
+      // Another process decided first (its value is read next), or a real failure: again, a few times.
+      if (attempt >= 4) throw err;
+    }
+  }
+}
+
+/** The partitions the partition consumers on the stream name: the highest index + 1 (0: none yet; one deleted by hand does not lower it). */
 async function existingPartitions(nats: Nats): Promise<number> {
   const { stream, consumerPrefix } = nats.topology.billableParts;
   let count = 0;
-  for await (const ci of nats.jsm.consumers.list(stream)) if (ci.name.startsWith(consumerPrefix) && /^\d+$/.test(ci.name.slice(consumerPrefix.length))) count++;
+  for await (const ci of nats.jsm.consumers.list(stream)) {
+    const k = ci.name.slice(consumerPrefix.length);
+    if (ci.name.startsWith(consumerPrefix) && /^\d+$/.test(k)) count = Math.max(count, Number(k) + 1);
+  }
   return count;
 }
 
