@@ -53,6 +53,7 @@ import { deadLetter } from '../bus/dead-letter.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
 import { keptLines } from './lines.js';
+import { InOrder } from './in-order.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
@@ -61,8 +62,11 @@ import { isDataError } from '../store/engine-error.js';
 export { isDataError };
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
 export interface BillablePublisher {
-  /** `lines`: BillableLine JSON texts as UTF-8, each ending in '\n' (src/pipeline/lines.ts); never empty. */
-  publishPacked(meta: BatchMeta, lines: Uint8Array, timeoutMs: number): Promise<void>;
+  /**
+   * Each batch's `lines` (BillableLine JSON texts as UTF-8, each ending in '\n',
+   * src/pipeline/lines.ts; possibly empty), entering the partitions in the order given.
+   */
+  publishPackedMany(batches: readonly { meta: BatchMeta; lines: Uint8Array }[], timeoutMs: number): Promise<void>;
 }
 
 const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.js', import.meta.url).href, 'packed');
@@ -105,6 +109,12 @@ export class Pipeline {
   private messages: ConsumerMessages | null = null;
   private loopDone: Promise<void> | null = null;
   private readonly inflight = new Set<Promise<void>>();
+  /**
+   * Batches are processed concurrently but buffered in the order they came, so one process's
+   * batches reach the billing partitions in stream order (a customer's batches sent one after
+   * the other are billed in that order).
+   */
+  private readonly order = new InOrder();
   private readonly maxInflight: number;
 
   constructor(
@@ -128,7 +138,7 @@ export class Pipeline {
 
   private async loop(messages: ConsumerMessages): Promise<void> {
     for await (const m of messages) {
-      const p: Promise<void> = this.process(m).finally(() => this.inflight.delete(p));
+      const p: Promise<void> = this.order.take(() => this.process(m)).finally(() => this.inflight.delete(p));
       this.inflight.add(p);
       if (this.inflight.size >= this.maxInflight) await Promise.race(this.inflight);
       // Back-pressure: stop taking messages while two flushes' worth of rows wait.
@@ -136,8 +146,9 @@ export class Pipeline {
     }
   }
 
-  private async process(m: JsMsg): Promise<void> {
-    if (this.held.has(m.seq)) return;
+  /** A message's part of the buffer, or null (nothing to buffer): added by `order`, in the order the messages came. */
+  private async process(m: JsMsg): Promise<(() => void) | null> {
+    if (this.held.has(m.seq)) return null;
     this.held.add(m.seq);
     try {
       const meta = batchMeta(m);
@@ -154,18 +165,21 @@ export class Pipeline {
       }
       let kept = 0;
       for (const k of keep) if (k) kept++;
-      this.buffer.rows.push(keptLines(r.rows, keep));
-      this.buffer.rowCounts.push(kept);
-      this.buffer.rowTotal += kept;
-      this.buffer.msgs.push(m);
-      this.buffer.billable.push({ meta, lines: billable });
+      const rows = keptLines(r.rows, keep);
+      return () => {
+        this.buffer.rows.push(rows);
+        this.buffer.rowCounts.push(kept);
+        this.buffer.rowTotal += kept;
+        this.buffer.msgs.push(m);
+        this.buffer.billable.push({ meta, lines: billable });
+        this.scheduleFlush();
+      };
     } catch (err) {
       this.held.delete(m.seq);
       log.error('batch could not be processed; will be redelivered', { err, seq: m.seq, deliveries: m.info.deliveryCount });
       m.nak(Math.min(30_000, 1_000 * 2 ** Math.min(5, m.info.deliveryCount)));
-      return;
+      return null;
     }
-    this.scheduleFlush();
   }
 
   /**
@@ -222,7 +236,7 @@ export class Pipeline {
     try {
       await this.insert(batch.rows, batch.rowTotal);
       for (const b of batch.billable) observeFreshness(b.meta.receivedAtMs);
-      await Promise.all(batch.billable.map((b) => this.publishBillable(b.meta, b.lines)));
+      await this.billable.publishPackedMany(batch.billable, this.cfg.publishTimeoutMs);
       for (const m of batch.msgs) m.ack();
     } catch (err) {
       if (batch.msgs.length > 1 && isDataError(err)) await this.isolate(batch);
@@ -230,12 +244,6 @@ export class Pipeline {
     } finally {
       for (const m of batch.msgs) this.held.delete(m.seq);
     }
-  }
-
-  /** Billable lines (newline-terminated) go to their customers' partitions (src/billing/evaluator/partition.ts). */
-  private async publishBillable(meta: BatchMeta, lines: Uint8Array): Promise<void> {
-    if (lines.length === 0) return;
-    await this.billable.publishPacked(meta, lines, this.cfg.publishTimeoutMs);
   }
 
   /** Inserts the rows of some messages (`count` rows in all) as one JSONEachRow body. */
@@ -252,7 +260,7 @@ export class Pipeline {
       try {
         await this.insert([batch.rows[i]!], batch.rowCounts[i]!);
         observeFreshness(batch.billable[i]!.meta.receivedAtMs);
-        await this.publishBillable(batch.billable[i]!.meta, batch.billable[i]!.lines);
+        await this.billable.publishPackedMany([batch.billable[i]!], this.cfg.publishTimeoutMs);
         m.ack();
       } catch (err) {
         await this.settleFailed([m], err);

@@ -39,6 +39,13 @@ export interface PartitionedLines {
 
 const CACHE_MAX = 200_000;
 
+/** The batch a message of billable lines comes from. */
+interface BatchRef {
+  orgId: string;
+  mode: Mode;
+  batchId: string;
+}
+
 export class BillablePartitioner {
   /** `${org}\0${mode}\0${ref}` → service id, for references found. */
   private readonly cache = new Map<string, string>();
@@ -49,11 +56,22 @@ export class BillablePartitioner {
     readonly partitions: number,
   ) {}
 
-  /** `publish` of the pipeline's form of the lines: UTF-8, each ending in '\n' (JSON text holds no raw newline). */
-  publishPacked(meta: { orgId: string; mode: Mode; batchId: string }, bytes: Uint8Array, timeoutMs: number): Promise<void> {
-    const lines = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8').split('\n');
-    if (lines.at(-1) === '') lines.pop();
-    return this.publish(meta, lines, timeoutMs);
+  /**
+   * Several batches' billable lines in the pipeline's form (UTF-8, each line ending in '\n';
+   * JSON text holds no raw newline), entering each partition in the order given: every batch
+   * is split first (resolving references may wait for the store), then all are sent at once,
+   * in that order. (A publish that must be retried lands after later ones: those batches are
+   * then billed, exactly, in that order.)
+   */
+  async publishPackedMany(batches: readonly { meta: BatchRef; lines: Uint8Array }[], timeoutMs: number): Promise<void> {
+    const split = await Promise.all(
+      batches.map(async ({ meta, lines }) => {
+        const text = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength).toString('utf8').split('\n');
+        if (text.at(-1) === '') text.pop();
+        return { meta, parts: text.length === 0 ? [] : await this.split(meta.orgId, meta.mode, text) };
+      }),
+    );
+    await Promise.all(split.flatMap(({ meta, parts }) => this.send(meta, parts, timeoutMs)));
   }
 
   /**
@@ -61,18 +79,20 @@ export class BillablePartitioner {
    * Nats-Msg-Id = <batch id>.p<k>: a batch published again (a pipeline crash before its ack)
    * is stored once per partition.
    */
-  async publish(meta: { orgId: string; mode: Mode; batchId: string }, lines: string[], timeoutMs: number): Promise<void> {
+  async publish(meta: BatchRef, lines: string[], timeoutMs: number): Promise<void> {
     if (lines.length === 0) return;
-    const parts = await this.split(meta.orgId, meta.mode, lines);
-    await Promise.all(
-      parts.map((p) => {
-        const h = natsHeaders();
-        h.set(H_ORG, meta.orgId);
-        h.set(H_MODE, meta.mode);
-        h.set(H_BATCH, meta.batchId);
-        return publishDurable(this.nats.nc, this.nats.topology.billableParts.subject(p.partition, meta.orgId), Buffer.from(p.lines.join('\n')), h, `${meta.batchId}.p${p.partition}`, timeoutMs);
-      }),
-    );
+    await Promise.all(this.send(meta, await this.split(meta.orgId, meta.mode, lines), timeoutMs));
+  }
+
+  /** Sends a batch's parts now (in order: each publish goes out before the call returns), each to its partition. */
+  private send(meta: BatchRef, parts: readonly PartitionedLines[], timeoutMs: number): Promise<unknown>[] {
+    return parts.map((p) => {
+      const h = natsHeaders();
+      h.set(H_ORG, meta.orgId);
+      h.set(H_MODE, meta.mode);
+      h.set(H_BATCH, meta.batchId);
+      return publishDurable(this.nats.nc, this.nats.topology.billableParts.subject(p.partition, meta.orgId), Buffer.from(p.lines.join('\n')), h, `${meta.batchId}.p${p.partition}`, timeoutMs);
+    });
   }
 
   async split(orgId: string, mode: Mode, lines: string[]): Promise<PartitionedLines[]> {
