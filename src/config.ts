@@ -19,6 +19,8 @@ export const BILLING_FAULT_POINTS = ['before-states', 'after-pin', 'after-events
 export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
 /** BILLING_PARTITIONS' upper bound (and of the number a deployment keeps: billing/evaluator/streams.ts). */
 export const MAX_BILLING_PARTITIONS = 256;
+/** BILLING_PARTITIONS' default (README, Benchmarks 2026-11-24 14:00: why 8). */
+export const DEFAULT_BILLING_PARTITIONS = 8;
 
 export type Role = 'all' | 'ingress' | 'pipeline' | 'dispatcher';
 export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline', 'dispatcher'];
@@ -314,7 +316,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     },
     billing: {
       ackWaitMs: r.int('BILLING_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
-      partitions: r.int('BILLING_PARTITIONS', 16, 1, MAX_BILLING_PARTITIONS),
+      partitions: r.int('BILLING_PARTITIONS', DEFAULT_BILLING_PARTITIONS, 1, MAX_BILLING_PARTITIONS),
       faultPoint: r.optional('BILLING_FAULT_POINT') === null ? null : r.oneOf<BillingFaultPoint>('BILLING_FAULT_POINT', 'after-pin', BILLING_FAULT_POINTS),
       faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause', 'stall'] as const),
       faultPauseMs: r.int('BILLING_FAULT_PAUSE_MS', 5_000, 10, 600_000),

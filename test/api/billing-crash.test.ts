@@ -19,6 +19,7 @@ import { Kvm } from '@nats-io/kv';
 import { TcpProxy } from '../helpers/proxy.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../src/bus/batch.js';
 import { partitionOf } from '../../src/billing/evaluator/partition.js';
+import { DEFAULT_BILLING_PARTITIONS } from '../../src/config.js';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
 import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, logsOnFailure, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
@@ -418,12 +419,12 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
   const other = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_PARTITIONS: '4' });
   await other.start();
   await other.stop();
-  t.match(logLines(other, 'BILLING_PARTITIONS differs from the partitions in use; keeping those'), [{ configured: 4, inUse: 16 }], 'a different BILLING_PARTITIONS later is logged and not applied');
+  t.match(logLines(other, 'BILLING_PARTITIONS differs from the partitions in use; keeping those'), [{ configured: 4, inUse: 8 }], 'a different BILLING_PARTITIONS later is logged and not applied');
   const nc = await connect({ servers: NATS_URL });
   try {
     const names: string[] = [];
     for await (const ci of (await jetstreamManager(nc)).consumers.list(`${iso.natsPrefix}_BILLABLE_P`)) names.push(ci.name);
-    t.same(names.sort(), Array.from({ length: 16 }, (_, k) => `billing-p${k}`).sort(), 'the 16 partition consumers of the first start (BILLING_PARTITIONS default)');
+    t.same(names.sort(), Array.from({ length: 8 }, (_, k) => `billing-p${k}`).sort(), 'the 8 partition consumers of the first start (BILLING_PARTITIONS default)');
   } finally {
     await nc.close();
   }
@@ -602,7 +603,7 @@ t.test('a group of several messages killed after its events is replayed as exact
   // Six billable messages of the customer's partition, queued before any evaluator runs (as a
   // pipeline leaves them under load): 2 credits each, so the pool of 10 empties in the 5th,
   // the daily cap of 7 is reached in the 4th, and the 6th goes into overage.
-  const k = partitionOf(org.id, 'live', c.id, 16);
+  const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);
   const nc = await connect({ servers: NATS_URL });
   const seqs: number[] = [];
   try {

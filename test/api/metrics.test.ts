@@ -125,8 +125,8 @@ t.test('ROLE=all: every dashboard metric exists after traffic; labels are bounde
   t.equal(sampleValue(text, 'usage_http_rate_limited_total', { route: '/api/v2/signals/bulk', code: 'RATE_LIMIT_EXCEEDED' }), 1);
   for (const reason of ['RATE_LIMIT_EXCEEDED', 'UNAUTHORIZED', 'INVALID_JSON']) t.equal(sampleValue(text, 'usage_signal_requests_refused_total', { reason }), 1, `refused: ${reason}`);
   for (const stream of ['signals', 'billable-p', 'billing-rows', 'events']) t.ok((sampleValue(text, 'usage_jetstream_publish_duration_seconds_count', { stream, outcome: 'ok' }) ?? 0) >= 1, `publishes to ${stream}`);
-  // BILLABLE: one consumer per billing partition (BILLING_PARTITIONS, 16 by default).
-  for (const [stream, consumer] of [['SIGNALS', 'pipeline'], ...Array.from({ length: 16 }, (_, k) => ['BILLABLE', `billing-p${k}`] as const), ['BILLING_ROWS', 'billing-rows'], ['EVENTS', 'dispatcher']] as const) {
+  // BILLABLE: one consumer per billing partition (BILLING_PARTITIONS, 8 by default).
+  for (const [stream, consumer] of [['SIGNALS', 'pipeline'], ...Array.from({ length: 8 }, (_, k) => ['BILLABLE', `billing-p${k}`] as const), ['BILLING_ROWS', 'billing-rows'], ['EVENTS', 'dispatcher']] as const) {
     t.equal(sampleValue(text, 'usage_jetstream_consumer_pending_messages', { stream, consumer }), 0, `lag of ${stream}/${consumer}, drained`);
   }
   t.ok((sampleValue(text, 'usage_pipeline_insert_rows_count', { table: 'signals' }) ?? 0) >= 1);
