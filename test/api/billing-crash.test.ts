@@ -642,3 +642,68 @@ t.test('a group of several messages killed after its events is replayed as exact
   const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
   t.match(pools.creditPools, [{ id: pool.id, consumedCredits: '12', balance: '-2' }]);
 });
+
+t.test('a group whose pin would not fit in one NATS message pins its first part, and the rest after: each customer billed once', async (t) => {
+  const iso = isolation('billhalf');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  let pipeline: ServiceProcess | null = null;
+  logsOnFailure(t, () => [ingress, pipeline]);
+  t.teardown(async () => {
+    await ingress.stop();
+    await pipeline?.stop();
+    await cleanup(iso);
+  });
+  await ingress.start(); // creates the streams and the partition consumers
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  // Customers of one partition, each with a document of about 250 KB (360 units with long
+  // ids and names): five of them make a pin of about 1.2 MB, over NATS' max_payload (1 MiB).
+  const made = await Promise.all(Array.from({ length: 64 }, (_, i) => call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `big-${i}` }) as Promise<{ id: string }>));
+  const byPartition = new Map<number, string[]>();
+  for (const c of made) {
+    const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);
+    byPartition.set(k, [...(byPartition.get(k) ?? []), c.id]);
+  }
+  const [k, all] = [...byPartition].sort((a, b) => b[1].length - a[1].length)[0]!;
+  const customers = all.slice(0, 5);
+  t.equal(customers.length, 5, `five customers of partition ${k}`);
+  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const pools = new Map<string, string>();
+  for (const id of customers) {
+    await call(ingress.url, org, 'PUT', `/api/v2/customers/${id}/units/root`, {});
+    const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
+    pools.set(id, (await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '10' })).id);
+  }
+  const units = customers.flatMap((id) => Array.from({ length: 360 }, (_, u) => ({ id, u })));
+  for (let i = 0; i < units.length; i += 16) {
+    await Promise.all(units.slice(i, i + 16).map(({ id, u }) => call(ingress.url, org, 'PUT', `/api/v2/customers/${id}/units/${`u${u}-`.padEnd(200, 'x')}`, { name: `unit ${u} `.padEnd(255, 'n'), parentExternalId: 'root' })));
+  }
+  // One billable message per customer, queued before any evaluator runs: one group of five
+  // messages by the group limits (64 messages, 448 customers), but not by its pin's size.
+  const nc = await connect({ servers: NATS_URL });
+  const seqs: number[] = [];
+  try {
+    const js = jetstream(nc);
+    for (const [b, id] of customers.entries()) {
+      const h = natsHeaders();
+      h.set(H_ORG, org.id);
+      h.set(H_MODE, 'live');
+      h.set(H_BATCH, `bat_half${b}`);
+      h.set('Nats-Msg-Id', `bat_half${b}.p${k}`);
+      const line = JSON.stringify({ k: id, i: `sig_half${b}`, e: 'e', c: id, u: 'root', t: Date.parse('2026-05-01T10:00:00Z') + b, d: {} });
+      seqs.push((await js.publish(`${iso.natsPrefix}.billable-p.${k}.${org.id}`, line, { headers: h })).seq);
+    }
+  } finally {
+    await nc.close();
+  }
+  pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10' });
+  await pipeline.start();
+  await billed(iso, 60_000);
+  const last = (Object.values(await stateKeys(iso, `pin.${k}`)) as GroupPin[])[0]!;
+  t.equal(last.done, true, 'the last group committed');
+  t.equal(last.last, seqs.at(-1), 'up to the last message');
+  t.ok(last.seqs.length < seqs.length, `in more than one group (the last pinned ${last.seqs.length} of ${seqs.length})`);
+  for (const id of customers) {
+    const [pool] = (await call(ingress.url, org, 'GET', `/api/v2/customers/${id}/credit-pools`)).creditPools as { id: string; consumedCredits: string }[];
+    t.same([pool!.id, pool!.consumedCredits], [pools.get(id), '1'], `customer ${id}: its one signal billed once`);
+  }
+});

@@ -131,7 +131,7 @@ const INLINE_SIGNALS = 64;
 /** At most this many messages in a group. */
 export const GROUP_MESSAGES = 64;
 /** At most this many distinct customers in a group (each adds its documents to the pin: ≈2 KB for a customer with a unit tree of three, an attribute, a pool and a cap). */
-export const GROUP_CUSTOMERS = 256;
+export const GROUP_CUSTOMERS = 448;
 /** Messages of one partition a process holds at most (the partition consumer's max_ack_pending). */
 export const GROUP_HELD = 2 * GROUP_MESSAGES;
 /** How long a fetch of a partition's messages waits for them at most (its idle heartbeat is half of it). */
