@@ -130,7 +130,10 @@ const evaluateTask = workerTask<AskingTask, GroupOutput>(WORKER_FILE, 'evaluateA
 const INLINE_SIGNALS = 64;
 /** At most this many messages in a group. */
 export const GROUP_MESSAGES = 64;
-/** At most this many distinct customers in a group (each adds its documents to the pin: ≈2 KB for a customer with a unit tree of three, an attribute, a pool and a cap). */
+/**
+ * At most this many distinct customers in a group (each adds its documents to the pin: ≈2 KB for a customer with a unit tree of three, an attribute, a pool and a cap, so ≈900 KB;
+ * a pin over max_payload pins the group's first half instead: pinOf). 448 rather than 256: twice the messages per group for 500-signal batches (README, Benchmarks).
+ */
 export const GROUP_CUSTOMERS = 448;
 /** Messages of one partition a process holds at most (the partition consumer's max_ack_pending). */
 export const GROUP_HELD = 2 * GROUP_MESSAGES;
