@@ -12,7 +12,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { capPeriods, evaluate, type BillableSignal, type BillingState, type EmittedEvent, type PeriodTotal } from '../../src/billing/evaluator/evaluate.js';
 import { configsOf, evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupUnit } from '../../src/billing/evaluator/group.js';
-import { billedCustomers, formGroup, GROUP_CUSTOMERS, GROUP_MESSAGES, readPin } from '../../src/billing/evaluator/consumer.js';
+import { billedCustomers, formGroup, GROUP_CUSTOMERS, GROUP_MESSAGES, pinnedConfig, readPin } from '../../src/billing/evaluator/consumer.js';
 import { capKey, emptyConfig, type BillingConfig } from '../../src/billing/model.js';
 import { renderRows } from '../../src/billing/evaluator/rows-body.js';
 import type { KvEntry } from '@nats-io/kv';
@@ -105,6 +105,34 @@ t.test('a group evaluates like its messages one after another, whatever the spli
       return untouched && JSON.stringify(grouped) === JSON.stringify(serial) && JSON.stringify(strip(states)) === JSON.stringify(strip(serialStates)) && JSON.stringify(totals) === JSON.stringify(serialTotals);
     }),
     { numRuns: 300 },
+  );
+});
+
+t.test("a pin's configuration (top-ups folded into their sum) evaluates exactly like the stored one", async (t) => {
+  const credits = fc.oneof(fc.constantFrom('0', '0.000001', '999999999999.999999'), fc.tuple(fc.nat(10_000), fc.nat(999_999)).map(([i, f]) => `${i}.${String(f).padStart(6, '0')}`.replace(/\.?0+$/, '') || '0'));
+  fc.assert(
+    fc.property(fc.array(credits, { maxLength: 40 }), fc.array(credits, { maxLength: 3 }), fc.array(messageArb, { minLength: 1, maxLength: 8 }), (ups1, ups2, messages) => {
+      const cfg = config();
+      cfg.pools.cp_1 = { ...cfg.pools.cp_1!, granted: '3', topUps: ups1.map((c, i) => ({ id: `tu_${i}`, credits: c, at: now })) };
+      cfg.pools.cp_2 = { ...cfg.pools.cp_2!, granted: '1', topUps: ups2.map((c, i) => ({ id: `tv_${i}`, credits: c, at: now })) };
+      const given = JSON.stringify(cfg);
+      const pinned = pinnedConfig(cfg);
+      if (JSON.stringify(cfg) !== given) return false; // its input is left as it was
+      if (pinned.pools.cp_1!.topUps.length !== Math.min(1, ups1.length) || pinned.pools.cp_2!.topUps.length !== Math.min(1, ups2.length)) return false;
+      if (ups2.length <= 1 && pinned.pools.cp_2 !== cfg.pools.cp_2) return false; // kept as it is
+      const run = (c: BillingConfig) => {
+        const configs: Record<string, BillingConfig> = {};
+        for (const o of ORGS) for (const m of MODES) configs[scopeOf(o, m)] = c;
+        const us = units(messages);
+        const periods: Record<string, PeriodTotal> = {};
+        for (const r of groupCapPeriods({ configs, units: us })) periods[r.key] = { used: '0', reached: false };
+        const states: Record<string, BillingState> = {};
+        for (const u of us) states[scopeOf(u.orgId, u.mode)] = empty();
+        return JSON.stringify(evaluateGroup({ configs, units: us, states, periods }));
+      };
+      return run(pinned) === run(cfg);
+    }),
+    { numRuns: 200 },
   );
 });
 

@@ -114,7 +114,8 @@ import { billingLog as log } from '../../log.js';
 import { billingEvents, billingGroupMessages, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
 import { busEvent, eventMessage } from '../../bus/events.js';
-import type { BillingConfig } from '../model.js';
+import type { BillingConfig, CreditPool } from '../model.js';
+import { parseDecimal, sum, toCanonicalString } from '../decimal.js';
 import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
@@ -804,7 +805,7 @@ export class BillingEvaluator {
       const scopes = await Promise.all(
         [...refs.values()].map(async (r): Promise<PinScope> => {
           const { config, revisions } = await this.configs.forBatch(r.orgId, r.mode, r.customers);
-          return { orgId: r.orgId, mode: r.mode, revisions, config };
+          return { orgId: r.orgId, mode: r.mode, revisions, config: pinnedConfig(config) };
         }),
       );
       const unpriced = scopes.every((s) => Object.keys(s.config.attributes).length === 0);
@@ -830,6 +831,25 @@ export class BillingEvaluator {
       lane.held.length = 0;
     }
   }
+}
+
+/**
+ * The configuration as a pin carries it: each credit pool's top-ups folded into one, their
+ * sum (evaluation reads only a pool's total: evaluate.ts `lookups`), so a customer topped up
+ * thousands of times does not put its whole top-up history into every pin. Exact: decimal
+ * sums are exact, and the total is the same sum. Pools with at most one top-up are kept as
+ * they are (the same objects).
+ */
+export function pinnedConfig(config: BillingConfig): BillingConfig {
+  let pools: Record<string, CreditPool> | null = null;
+  for (const [id, p] of Object.entries(config.pools)) {
+    if (p.topUps.length <= 1) continue;
+    pools ??= { ...config.pools };
+    const last = p.topUps.at(-1)!;
+    const credits = toCanonicalString(sum(p.topUps.map((u) => parseDecimal(u.credits, { maxDecimalPlaces: 6 }))));
+    pools[id] = { ...p, topUps: [{ id: last.id, credits, at: last.at }] };
+  }
+  return pools ? { ...config, pools } : config;
 }
 
 /** A task for the worker: the units as their texts, the configurations as the pin's text when there is one (group.ts WorkerTask). */
