@@ -20,7 +20,7 @@ import { TcpProxy } from '../helpers/proxy.js';
 import { H_BATCH, H_MODE, H_ORG } from '../../src/bus/batch.js';
 import { partitionOf } from '../../src/billing/evaluator/partition.js';
 import { DEFAULT_BILLING_PARTITIONS } from '../../src/config.js';
-import { billed, busEvents, stateKeys } from '../helpers/bus.js';
+import { billed, busEvents, stateKeyNames, stateKeys } from '../helpers/bus.js';
 import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, logsOnFailure, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
@@ -643,20 +643,22 @@ t.test('a group of several messages killed after its events is replayed as exact
   t.match(pools.creditPools, [{ id: pool.id, consumedCredits: '12', balance: '-2' }]);
 });
 
-t.test('a group whose pin would not fit in one NATS message pins its first part, and the rest after: each customer billed once', async (t) => {
-  const iso = isolation('billhalf');
+/**
+ * Five customers of one partition, each with a document of about 250 KB (360 units with long
+ * ids and names): their documents together (about 1.2 MB) are more than NATS' max_payload
+ * (1 MiB) holds. An ingress process has made the streams; nothing evaluates yet.
+ */
+async function bigCustomers(t: Test, name: string): Promise<{ iso: Isolation; ingress: ServiceProcess; org: TestOrg; k: number; customers: string[]; pools: Map<string, string>; procs: ServiceProcess[] }> {
+  const iso = isolation(name);
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
-  let pipeline: ServiceProcess | null = null;
-  logsOnFailure(t, () => [ingress, pipeline]);
+  const procs: ServiceProcess[] = [ingress];
+  logsOnFailure(t, () => procs);
   t.teardown(async () => {
-    await ingress.stop();
-    await pipeline?.stop();
+    for (const p of procs) await p.stop();
     await cleanup(iso);
   });
   await ingress.start(); // creates the streams and the partition consumers
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  // Customers of one partition, each with a document of about 250 KB (360 units with long
-  // ids and names): five of them make a pin of about 1.2 MB, over NATS' max_payload (1 MiB).
   const made = await Promise.all(Array.from({ length: 64 }, (_, i) => call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `big-${i}` }) as Promise<{ id: string }>));
   const byPartition = new Map<number, string[]>();
   for (const c of made) {
@@ -671,39 +673,83 @@ t.test('a group whose pin would not fit in one NATS message pins its first part,
   for (const id of customers) {
     await call(ingress.url, org, 'PUT', `/api/v2/customers/${id}/units/root`, {});
     const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
-    pools.set(id, (await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '10' })).id);
+    pools.set(id, (await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '1' })).id); // its one signal empties it: an event
   }
   const units = customers.flatMap((id) => Array.from({ length: 360 }, (_, u) => ({ id, u })));
   for (let i = 0; i < units.length; i += 16) {
     await Promise.all(units.slice(i, i + 16).map(({ id, u }) => call(ingress.url, org, 'PUT', `/api/v2/customers/${id}/units/${`u${u}-`.padEnd(200, 'x')}`, { name: `unit ${u} `.padEnd(255, 'n'), parentExternalId: 'root' })));
   }
-  // One billable message per customer, queued before any evaluator runs: one group of five
-  // messages by the group limits (64 messages, 448 customers), but not by its pin's size.
+  return { iso, ingress, org, k, customers, pools, procs };
+}
+
+/** Queues billable messages of partition k (one per entry of `messages`: the customers each names, one signal each) before any evaluator runs. */
+async function queueBillable(iso: Isolation, orgId: string, k: number, messages: string[][]): Promise<number[]> {
   const nc = await connect({ servers: NATS_URL });
   const seqs: number[] = [];
   try {
     const js = jetstream(nc);
-    for (const [b, id] of customers.entries()) {
+    for (const [b, ids] of messages.entries()) {
       const h = natsHeaders();
-      h.set(H_ORG, org.id);
+      h.set(H_ORG, orgId);
       h.set(H_MODE, 'live');
-      h.set(H_BATCH, `bat_half${b}`);
-      h.set('Nats-Msg-Id', `bat_half${b}.p${k}`);
-      const line = JSON.stringify({ k: id, i: `sig_half${b}`, e: 'e', c: id, u: 'root', t: Date.parse('2026-05-01T10:00:00Z') + b, d: {} });
-      seqs.push((await js.publish(`${iso.natsPrefix}.billable-p.${k}.${org.id}`, line, { headers: h })).seq);
+      h.set(H_BATCH, `bat_big${b}`);
+      h.set('Nats-Msg-Id', `bat_big${b}.p${k}`);
+      const lines = ids.map((id, i) => JSON.stringify({ k: id, i: `sig_big${b}_${i}`, e: 'e', c: id, u: 'root', t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i, d: {} }));
+      seqs.push((await js.publish(`${iso.natsPrefix}.billable-p.${k}.${orgId}`, lines.join('\n'), { headers: h })).seq);
     }
   } finally {
     await nc.close();
   }
-  pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10' });
+  return seqs;
+}
+
+/** Each customer's pool has consumed exactly 1 credit (its one signal, billed once). */
+async function eachBilledOnce(t: Test, s: { ingress: ServiceProcess; org: TestOrg; customers: string[]; pools: Map<string, string> }): Promise<void> {
+  for (const id of s.customers) {
+    const [pool] = (await call(s.ingress.url, s.org, 'GET', `/api/v2/customers/${id}/credit-pools`)).creditPools as { id: string; consumedCredits: string }[];
+    t.same([pool!.id, pool!.consumedCredits], [s.pools.get(id), '1'], `customer ${id}: its one signal billed once`);
+  }
+}
+
+t.test('a group whose pin would not fit in one NATS message pins its first part, and the rest after: each customer billed once', async (t) => {
+  const s = await bigCustomers(t, 'billhalf');
+  // One message per customer: one group of five by the group limits (64 messages, 448 customers), not by its pin's size.
+  const seqs = await queueBillable(s.iso, s.org.id, s.k, s.customers.map((id) => [id]));
+  const pipeline = new ServiceProcess(s.iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10' });
+  s.procs.push(pipeline);
   await pipeline.start();
-  await billed(iso, 60_000);
-  const last = (Object.values(await stateKeys(iso, `pin.${k}`)) as GroupPin[])[0]!;
+  await billed(s.iso, 60_000);
+  const last = (Object.values(await stateKeys(s.iso, `pin.${s.k}`)) as GroupPin[])[0]!;
   t.equal(last.done, true, 'the last group committed');
   t.equal(last.last, seqs.at(-1), 'up to the last message');
   t.ok(last.seqs.length < seqs.length, `in more than one group (the last pinned ${last.seqs.length} of ${seqs.length})`);
-  for (const id of customers) {
-    const [pool] = (await call(ingress.url, org, 'GET', `/api/v2/customers/${id}/credit-pools`)).creditPools as { id: string; consumedCredits: string }[];
-    t.same([pool!.id, pool!.consumedCredits], [pools.get(id), '1'], `customer ${id}: its one signal billed once`);
-  }
+  await eachBilledOnce(t, s);
+});
+
+t.test('one message whose pin does not fit in one NATS message: the pin is written in parts, read back after a crash, and removed once committed', async (t) => {
+  const s = await bigCustomers(t, 'billspill');
+  const [seq] = await queueBillable(s.iso, s.org.id, s.k, [s.customers]);
+  const env = { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT };
+  const first = new ServiceProcess(s.iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
+  s.procs.push(first);
+  await first.start('listening');
+  const crash = await killedAt(t, first, exitOf(first), 'after-events');
+  t.equal(crash.seq, seq, 'killed while evaluating the one message');
+  t.equal(logLines(first, 'a billing pin larger than one NATS message was written in parts').length, 1, 'its pin was written in parts');
+  const spilled = (await stateKeys(s.iso, `pin.${s.k}`))[`pin.${s.k}`] as { seqs: number[]; spilled?: { parts: number } };
+  t.same(spilled.seqs, [seq], 'the pin names the message');
+  t.ok((spilled.spilled?.parts ?? 0) >= 2, `in ${spilled.spilled?.parts} parts`);
+  t.equal((await stateKeyNames(s.iso, `pinpart.${s.k}.`)).length, spilled.spilled?.parts, 'the parts are in the state bucket');
+
+  const second = new ServiceProcess(s.iso, env);
+  s.procs.push(second);
+  await second.start();
+  await billed(s.iso, 60_000);
+  const done = (await stateKeys(s.iso, `pin.${s.k}`))[`pin.${s.k}`] as GroupPin;
+  t.same([done.seqs, done.done], [[seq], true], 'the replay committed exactly that message');
+  t.same(await stateKeyNames(s.iso, `pinpart.${s.k}.`), [], 'and removed the parts');
+  await eachBilledOnce(t, s);
+  const events = await busEvents(s.iso, s.org.id);
+  t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');
+  t.equal(events.filter((e) => e.event === 'billing-credits-depleted').length, s.customers.length, "each customer's pool depleted once");
 });

@@ -57,6 +57,23 @@ export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
   }
 }
 
+/** The billing state bucket's keys with a value (not deleted) that start with `prefix`. */
+export async function stateKeyNames(i: Isolation, prefix: string): Promise<string[]> {
+  const nc = await connect({ servers: NATS_URL });
+  try {
+    const kv = await new Kvm(jetstream(nc)).open(topology(i.natsPrefix).buckets.billingState);
+    const out: string[] = [];
+    for await (const k of await kv.keys()) {
+      if (!k.startsWith(prefix)) continue;
+      const e = await kv.get(k);
+      if (e && e.operation === 'PUT') out.push(k);
+    }
+    return out.sort();
+  } finally {
+    await nc.close();
+  }
+}
+
 /** The billing state bucket's entries (JSON) whose key starts with `prefix`, by key. */
 export async function stateKeys(i: Isolation, prefix: string): Promise<Record<string, unknown>> {
   const nc = await connect({ servers: NATS_URL });

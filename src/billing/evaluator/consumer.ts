@@ -101,6 +101,7 @@
  * uncommitted message, so it waits for their redelivery rather than overtake them. Balances and period totals live in JetStream KV on disk,
  * never only in Redis. Test-only fault points along this order: fault.ts.
  */
+import { randomBytes } from 'node:crypto';
 import { MessageChannel } from 'node:worker_threads';
 import type { JsMsg } from '@nats-io/jetstream';
 import type { KV, KvEntry } from '@nats-io/kv';
@@ -206,11 +207,26 @@ interface FormerPin {
 }
 
 export const pinKey = (k: number): string => `pin.${k}`;
+/** Part i of a pin too large for one NATS message (SpilledPin): unique to that pin (`id`), written once. */
+export const pinPartKey = (k: number, id: string, i: number): string => `pinpart.${k}.${id}.${i}`;
 
-/** A pin as read, either form: the group form. */
-export function readPin(e: KvEntry | null): Pin | DonePin | null {
+/**
+ * pin.<k> of a pending group whose pin does not fit in one NATS message (a group of one
+ * message naming more customers' documents than max_payload holds): the pin's JSON text is
+ * in `parts` keys pinPartKey(k, id, i), written create-only before pin.<k>, read back whole
+ * when the group is taken up again, and removed once it is committed.
+ */
+interface SpilledPin {
+  seq: number;
+  last: number;
+  seqs: number[];
+  spilled: { id: string; parts: number };
+}
+
+/** A pin as read, either form: the group form (a spilled one still to be read whole: BillingEvaluator.unspill). */
+export function readPin(e: KvEntry | null): Pin | DonePin | SpilledPin | null {
   if (!e || e.operation !== 'PUT' || e.length === 0) return null;
-  const p = e.json<Pin | DonePin | FormerPin>();
+  const p = e.json<Pin | DonePin | SpilledPin | FormerPin>();
   if ('seqs' in p) return p;
   const pin: Pin = { seq: p.seq, last: p.seq, seqs: [p.seq], scopes: [{ orgId: p.orgId, mode: p.mode, revisions: p.revisions, config: p.config }] };
   return p.done ? { ...pin, done: true } : pin;
@@ -274,7 +290,7 @@ class Lane {
    * next step needs neither to read the pin nor to ask the stream for its oldest message (see
    * step). Forgotten on any failure or sign of another holder.
    */
-  pin: { value: Pin | DonePin; revision: number } | null = null;
+  pin: { value: Pin | DonePin; revision: number; parts: number[] } | null = null;
   lastDelivery: number | null = null;
   /** The partition's state keys as of this lane's last commit (used while `pin` is: state-cache.ts). */
   readonly states = new StateCache(STATE_CACHE_KEYS);
@@ -572,11 +588,15 @@ export class BillingEvaluator {
     // compare-and-set below, and the retry reads it).
     let current: Pin | DonePin | null;
     let pinRevision: number;
-    if (lane.pin) ({ value: current, revision: pinRevision } = lane.pin);
+    /** The parts of the pin in use when it is a spilled one: removed once its group is committed. */
+    let parts: number[] = [];
+    if (lane.pin) ({ value: current, revision: pinRevision, parts } = lane.pin);
     else {
       const [e] = await this.stateReader.getMany([pinKey(k)], { markers: true });
-      current = readPin(e ?? null);
+      const read = readPin(e ?? null);
       pinRevision = e?.revision ?? 0;
+      if (read && 'spilled' in read) ({ pin: current, parts } = await this.unspill(k, read));
+      else current = read;
     }
     if (current && !('done' in current) && !current.seqs.every((s) => lane.held.some((h) => h.seq === s))) {
       // A pending group not all held here. Gone from the stream: acked by a former version
@@ -633,7 +653,7 @@ export class BillingEvaluator {
       group = made.group;
       if (made.unpriced) {
         const [revision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]);
-        lane.pin = { value: donePin(made.pin), revision: revision! };
+        lane.pin = { value: donePin(made.pin), revision: revision!, parts: [] };
         lane.lastDelivery = lastDelivery(group);
         this.ackAll(lane, group);
         this.committed(group, 0, 0);
@@ -641,7 +661,10 @@ export class BillingEvaluator {
       }
       pinned = { pin: made.pin, revision: 0 };
       pinJson = made.bytes;
-      pinWrite = this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]).then(([r]) => r!);
+      pinWrite = this.writePin(k, made.pin, made.bytes, pinRevision).then((w) => {
+        parts = w.parts;
+        return w.revision;
+      });
       // Awaited by `before` (step 3); a worker that fails before asking leaves it unawaited: not
       // an unhandled rejection then (the step fails with the worker's error, and the next one
       // reads the pin again).
@@ -680,7 +703,7 @@ export class BillingEvaluator {
           })
         : await Promise.all([pinWrite, read()]);
       pinned.revision = revision;
-      lane.pin = { value: pin, revision };
+      lane.pin = { value: pin, revision, parts };
       readOf = new Map<string, ReadStates>(priced.map((s, i) => [scopeOf(s.orgId, s.mode), reads[i]!]));
       entries = await known(refs.map((r) => r.key));
       periods = {};
@@ -746,7 +769,8 @@ export class BillingEvaluator {
     // 8. The commit point.
     const done = donePin(pin);
     const [doneRevision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: JSON.stringify(done), revision: pinned.revision }]);
-    lane.pin = { value: done, revision: doneRevision! };
+    lane.pin = { value: done, revision: doneRevision!, parts: [] };
+    await this.removeParts(parts);
     lane.lastDelivery = lastDelivery(group);
     await this.fault.at('after-state-write', fault);
 
@@ -786,12 +810,64 @@ export class BillingEvaluator {
   }
 
   /**
+   * Writes group G's pin (compare-and-set on `revision`), in parts first when its text does not
+   * fit in one NATS message (SpilledPin). The parts' revisions (their stream sequences) come
+   * back with the pin's. A pin that loses its compare-and-set leaves its parts to be removed here.
+   */
+  private async writePin(k: number, pin: Pin, bytes: string, revision: number): Promise<{ revision: number; parts: number[] }> {
+    const text = Buffer.from(bytes);
+    const room = this.nats.maxPayload - 4_096;
+    if (text.length <= room) {
+      const [r] = await this.stateWriter.writeMany([{ key: pinKey(k), value: text, revision }]);
+      return { revision: r!, parts: [] };
+    }
+    const id = randomBytes(8).toString('hex');
+    const count = Math.ceil(text.length / room);
+    const parts = await this.stateWriter.writeMany(Array.from({ length: count }, (_, i) => ({ key: pinPartKey(k, id, i), value: text.subarray(i * room, (i + 1) * room), revision: 0 })));
+    const spilled: SpilledPin = { seq: pin.seq, last: pin.last, seqs: pin.seqs, spilled: { id, parts: count } };
+    try {
+      const [r] = await this.stateWriter.writeMany([{ key: pinKey(k), value: JSON.stringify(spilled), revision }]);
+      log.warn('a billing pin larger than one NATS message was written in parts', { partition: k, seq: pin.seq, bytes: text.length, parts: count });
+      return { revision: r!, parts };
+    } catch (err) {
+      await this.removeParts(parts);
+      throw err;
+    }
+  }
+
+  /** The whole pin of a spilled one, from its parts (a missing part: an error, retried, naming it). */
+  private async unspill(k: number, p: SpilledPin): Promise<{ pin: Pin; parts: number[] }> {
+    const keys = Array.from({ length: p.spilled.parts }, (_, i) => pinPartKey(k, p.spilled.id, i));
+    const entries = await this.stateReader.getMany(keys);
+    const chunks = entries.map((e, i) => {
+      if (!e || e.operation !== 'PUT') throw new Error(`billing partition ${k}: part ${keys[i]} of the pin of group ${p.seq} is missing`);
+      return e.value;
+    });
+    const pin = JSON.parse(Buffer.concat(chunks).toString('utf8')) as Pin;
+    if (pin.seq !== p.seq || pin.seqs.length !== p.seqs.length) throw new Error(`billing partition ${k}: the parts of the pin of group ${p.seq} hold group ${pin.seq}`);
+    return { pin, parts: entries.map((e) => e!.revision) };
+  }
+
+  /** Removes a spilled pin's parts from the state bucket's stream (no delete markers left); best effort, logged. */
+  private async removeParts(seqs: readonly number[]): Promise<void> {
+    const stream = `KV_${this.nats.topology.buckets.billingState}`;
+    for (const seq of seqs) {
+      try {
+        await this.nats.jsm.streams.deleteMessage(stream, seq, false);
+      } catch (err) {
+        log.warn('a part of a billing pin was not removed; it stays as garbage', { err, seq });
+      }
+    }
+  }
+
+  /**
    * Step 2: the pin of group G — the documents of the customers its signals name and of the
    * plans they use, per organization and mode — and its bytes (written by step, with
    * compare-and-set on the pin read in step 1). One key per partition, overwritten by each
    * group (no tombstone per group). Pinned even when nothing is priced (then written done at
    * once): a replay after a lost ack must not bill a group that its first evaluation did not.
-   * A pin that would not fit in one NATS message pins the group's first half instead.
+   * A pin that would not fit in one NATS message pins the group's first half instead; a group
+   * of one message whose pin is still too large has it written in parts (writePin).
    */
   private async pinOf(group: Held[]): Promise<{ group: Held[]; pin: Pin; bytes: string; unpriced: boolean }> {
     for (;;) {
