@@ -111,8 +111,12 @@ export class Pipeline {
   private readonly inflight = new Set<Promise<void>>();
   /**
    * Batches are processed concurrently but buffered in the order they came, so one process's
-   * batches reach the billing partitions in stream order (a customer's batches sent one after
-   * the other are billed in that order).
+   * batches reach the billing partitions in the order it received them (a customer's batches
+   * sent one after the other are billed in that order). Best effort, not a guarantee: a batch
+   * that fails and is redelivered, a flush that fails while a later one succeeds, a publish
+   * retried, or batches taken by different pipeline processes go in another order, and each
+   * order is billed exactly. A slow batch holds back the buffering of those after it (they
+   * count as in flight meanwhile).
    */
   private readonly order = new InOrder();
   private readonly maxInflight: number;
@@ -177,7 +181,12 @@ export class Pipeline {
     } catch (err) {
       this.held.delete(m.seq);
       log.error('batch could not be processed; will be redelivered', { err, seq: m.seq, deliveries: m.info.deliveryCount });
-      m.nak(Math.min(30_000, 1_000 * 2 ** Math.min(5, m.info.deliveryCount)));
+      try {
+        m.nak(Math.min(30_000, 1_000 * 2 ** Math.min(5, m.info.deliveryCount)));
+      } catch (nakErr) {
+        // The connection is closing: the message comes back after its ack wait all the same.
+        log.warn('nak failed; the batch is redelivered after its ack wait', { err: nakErr, seq: m.seq });
+      }
       return null;
     }
   }

@@ -913,19 +913,31 @@ export class BillingEvaluator {
  * The configuration as a pin carries it: each credit pool's top-ups folded into one, their
  * sum (evaluation reads only a pool's total: evaluate.ts `lookups`), so a customer topped up
  * thousands of times does not put its whole top-up history into every pin. Exact: decimal
- * sums are exact, and the total is the same sum. Pools with at most one top-up are kept as
- * they are (the same objects).
+ * sums are exact, and the total is the same sum. Pools with at most one top-up, or whose sum
+ * would not parse as one top-up, are kept as they are (the same objects).
  */
 export function pinnedConfig(config: BillingConfig): BillingConfig {
   let pools: Record<string, CreditPool> | null = null;
   for (const [id, p] of Object.entries(config.pools)) {
     if (p.topUps.length <= 1) continue;
+    const credits = toCanonicalString(sum(p.topUps.map((u) => parseDecimal(u.credits, { maxDecimalPlaces: 6 }))));
+    // A sum past what one top-up may hold (parseDecimal's 30 integer digits, as evaluation
+    // reads each top-up) stays unfolded: evaluation would refuse it, and a pin is final.
+    if (!fitsOneTopUp(credits)) continue;
     pools ??= { ...config.pools };
     const last = p.topUps.at(-1)!;
-    const credits = toCanonicalString(sum(p.topUps.map((u) => parseDecimal(u.credits, { maxDecimalPlaces: 6 }))));
     pools[id] = { ...p, topUps: [{ id: last.id, credits, at: last.at }] };
   }
   return pools ? { ...config, pools } : config;
+}
+
+function fitsOneTopUp(credits: string): boolean {
+  try {
+    parseDecimal(credits, { maxDecimalPlaces: 6 });
+    return true;
+  } catch {
+    return false;
+  }
 }
 
 /** A task for the worker: the units as their texts, the configurations as the pin's text when there is one (group.ts WorkerTask). */
