@@ -604,22 +604,7 @@ t.test('a group of several messages killed after its events is replayed as exact
   // pipeline leaves them under load): 2 credits each, so the pool of 10 empties in the 5th,
   // the daily cap of 7 is reached in the 4th, and the 6th goes into overage.
   const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);
-  const nc = await connect({ servers: NATS_URL });
-  const seqs: number[] = [];
-  try {
-    const js = jetstream(nc);
-    for (let b = 0; b < 6; b++) {
-      const h = natsHeaders();
-      h.set(H_ORG, org.id);
-      h.set(H_MODE, 'live');
-      h.set(H_BATCH, `bat_group${b}`);
-      h.set('Nats-Msg-Id', `bat_group${b}.p${k}`);
-      const lines = [0, 1].map((i) => JSON.stringify({ k: c.id, i: `sig_g${b}_${i}`, e: 'e', c: i === 0 ? 'acme' : c.id, u: 'root', t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i, d: {} }));
-      seqs.push((await js.publish(`${iso.natsPrefix}.billable-p.${k}.${org.id}`, lines.join('\n'), { headers: h })).seq);
-    }
-  } finally {
-    await nc.close();
-  }
+  const seqs = await queueBillable(iso, org.id, k, 'group', Array.from({ length: 6 }, (_, b) => [0, 1].map((i) => ({ k: c.id, i: `sig_g${b}_${i}`, c: i === 0 ? 'acme' : c.id, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }))));
   // It evaluates the backlog as soon as it runs: listening comes before (main.ts).
   await pipeline.start('listening');
   const crash = await killedAt(t, pipeline, exitOf(pipeline), 'after-events');
@@ -682,19 +667,23 @@ async function bigCustomers(t: Test, name: string): Promise<{ iso: Isolation; in
   return { iso, ingress, org, k, customers, pools, procs };
 }
 
-/** Queues billable messages of partition k (one per entry of `messages`: the customers each names, one signal each) before any evaluator runs. */
-async function queueBillable(iso: Isolation, orgId: string, k: number, messages: string[][]): Promise<number[]> {
+/**
+ * Queues billable messages of partition k before any evaluator runs, as a pipeline leaves them
+ * under load: one per entry of `messages`, each a list of signals (event `e` on unit `root`),
+ * batch ids `bat_<name><b>`. Their stream sequences.
+ */
+async function queueBillable(iso: Isolation, orgId: string, k: number, name: string, messages: { k: string; i: string; c: string; t: number }[][]): Promise<number[]> {
   const nc = await connect({ servers: NATS_URL });
   const seqs: number[] = [];
   try {
     const js = jetstream(nc);
-    for (const [b, ids] of messages.entries()) {
+    for (const [b, signals] of messages.entries()) {
       const h = natsHeaders();
       h.set(H_ORG, orgId);
       h.set(H_MODE, 'live');
-      h.set(H_BATCH, `bat_big${b}`);
-      h.set('Nats-Msg-Id', `bat_big${b}.p${k}`);
-      const lines = ids.map((id, i) => JSON.stringify({ k: id, i: `sig_big${b}_${i}`, e: 'e', c: id, u: 'root', t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i, d: {} }));
+      h.set(H_BATCH, `bat_${name}${b}`);
+      h.set('Nats-Msg-Id', `bat_${name}${b}.p${k}`);
+      const lines = signals.map((x) => JSON.stringify({ k: x.k, i: x.i, e: 'e', c: x.c, u: 'root', t: x.t, d: {} }));
       seqs.push((await js.publish(`${iso.natsPrefix}.billable-p.${k}.${orgId}`, lines.join('\n'), { headers: h })).seq);
     }
   } finally {
@@ -702,6 +691,9 @@ async function queueBillable(iso: Isolation, orgId: string, k: number, messages:
   }
   return seqs;
 }
+
+/** One signal for each customer of `ids` (message b). */
+const oneEach = (ids: string[], b: number) => ids.map((id, i) => ({ k: id, i: `sig_big${b}_${i}`, c: id, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }));
 
 /** Each customer's pool has consumed exactly 1 credit (its one signal, billed once). */
 async function eachBilledOnce(t: Test, s: { ingress: ServiceProcess; org: TestOrg; customers: string[]; pools: Map<string, string> }): Promise<void> {
@@ -714,7 +706,7 @@ async function eachBilledOnce(t: Test, s: { ingress: ServiceProcess; org: TestOr
 t.test('a group whose pin would not fit in one NATS message pins its first part, and the rest after: each customer billed once', async (t) => {
   const s = await bigCustomers(t, 'billhalf');
   // One message per customer: one group of five by the group limits (64 messages, 448 customers), not by its pin's size.
-  const seqs = await queueBillable(s.iso, s.org.id, s.k, s.customers.map((id) => [id]));
+  const seqs = await queueBillable(s.iso, s.org.id, s.k, 'big', s.customers.map((id, b) => oneEach([id], b)));
   const pipeline = new ServiceProcess(s.iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10' });
   s.procs.push(pipeline);
   await pipeline.start();
@@ -728,7 +720,7 @@ t.test('a group whose pin would not fit in one NATS message pins its first part,
 
 t.test('one message whose pin does not fit in one NATS message: the pin is written in parts, read back after a crash, and removed once committed', async (t) => {
   const s = await bigCustomers(t, 'billspill');
-  const [seq] = await queueBillable(s.iso, s.org.id, s.k, [s.customers]);
+  const [seq] = await queueBillable(s.iso, s.org.id, s.k, 'big', [oneEach(s.customers, 0)]);
   const env = { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT };
   const first = new ServiceProcess(s.iso, { ...env, BILLING_FAULT_POINT: 'after-events' });
   s.procs.push(first);

@@ -809,6 +809,11 @@ export class BillingEvaluator {
     for (const h of group) observeEvaluated(h.m);
   }
 
+  /** The most a pin's text may take in one message: max_payload less room for the subject and headers. */
+  private pinRoom(): number {
+    return this.nats.maxPayload - 4_096;
+  }
+
   /**
    * Writes group G's pin (compare-and-set on `revision`), in parts first when its text does not
    * fit in one NATS message (SpilledPin). The parts' revisions (their stream sequences) come
@@ -816,7 +821,7 @@ export class BillingEvaluator {
    */
   private async writePin(k: number, pin: Pin, bytes: string, revision: number): Promise<{ revision: number; parts: number[] }> {
     const text = Buffer.from(bytes);
-    const room = this.nats.maxPayload - 4_096;
+    const room = this.pinRoom();
     if (text.length <= room) {
       const [r] = await this.stateWriter.writeMany([{ key: pinKey(k), value: text, revision }]);
       return { revision: r!, parts: [] };
@@ -887,7 +892,7 @@ export class BillingEvaluator {
       const unpriced = scopes.every((s) => Object.keys(s.config.attributes).length === 0);
       const pin: Pin = { seq: group[0]!.seq, last: group.at(-1)!.seq, seqs: group.map((h) => h.seq), scopes };
       const bytes = JSON.stringify(unpriced ? donePin(pin) : pin);
-      if (Buffer.byteLength(bytes) > this.nats.maxPayload - 4_096 && group.length > 1) {
+      if (Buffer.byteLength(bytes) > this.pinRoom() && group.length > 1) {
         group = group.slice(0, Math.ceil(group.length / 2));
         continue;
       }
