@@ -727,7 +727,7 @@ t.test('one message whose pin does not fit in one NATS message: the pin is writt
   await first.start('listening');
   const crash = await killedAt(t, first, exitOf(first), 'after-events');
   t.equal(crash.seq, seq, 'killed while evaluating the one message');
-  t.equal(logLines(first, 'a billing pin larger than one NATS message was written in parts').length, 1, 'its pin was written in parts');
+  // (Its log line saying so is written asynchronously and may not be out before the SIGKILL: the pin itself shows it.)
   const spilled = (await stateKeys(s.iso, `pin.${s.k}`))[`pin.${s.k}`] as { seqs: number[]; spilled?: { parts: number } };
   t.same(spilled.seqs, [seq], 'the pin names the message');
   t.ok((spilled.spilled?.parts ?? 0) >= 2, `in ${spilled.spilled?.parts} parts`);
