@@ -7,7 +7,7 @@ import type { Test } from 'tap';
 import { randomBytes } from 'node:crypto';
 import { connect, type NatsConnection } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
+import { Kvm, type KV, type KvEntry } from '@nats-io/kv';
 import { NATS_URL, drained, sleep, type Isolation } from './service.js';
 import { topology } from '../../src/bus/topology.js';
 import type { BusEvent as TypedBusEvent } from '../../src/bus/events.js';
@@ -57,38 +57,31 @@ export async function billed(i: Isolation, timeoutMs = 120_000): Promise<void> {
   }
 }
 
-/** The billing state bucket's keys with a value (not deleted) that start with `prefix`. */
-export async function stateKeyNames(i: Isolation, prefix: string): Promise<string[]> {
+/** The billing state bucket's live entries (PUT) whose key starts with `prefix`. */
+async function stateEntries(i: Isolation, prefix: string): Promise<KvEntry[]> {
   const nc = await connect({ servers: NATS_URL });
   try {
     const kv = await new Kvm(jetstream(nc)).open(topology(i.natsPrefix).buckets.billingState);
-    const out: string[] = [];
+    const out: KvEntry[] = [];
     for await (const k of await kv.keys()) {
       if (!k.startsWith(prefix)) continue;
       const e = await kv.get(k);
-      if (e && e.operation === 'PUT') out.push(k);
-    }
-    return out.sort();
-  } finally {
-    await nc.close();
-  }
-}
-
-/** The billing state bucket's entries (JSON) whose key starts with `prefix`, by key. */
-export async function stateKeys(i: Isolation, prefix: string): Promise<Record<string, unknown>> {
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const kv = await new Kvm(jetstream(nc)).open(topology(i.natsPrefix).buckets.billingState);
-    const out: Record<string, unknown> = {};
-    for await (const k of await kv.keys()) {
-      if (!k.startsWith(prefix)) continue;
-      const e = await kv.get(k);
-      if (e && e.operation === 'PUT' && e.length > 0) out[k] = e.json();
+      if (e && e.operation === 'PUT') out.push(e);
     }
     return out;
   } finally {
     await nc.close();
   }
+}
+
+/** The billing state bucket's keys with a value (not deleted) that start with `prefix`. */
+export async function stateKeyNames(i: Isolation, prefix: string): Promise<string[]> {
+  return (await stateEntries(i, prefix)).map((e) => e.key).sort();
+}
+
+/** The billing state bucket's entries (JSON) whose key starts with `prefix`, by key. */
+export async function stateKeys(i: Isolation, prefix: string): Promise<Record<string, unknown>> {
+  return Object.fromEntries((await stateEntries(i, prefix)).filter((e) => e.length > 0).map((e) => [e.key, e.json()]));
 }
 
 /**
