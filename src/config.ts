@@ -15,6 +15,9 @@ import { X509Certificate } from 'node:crypto';
 import { Resolver } from 'node:dns';
 
 /** Points of the billing evaluator's commit order where the test-only fault hook can act. */
+/** Test-only faults of the engine host (ENGINE_HOST_FAULT; src/store/engine-host/host.ts). */
+export const ENGINE_HOST_FAULTS = ['lose-insert', 'slow-insert'] as const;
+export type EngineHostFault = (typeof ENGINE_HOST_FAULTS)[number];
 export const BILLING_FAULT_POINTS = ['before-states', 'after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const;
 export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
 /** BILLING_PARTITIONS' upper bound (and of the number a deployment keeps: billing/evaluator/streams.ts). */
@@ -72,9 +75,10 @@ export interface Config {
   /**
    * Test-only fault of the engine host (src/store/engine-host/host.ts `ENGINE_HOST_FAULTS`):
    * `lose-insert` (the first signals insert of the first host loses its answer and is run
-   * anyway 6 s later), null (the default) for none.
+   * anyway 6 s later), `slow-insert` (the first signals insert of the first host waits 8 s,
+   * then runs and answers), null (the default) for none.
    */
-  engineHostFault: 'lose-insert' | null;
+  engineHostFault: EngineHostFault | null;
   dedupeWindowDays: number;
   defaultLimits: { burst: number; refillPerSecond: number; analyticsConcurrency: number };
   maxBodyBytes: number;
@@ -296,7 +300,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
       password: r.str('CLICKHOUSE_ANALYTICS_PASSWORD', ''),
     },
     dataDir: path.resolve(r.str('DATA_DIR', path.join(process.cwd(), '.data'))),
-    engineHostFault: r.optional('ENGINE_HOST_FAULT') === null ? null : r.oneOf('ENGINE_HOST_FAULT', 'lose-insert', ['lose-insert'] as const),
+    engineHostFault: r.optional('ENGINE_HOST_FAULT') === null ? null : r.oneOf('ENGINE_HOST_FAULT', 'lose-insert', ENGINE_HOST_FAULTS),
     dedupeWindowDays: r.int('DEDUPE_WINDOW_DAYS', 7, 7, 3650),
     defaultLimits: {
       burst: r.int('DEFAULT_BURST', 10_000, LIMIT_BOUNDS.burst.min, LIMIT_BOUNDS.burst.max),

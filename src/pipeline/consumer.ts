@@ -41,7 +41,13 @@
  *
  * A message redelivered while this process still holds it (in the buffer or in a running
  * insert) is ignored: the held copy's ack settles it. Across processes, redelivery only
- * happens after PIPELINE_ACK_WAIT_MS without an ack, i.e. when the holder died.
+ * happens after PIPELINE_ACK_WAIT_MS without an ack, i.e. when the holder died: every message
+ * this process has taken from the consumer is held from that moment (waiting its turn,
+ * processed, buffered or being inserted) and marked in progress four times per ack wait,
+ * however long an insert or a publish takes. (Otherwise a slow insert would let another
+ * process take the same batch while this one is still storing it: both would find none of its
+ * rows stored and both would insert them.) Back-pressure holds messages back in `waiting`,
+ * not in the client's pull buffer, where nothing could keep them alive.
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
@@ -74,6 +80,9 @@ const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.j
 /** Batches processed at once (held by the loop) with `threads` workers; the pool queues twice as many tasks. */
 export const maxInflight = (threads: number): number => Math.max(4, threads * 4);
 
+/** How often held messages are marked in progress: four times per ack wait (at least 1 s, config.ts). */
+export const keepAlivePeriod = (ackWaitMs: number): number => Math.max(100, Math.floor(ackWaitMs / 4));
+
 
 interface Buffered {
   msgs: JsMsg[];
@@ -102,7 +111,12 @@ export function batchMeta(m: JsMsg): BatchMeta {
 
 export class Pipeline {
   private readonly claims: IdempotencyClaims;
-  private readonly held = new Set<number>();
+  /** Every message taken from the consumer and not yet settled, by stream sequence (marked in progress by `keepAlive`). */
+  private readonly held = new Map<number, JsMsg>();
+  /** Taken, not yet started: back-pressure (in flight, or two flushes' worth of rows buffered) holds them here, in order. */
+  private readonly waiting: JsMsg[] = [];
+  private keepAlive: NodeJS.Timeout | null = null;
+  private stopping = false;
   private buffer: Buffered = emptyBuffer();
   private flushing: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
@@ -137,23 +151,57 @@ export class Pipeline {
   async start(): Promise<void> {
     const consumer = await this.nats.js.consumers.get(this.nats.topology.signals.stream, this.nats.topology.signals.consumer);
     this.messages = await consumer.consume({ max_messages: Math.min(this.cfg.pipeline.maxAckPending, 128), expires: PULL_EXPIRES_MS });
+    this.keepAlive = setInterval(() => this.markWorking(), keepAlivePeriod(this.cfg.pipeline.ackWaitMs));
     this.loopDone = this.loop(this.messages);
   }
 
+  /** Tells JetStream that every held message is still being worked on (restarts its ack wait). */
+  private markWorking(): void {
+    for (const m of this.held.values()) {
+      try {
+        m.working();
+      } catch (err) {
+        // The connection is closing: what is held comes back after its ack wait, as after a crash.
+        log.warn('could not mark held batches in progress', { err });
+        return;
+      }
+    }
+  }
+
+  /**
+   * Takes every message as it comes (held and kept alive from then on), so the client's pull
+   * buffer never holds a message for long. What one process holds is bounded by the server:
+   * the consumer's max_ack_pending (PIPELINE_MAX_ACK_PENDING), shared by all processes.
+   */
   private async loop(messages: ConsumerMessages): Promise<void> {
     for await (const m of messages) {
-      const p: Promise<void> = this.order.take(() => this.process(m)).finally(() => this.inflight.delete(p));
-      this.inflight.add(p);
-      if (this.inflight.size >= this.maxInflight) await Promise.race(this.inflight);
-      // Back-pressure: stop taking messages while two flushes' worth of rows wait.
-      while (this.buffer.rowTotal >= 2 * this.cfg.pipeline.flushRows && this.flushing) await this.flushing;
+      // A redelivery of a message this process still holds: the held copy's ack settles it.
+      if (this.held.has(m.seq)) continue;
+      this.held.set(m.seq, m);
+      this.waiting.push(m);
+      this.startWaiting();
     }
+  }
+
+  /** Starts waiting messages, in order, while fewer than maxInflight run and the buffer has room. */
+  private startWaiting(): void {
+    while (this.waiting.length > 0 && !this.stopping && this.inflight.size < this.maxInflight && !this.bufferFull()) {
+      const m = this.waiting.shift()!;
+      const p: Promise<void> = this.order.take(() => this.process(m)).finally(() => {
+        this.inflight.delete(p);
+        this.startWaiting();
+      });
+      this.inflight.add(p);
+    }
+  }
+
+  /** Back-pressure: two flushes' worth of rows wait while a flush runs. */
+  private bufferFull(): boolean {
+    return this.buffer.rowTotal >= 2 * this.cfg.pipeline.flushRows && this.flushing !== null;
   }
 
   /** A message's part of the buffer, or null (nothing to buffer): added by `order`, in the order the messages came. */
   private async process(m: JsMsg): Promise<(() => void) | null> {
-    if (this.held.has(m.seq)) return null;
-    this.held.add(m.seq);
     try {
       const meta = batchMeta(m);
       // A copy in its own ArrayBuffer, transferred to the worker. (Buffer#slice would be a view
@@ -237,6 +285,7 @@ export class Pipeline {
     this.flushing = this.insertAndAck(batch).finally(() => {
       this.flushing = null;
       this.scheduleFlush();
+      this.startWaiting();
     });
     return this.flushing;
   }
@@ -298,11 +347,22 @@ export class Pipeline {
     log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 
-  /** Stops taking messages and finishes what is held (main.ts stops the workers afterwards). */
+  /** Stops taking messages and finishes what it started; what waits is given back (main.ts stops the workers afterwards). */
   async stop(): Promise<void> {
+    this.stopping = true;
     await this.messages?.close();
     await this.loopDone?.catch(() => undefined);
+    for (const m of this.waiting.splice(0)) {
+      this.held.delete(m.seq);
+      try {
+        m.nak();
+      } catch {
+        // The connection is closing: it comes back after its ack wait.
+      }
+    }
     await Promise.allSettled([...this.inflight]);
     while (this.flushing || this.buffer.msgs.length > 0) await this.flush();
+    if (this.keepAlive) clearInterval(this.keepAlive);
+    this.keepAlive = null;
   }
 }

@@ -25,6 +25,7 @@ import { Session } from 'chdb';
 import { Lane } from './lane.js';
 import { emptyLineAt, emptyLineError } from '../insert-data.js';
 import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
+import type { EngineHostFault } from '../../config.js';
 
 export interface HostStart {
   type: 'start';
@@ -36,7 +37,7 @@ export interface HostStart {
   analyticsPassword: string;
   port: number;
   /** Test-only fault (ENGINE_HOST_FAULT, see LOSE_INSERT_DELAY_MS); given to the first generation only. */
-  fault: 'lose-insert' | null;
+  fault: EngineHostFault | null;
 }
 
 /**
@@ -49,6 +50,15 @@ export interface HostStart {
  * (src/store/hosted/index.ts ends the host instead).
  */
 export const LOSE_INSERT_DELAY_MS = 6_000;
+
+/**
+ * ENGINE_HOST_FAULT=slow-insert (tests only): the first insert into a `signals` table waits
+ * this long before it runs and answers as usual: a slow engine. The host logs `engine host
+ * fault: insert held` (warn) when the wait starts and `engine host fault: held insert ran`
+ * when it has answered. The pipeline must keep its batches from being handed to another
+ * process meanwhile (src/pipeline/consumer.ts marks them in progress).
+ */
+export const SLOW_INSERT_MS = 8_000;
 
 export type HostMessage = { type: 'listening'; port: number } | { type: 'failed'; message: string };
 
@@ -132,10 +142,17 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
       say('warn', 'engine host fault: lost insert ran', { table: target.table, rows: s.rowsWritten });
       return;
     }
+    const slow = cfg.fault === 'slow-insert' && !faultFired && target.table.endsWith('.signals');
+    if (slow) {
+      faultFired = true;
+      say('warn', 'engine host fault: insert held', { table: target.table, delayMs: SLOW_INSERT_MS });
+      await new Promise((resolve) => setTimeout(resolve, SLOW_INSERT_MS));
+    }
     const s = await lanes.writer.run((session) =>
       session.insert({ table: target.table, values: data, ...shape(target), settings: Object.fromEntries(r.settings) }),
     );
     res.writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ written_rows: String(s.rowsWritten), written_bytes: String(s.bytesWritten) }) }).end();
+    if (slow) say('warn', 'engine host fault: held insert ran', { table: target.table, rows: s.rowsWritten });
     return;
   }
   const text = `${paramStatements(r.params)}${r.sql}${settingsClause(r.settings)}`;

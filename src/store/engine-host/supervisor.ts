@@ -10,6 +10,7 @@ import { fork, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { log } from '../../log.js';
 import type { HostMessage, HostStart } from './host.js';
+import type { EngineHostFault } from '../../config.js';
 
 const HOST_FILE = new URL('./host.js', import.meta.url);
 
@@ -19,7 +20,7 @@ export interface HostOptions {
   analyticsSessions: number;
   writerSessions: number;
   /** Test-only fault of the first generation (ENGINE_HOST_FAULT); null for none. */
-  fault?: 'lose-insert' | null;
+  fault?: EngineHostFault | null;
 }
 
 export interface Generation {
