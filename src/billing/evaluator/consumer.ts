@@ -341,7 +341,7 @@ export class BillingEvaluator {
   private readonly stateReader: KvReader;
   /** Compare-and-set writes to the state bucket, a group's keys in one round (bus/kv-write.ts). */
   private readonly stateWriter: KvWriter;
-  /** Tasks of this evaluator on the shared pool, at most one per thread (its queue is sized for the pipeline). */
+  /** Tasks of this evaluator on the shared pool, at most what it runs at once (its queue is sized for the pipeline). */
   private readonly poolSlots: Slots;
   readonly stats: EvaluatorStats = { messages: 0, groups: 0, events: 0, costRows: 0 };
 
@@ -357,7 +357,7 @@ export class BillingEvaluator {
     this.stateReader = kvReader(state, undefined, { leader: nats.replicas > 1 });
     this.stateWriter = kvWriter(state);
     this.customers = new CustomerStates(state, this.stateReader);
-    this.poolSlots = new Slots(Math.max(1, pool.maxThreads));
+    this.poolSlots = new Slots(Math.max(1, pool.capacity));
   }
 
   /**
