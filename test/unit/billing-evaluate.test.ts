@@ -7,6 +7,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { ZERO_PERIOD, capPeriods, evaluate, emptyState, periodKey, type BillableSignal, type BillingState, type EvaluationOutput, type PeriodTotal } from '../../src/billing/evaluator/evaluate.js';
 import { capKey, emptyConfig, type BillingConfig } from '../../src/billing/model.js';
+import { periodContaining } from '../../src/billing/periods.js';
 
 const CUR = '6f1c2b1e-0000-4000-8000-000000000001';
 const T0 = Date.parse('2026-01-31T10:00:00Z');
@@ -303,6 +304,31 @@ t.test('capPeriods: each touched period once, ancestors included; nothing for wh
   t.same(refs.map((r) => [JSON.parse(r.capKey)[1], r.start]), [['team', '2026-01-01T00:00:00Z'], ['root', '2026-01-01T00:00:00Z'], ['root', '2026-01-02T00:00:00Z']], 'from the unit up; a zero draw, a missing quantity, an unknown unit and a time before effectiveFrom touch nothing');
   t.ok(refs.every((r) => /^cp\.org_x\.live\.[A-Za-z0-9_-]{43}\.\d+\.\d+$/.test(r.key)), 'keys are valid KV keys whatever the unit id');
   t.same(capPeriods({ orgId: 'org_x', mode: 'live', config: config({ granted: '10' }), signals: [sig({ unitId: 'dev' })] }), [], 'no caps: nothing to read');
+});
+
+t.test('the thread-level memos (cap hashes, last period per anchor) never change which period or key a signal gets, whatever order times and anchors come in', async (t) => {
+  const FREQS = ['DAILY', 'WEEKLY', 'MONTHLY', 'QUARTERLY', 'YEARLY'] as const;
+  const ANCHORS = ['2026-01-31T10:00:00Z', '2025-02-28T23:59:59.999Z', '2024-02-29T00:00:00Z'];
+  const YEAR = 366 * 86_400_000;
+  await fc.assert(
+    fc.property(
+      // Evaluations one after another on this thread, each with its own anchor and frequency (a new configuration each time), times going back and forth over period ends.
+      fc.array(fc.record({ f: fc.constantFrom(...FREQS), a: fc.constantFrom(...ANCHORS), ts: fc.array(fc.integer({ min: -YEAR, max: 2 * YEAR }), { minLength: 1, maxLength: 6 }) }), { minLength: 1, maxLength: 12 }),
+      (runs) => {
+        for (const r of runs) {
+          const cfg = config({ granted: '1000000', caps: [{ unit: 'root', amount: '5', frequency: r.f, from: r.a }] });
+          const anchorMs = Date.parse(r.a);
+          const signals = r.ts.map((d) => sig({ unitId: 'dev', ts: anchorMs + d }));
+          const refs = capPeriods({ orgId: 'org_x', mode: 'live', config: cfg, signals });
+          const want = [...new Map(signals.map((s) => periodContaining(r.a, r.f, s.ts)).filter((p) => p !== null).map((p) => [p.startMs, p])).values()];
+          const key = capKey('cus_1', 'root', CUR);
+          if (JSON.stringify(refs.map((x) => [x.key, x.start])) !== JSON.stringify(want.map((p) => [periodKey('org_x', 'live', key, p), p.start]))) return false;
+        }
+        return true;
+      },
+    ),
+    { numRuns: 300 },
+  );
 });
 
 t.test('a touched period that is not supplied is an error, not a silent zero', async (t) => {

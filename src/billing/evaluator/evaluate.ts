@@ -193,6 +193,37 @@ export function periodKey(orgId: string, mode: Mode, cap: string, period: Pick<P
 }
 
 const capHash = (cap: string): string => createHash('sha256').update(cap).digest('base64url');
+
+/**
+ * Memos of pure functions of text, kept for the thread's life across evaluations (each group
+ * builds its own `Lookups`, so a per-configuration memo starts empty every group): a cap's
+ * hash, and the last period found for an anchor and frequency. Bounded: emptied when full.
+ */
+const MEMO_MAX = 65_536;
+const hashMemo = new Map<string, string>();
+const periodMemo = new Map<string, Period>();
+
+function memoCapHash(cap: string): string {
+  let h = hashMemo.get(cap);
+  if (h === undefined) {
+    if (hashMemo.size >= MEMO_MAX) hashMemo.clear();
+    hashMemo.set(cap, (h = capHash(cap)));
+  }
+  return h;
+}
+
+/** periodContaining(effectiveFrom, frequency, ts), from the last period found for this anchor and frequency when it holds `ts` (periods are consecutive half-open ranges: the one holding `ts` is the one). */
+function memoPeriod(effectiveFrom: string, frequency: CreditCap['frequency'], ts: number): Period | null {
+  const key = `${frequency} ${effectiveFrom}`;
+  const last = periodMemo.get(key);
+  if (last && ts >= last.startMs && ts < last.endMs) return last;
+  const period = periodContaining(effectiveFrom, frequency, ts);
+  if (period) {
+    if (periodMemo.size >= MEMO_MAX) periodMemo.clear();
+    periodMemo.set(key, period);
+  }
+  return period;
+}
 const keyOfPeriod = (orgId: string, mode: Mode, hash: string, period: Pick<Period, 'startMs' | 'endMs'>): string => `cp.${orgId}.${mode}.${hash}.${period.startMs}.${period.endMs}`;
 
 /** The lookups of one configuration (built once per configuration: `evaluate` takes them when its caller evaluates several batches against one). */
@@ -206,6 +237,16 @@ export interface Lookups {
   capHashes: Map<string, string>;
   /** The configuration's decimals (prices, credits per unit, included quantities, cap amounts), parsed once: by places and text. */
   decimals: Map<string, Dec>;
+  /** The same decimals in canonical form. */
+  decimalTexts: Map<string, string>;
+}
+
+/** A decimal of the configuration in canonical form (`toCanonicalString(configDecimal(…))`), once per configuration. */
+function configText(l: Lookups, text: string, maxDecimalPlaces: number): string {
+  const key = `${maxDecimalPlaces}\u0000${text}`;
+  let t = l.decimalTexts.get(key);
+  if (t === undefined) l.decimalTexts.set(key, (t = toCanonicalString(configDecimal(l, text, maxDecimalPlaces))));
+  return t;
 }
 
 /** A decimal of the configuration, parsed once per configuration. */
@@ -232,7 +273,7 @@ export function lookups(config: BillingConfig): Lookups {
     const total = p.topUps.reduce((s, t) => add(s, parseDecimal(t.credits, { maxDecimalPlaces: 6 })), parseDecimal(p.granted, { maxDecimalPlaces: 6 }));
     poolOf.set(`${p.customerId}\u0000${p.orderLineAttributeId}`, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
   }
-  return { byExternalId, attributeOf, poolOf, capChains: new Map(), lastPeriod: new Map(), capHashes: new Map(), decimals: new Map() };
+  return { byExternalId, attributeOf, poolOf, capChains: new Map(), lastPeriod: new Map(), capHashes: new Map(), decimals: new Map(), decimalTexts: new Map() };
 }
 
 /** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
@@ -267,7 +308,7 @@ function capsHit(config: BillingConfig, l: Lookups, customer: Customer, unit: Un
     let period: Period | null;
     if (last && ts >= last.startMs && ts < last.endMs) period = last;
     else {
-      period = periodContaining(c.cap.effectiveFrom, c.cap.frequency, ts);
+      period = memoPeriod(c.cap.effectiveFrom, c.cap.frequency, ts);
       if (period) l.lastPeriod.set(c.key, period);
     }
     if (period) hits.push({ key: c.key, cap: c.cap, unit: c.unit, period });
@@ -278,7 +319,7 @@ function capsHit(config: BillingConfig, l: Lookups, customer: Customer, unit: Un
 /** periodKey with the cap's hash computed once per configuration. */
 function periodKeyOf(l: Lookups, orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
   let h = l.capHashes.get(cap);
-  if (h === undefined) l.capHashes.set(cap, (h = capHash(cap)));
+  if (h === undefined) l.capHashes.set(cap, (h = memoCapHash(cap)));
   return keyOfPeriod(orgId, mode, h, period);
 }
 
@@ -308,7 +349,8 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
   const { config, orgId, mode } = input;
   const scope = `${orgId}:${mode}`;
   const live = mode === 'live';
-  const state: BillingState = structuredClone(input.state);
+  // A copy: only `consumed` and `usage` are written below (the legacy `caps` is only read).
+  const state: BillingState = { ...input.state, consumed: { ...input.state.consumed }, usage: { ...input.state.usage } };
   const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [], periods: {} };
   const at = input.evaluatedAt;
   const { poolOf } = l;
@@ -362,7 +404,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
     out.costs.push({
       ...row,
       quantity: toCanonicalString(quantity),
-      unit_price: toCanonicalString(unitPrice),
+      unit_price: configText(l, attr.unitPrice, 12),
       cost_amount: toCanonicalString(cost),
       currency: attr.currency,
     });
