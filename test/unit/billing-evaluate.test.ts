@@ -331,6 +331,21 @@ t.test('the thread-level memos (cap hashes, last period per anchor) never change
   );
 });
 
+t.test('a cap is found by exactly the key capKey makes: odd unit ids found, a key capKey never makes (upper-case currency, other JSON spacing) never', async (t) => {
+  const cfg = config({ granted: '1000' });
+  const now = '2026-01-01T00:00:00Z';
+  const odd = ['__proto__', 'a"b\u0000c', 'constructor'];
+  // Own properties, as JSON.parse makes them (an assignment to "__proto__" would not make one).
+  cfg.customers.cus_1!.units = Object.fromEntries(['root', ...odd].map((id, i, ids) => [id, { externalId: id, externalType: null, name: null, parentExternalId: i === 0 ? null : ids[i - 1]!, createdAt: now, updatedAt: now }]));
+  const cap = (unit: string) => ({ customerId: 'cus_1', unitExternalId: unit, creditsCurrencyId: CUR, amount: '5', frequency: 'DAILY' as const, effectiveFrom: now, updatedAt: now });
+  for (const id of odd) Object.defineProperty(cfg.caps, capKey('cus_1', id, CUR), { value: cap(id), enumerable: true, writable: true, configurable: true });
+  cfg.caps[JSON.stringify(['cus_1', 'root', CUR.toUpperCase()])] = cap('root');
+  cfg.caps[JSON.stringify(['cus_1', 'root', CUR], null, 1)] = cap('root');
+  cfg.caps['not json'] = cap('root');
+  const refs = capPeriods({ orgId: 'org_x', mode: 'live', config: cfg, signals: [sig({ unitId: 'constructor' })] });
+  t.same(refs.map((r) => JSON.parse(r.capKey)[1]), ['constructor', 'a"b\u0000c', '__proto__'], 'from the unit up, every odd id; none of the keys capKey never makes');
+});
+
 t.test('a touched period that is not supplied is an error, not a silent zero', async (t) => {
   const cfg = config({ granted: '10', caps: [{ unit: 'root', amount: '5', frequency: 'DAILY', from: '2026-01-01T00:00:00Z' }] });
   t.throws(() => evaluate({ orgId: 'org_x', mode: 'live', config: cfg, state: emptyState(), signals: [sig({ unitId: 'dev' })], evaluatedAt: T0, periods: {} }), /was not supplied/);

@@ -212,6 +212,28 @@ function memoCapHash(cap: string): string {
   return h;
 }
 
+const capKeyParts = new Map<string, readonly [string, string, string] | null>();
+
+/** The customer, unit and currency `capKey` made `key` from, or null for a key capKey never makes (memoized for the thread's life). */
+function partsOfCapKey(key: string): readonly [string, string, string] | null {
+  let parts = capKeyParts.get(key);
+  if (parts === undefined) {
+    parts = null;
+    try {
+      const v = JSON.parse(key) as unknown;
+      if (Array.isArray(v) && v.length === 3 && v.every((x) => typeof x === 'string')) {
+        const [c, u, cur] = v as [string, string, string];
+        if (capKey(c, u, cur) === key) parts = [c, u, cur];
+      }
+    } catch {
+      /* not JSON: not a cap key */
+    }
+    if (capKeyParts.size >= MEMO_MAX) capKeyParts.clear();
+    capKeyParts.set(key, parts);
+  }
+  return parts;
+}
+
 /** periodContaining(effectiveFrom, frequency, ts), from the last period found for this anchor and frequency when it holds `ts` (periods are consecutive half-open ranges: the one holding `ts` is the one). */
 function memoPeriod(effectiveFrom: string, frequency: CreditCap['frequency'], ts: number): Period | null {
   const key = `${frequency} ${effectiveFrom}`;
@@ -233,6 +255,8 @@ export interface Lookups {
   poolOf: Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>;
   /** Memos of capsHit, per configuration: the caps on a unit and its ancestors (by customer, unit and currency), the last period found per cap, each cap's hash. */
   capChains: Map<string, CapOnChain[]>;
+  /** The configuration's caps by customer, unit and lowercased currency (the parts of their `capKey`), with their keys. */
+  capsAt: Map<string, Map<string, Map<string, { key: string; cap: CreditCap }>>>;
   lastPeriod: Map<string, Period>;
   capHashes: Map<string, string>;
   /** The configuration's decimals (prices, credits per unit, included quantities, cap amounts), parsed once: by places and text. */
@@ -273,7 +297,18 @@ export function lookups(config: BillingConfig): Lookups {
     const total = p.topUps.reduce((s, t) => add(s, parseDecimal(t.credits, { maxDecimalPlaces: 6 })), parseDecimal(p.granted, { maxDecimalPlaces: 6 }));
     poolOf.set(`${p.customerId}\u0000${p.orderLineAttributeId}`, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
   }
-  return { byExternalId, attributeOf, poolOf, capChains: new Map(), lastPeriod: new Map(), capHashes: new Map(), decimals: new Map(), decimalTexts: new Map() };
+  const capsAt: Lookups['capsAt'] = new Map();
+  for (const [key, cap] of Object.entries(config.caps)) {
+    const parts = partsOfCapKey(key);
+    if (!parts) continue; // not a key capKey makes: never looked up
+    const [customerId, unitId, currency] = parts;
+    let units = capsAt.get(customerId);
+    if (!units) capsAt.set(customerId, (units = new Map()));
+    let currencies = units.get(unitId);
+    if (!currencies) units.set(unitId, (currencies = new Map()));
+    currencies.set(currency, { key, cap });
+  }
+  return { byExternalId, attributeOf, poolOf, capChains: new Map(), capsAt, lastPeriod: new Map(), capHashes: new Map(), decimals: new Map(), decimalTexts: new Map() };
 }
 
 /** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
@@ -293,11 +328,13 @@ function capsHit(config: BillingConfig, l: Lookups, customer: Customer, unit: Un
   if (!chain) {
     chain = [];
     const seen = new Set<string>();
+    // The cap of key capKey(customer.id, u.externalId, currency) of each unit up the tree (capsAt: the same lookup by the key's parts).
+    const units = l.capsAt.get(customer.id);
+    const lower = currency.toLowerCase();
     for (let u: Unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
       seen.add(u.externalId);
-      const key = capKey(customer.id, u.externalId, currency);
-      const cap = own(config.caps, key);
-      if (cap) chain.push({ key, cap, unit: u });
+      const found = units?.get(u.externalId)?.get(lower);
+      if (found) chain.push({ key: found.key, cap: found.cap, unit: u });
     }
     l.capChains.set(chainKey, chain);
   }
