@@ -629,9 +629,10 @@ t.test('a group of several messages killed after its events is replayed as exact
 });
 
 /**
- * Five customers of one partition, each with a document of about 250 KB (360 units with long
- * ids and names): their documents together (about 1.2 MB) are more than NATS' max_payload
- * (1 MiB) holds. An ingress process has made the streams; nothing evaluates yet.
+ * Five customers of one partition, each with a document of about 390 KB (520 units with long
+ * ids and names), about 245 KB as a pin carries it (no unit names: pinnedConfig): their
+ * documents together in a pin (about 1.2 MB) are more than NATS' max_payload (1 MiB) holds.
+ * An ingress process has made the streams; nothing evaluates yet.
  */
 async function bigCustomers(t: Test, name: string): Promise<{ iso: Isolation; ingress: ServiceProcess; org: TestOrg; k: number; customers: string[]; pools: Map<string, string>; procs: ServiceProcess[] }> {
   const iso = isolation(name);
@@ -660,7 +661,7 @@ async function bigCustomers(t: Test, name: string): Promise<{ iso: Isolation; in
     const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
     pools.set(id, (await call(ingress.url, org, 'POST', `/api/v2/customers/${id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '1' })).id); // its one signal empties it: an event
   }
-  const units = customers.flatMap((id) => Array.from({ length: 360 }, (_, u) => ({ id, u })));
+  const units = customers.flatMap((id) => Array.from({ length: 520 }, (_, u) => ({ id, u })));
   for (let i = 0; i < units.length; i += 16) {
     await Promise.all(units.slice(i, i + 16).map(({ id, u }) => call(ingress.url, org, 'PUT', `/api/v2/customers/${id}/units/${`u${u}-`.padEnd(200, 'x')}`, { name: `unit ${u} `.padEnd(255, 'n'), parentExternalId: 'root' })));
   }
