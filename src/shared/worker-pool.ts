@@ -6,6 +6,7 @@
  */
 import type { MessagePort } from 'node:worker_threads';
 import { Piscina } from 'piscina';
+import { WORKER_YOUNG_GENERATION_MB } from './node-flags.js';
 
 export interface TaskOptions {
   /** The worker file (file URL) whose export runs the task. */
@@ -36,7 +37,7 @@ export const TASKS_PER_WORKER = 2;
 
 /** A pool of `threads` workers, queueing at most `maxQueue` tasks. Stopped with `destroy`. */
 export function createWorkerPool(threads: number, maxQueue: number): WorkerPool & { destroy(): Promise<void> } {
-  const pool = new Piscina({ minThreads: threads, maxThreads: threads, maxQueue, concurrentTasksPerWorker: TASKS_PER_WORKER });
+  const pool = new Piscina({ minThreads: threads, maxThreads: threads, maxQueue, concurrentTasksPerWorker: TASKS_PER_WORKER, resourceLimits: { maxYoungGenerationSizeMb: WORKER_YOUNG_GENERATION_MB } });
   return {
     run: (task, options) => pool.run(task, options),
     maxThreads: threads,
