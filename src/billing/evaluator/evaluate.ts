@@ -203,35 +203,34 @@ const MEMO_MAX = 65_536;
 const hashMemo = new Map<string, string>();
 const periodMemo = new Map<string, Period>();
 
+/** Keeps `value` under `key` in a thread-level memo, emptying it first when full. */
+function remember<K, V>(memo: Map<K, V>, key: K, value: V): V {
+  if (memo.size >= MEMO_MAX) memo.clear();
+  memo.set(key, value);
+  return value;
+}
+
 function memoCapHash(cap: string): string {
-  let h = hashMemo.get(cap);
-  if (h === undefined) {
-    if (hashMemo.size >= MEMO_MAX) hashMemo.clear();
-    hashMemo.set(cap, (h = capHash(cap)));
-  }
-  return h;
+  return hashMemo.get(cap) ?? remember(hashMemo, cap, capHash(cap));
 }
 
 const capKeyParts = new Map<string, readonly [string, string, string] | null>();
 
 /** The customer, unit and currency `capKey` made `key` from, or null for a key capKey never makes (memoized for the thread's life). */
 function partsOfCapKey(key: string): readonly [string, string, string] | null {
-  let parts = capKeyParts.get(key);
-  if (parts === undefined) {
-    parts = null;
-    try {
-      const v = JSON.parse(key) as unknown;
-      if (Array.isArray(v) && v.length === 3 && v.every((x) => typeof x === 'string')) {
-        const [c, u, cur] = v as [string, string, string];
-        if (capKey(c, u, cur) === key) parts = [c, u, cur];
-      }
-    } catch {
-      /* not JSON: not a cap key */
+  const known = capKeyParts.get(key);
+  if (known !== undefined) return known;
+  let parts: readonly [string, string, string] | null = null;
+  try {
+    const v = JSON.parse(key) as unknown;
+    if (Array.isArray(v) && v.length === 3 && v.every((x) => typeof x === 'string')) {
+      const [c, u, cur] = v as [string, string, string];
+      if (capKey(c, u, cur) === key) parts = [c, u, cur];
     }
-    if (capKeyParts.size >= MEMO_MAX) capKeyParts.clear();
-    capKeyParts.set(key, parts);
+  } catch {
+    /* not JSON: not a cap key */
   }
-  return parts;
+  return remember(capKeyParts, key, parts);
 }
 
 /** periodContaining(effectiveFrom, frequency, ts), from the last period found for this anchor and frequency when it holds `ts` (periods are consecutive half-open ranges: the one holding `ts` is the one). */
@@ -240,11 +239,7 @@ function memoPeriod(effectiveFrom: string, frequency: CreditCap['frequency'], ts
   const last = periodMemo.get(key);
   if (last && ts >= last.startMs && ts < last.endMs) return last;
   const period = periodContaining(effectiveFrom, frequency, ts);
-  if (period) {
-    if (periodMemo.size >= MEMO_MAX) periodMemo.clear();
-    periodMemo.set(key, period);
-  }
-  return period;
+  return period && remember(periodMemo, key, period);
 }
 const keyOfPeriod = (orgId: string, mode: Mode, hash: string, period: Pick<Period, 'startMs' | 'endMs'>): string => `cp.${orgId}.${mode}.${hash}.${period.startMs}.${period.endMs}`;
 
@@ -322,7 +317,7 @@ function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): { custom
 }
 
 /** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
-function capsHit(config: BillingConfig, l: Lookups, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
+function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
   const chainKey = `${customer.id}\u0000${unit.externalId}\u0000${currency}`;
   let chain = l.capChains.get(chainKey);
   if (!chain) {
@@ -374,7 +369,7 @@ export function capPeriods(input: CapPeriodsInput, l: Lookups = lookups(input.co
     const r = resolve(config, l, s);
     if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
     if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
-    for (const h of capsHit(config, l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
+    for (const h of capsHit(l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
       const key = periodKeyOf(l, input.orgId, input.mode, h.key, h.period);
       if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
     }
@@ -500,7 +495,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
 
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
-    for (const h of capsHit(config, l, customer, unit, attr.creditsCurrencyId, s.ts)) {
+    for (const h of capsHit(l, customer, unit, attr.creditsCurrencyId, s.ts)) {
       const pk = periodKeyOf(l, orgId, mode, h.key, h.period);
       let slot = spent.get(pk);
       if (!slot) {
