@@ -225,3 +225,13 @@ t.test('the worker task (workers/billing.ts evaluateAsking): asks for exactly th
   await t.rejects(evaluateAsking({ ...task, port: failing.port2 }), /billing evaluation abandoned: state read failed/);
   failing.port1.close();
 });
+
+t.test('a pin keeps every id as an own key, "__proto__" and "constructor" included', async (t) => {
+  const cfg = JSON.parse(JSON.stringify(config())) as BillingConfig;
+  const cus = Object.keys(cfg.customers)[0]!;
+  cfg.customers[cus]!.units = JSON.parse('{"__proto__":{"externalId":"__proto__","externalType":null,"name":"n","parentExternalId":null,"createdAt":"x","updatedAt":"x"},"constructor":{"externalId":"constructor","externalType":null,"name":"n","parentExternalId":"__proto__","createdAt":"x","updatedAt":"x"}}') as BillingConfig['customers'][string]['units'];
+  const units = pinnedConfig(cfg).customers[cus]!.units;
+  t.same(Object.keys(units), ['__proto__', 'constructor']);
+  t.ok(Object.hasOwn(units, '__proto__') && units['__proto__']!.parentExternalId === null, 'an own unit, not the prototype');
+  t.same(JSON.parse(JSON.stringify(units)), { ['__proto__']: { externalId: '__proto__', externalType: null, parentExternalId: null }, constructor: { externalId: 'constructor', externalType: null, parentExternalId: '__proto__' } });
+});

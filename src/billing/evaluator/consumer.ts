@@ -26,8 +26,8 @@
  *                     of the customers the group names (and the plans they use) with the KV
  *                     revision of each document (the configuration bucket keeps one revision,
  *                     so the pin holds the documents themselves, less what evaluation never
- *                     reads: pinnedConfig) — then the same with `done: true` once committed. Every message of partition k up to the
- *                     done pin's `last` is committed.
+ *                     reads: pinnedConfig) — then the same with `done: true` once committed.
+ *                     Every message of partition k up to the done pin's `last` is committed.
  *   st.<org>.<mode>, pin   the former layout (one state per organization and mode, one pin):
  *                     read in place, never written (customer-state.ts, routeFormer). A pin.<k>
  *                     of the one-message form ({seq, orgId, mode, revisions, config}) is read
@@ -941,15 +941,8 @@ export function pinnedConfig(config: BillingConfig): BillingConfig {
   return { customers: mapValues(config.customers, slimCustomer), plans: mapValues(config.plans, slimPlan), attributes: mapValues(config.attributes, slimAttribute), pools, caps: mapValues(config.caps, slimCap) };
 }
 
-function mapValues<T>(record: Record<string, T>, f: (v: T) => T): Record<string, T> {
-  const out: Record<string, T> = {};
-  for (const [k, v] of Object.entries(record)) {
-    // An id may be "__proto__" (a unit's is the caller's): an own key still, as JSON.parse makes it.
-    if (k === '__proto__') Object.defineProperty(out, k, { value: f(v), enumerable: true, writable: true, configurable: true });
-    else out[k] = f(v);
-  }
-  return out;
-}
+/** `record` with `f` applied to each value (fromEntries makes own properties, also for an id such as "__proto__"). */
+const mapValues = <T>(record: Record<string, T>, f: (v: T) => T): Record<string, T> => Object.fromEntries(Object.entries(record).map(([k, v]) => [k, f(v)]));
 
 /** The slim form of each document the store gave out (kept while the store keeps the document). */
 const slimmed = new WeakMap<object, object>();
