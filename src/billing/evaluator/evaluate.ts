@@ -248,12 +248,11 @@ export interface Lookups {
   byExternalId: Map<string, Customer>;
   attributeOf: Map<string, OrderLineAttribute>;
   poolOf: Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>;
-  /** Memos of capsHit, per configuration: the caps on a unit and its ancestors (by customer, unit and currency), the last period found per cap, each cap's hash. */
+  /** Memos of capsHit, per configuration: the caps on a unit and its ancestors (by customer, unit and currency), the last period found per cap (a cap's hash is memoized per thread: memoCapHash). */
   capChains: Map<string, CapOnChain[]>;
   /** The configuration's caps by customer, unit and lowercased currency (the parts of their `capKey`), with their keys. */
   capsAt: Map<string, Map<string, Map<string, { key: string; cap: CreditCap }>>>;
   lastPeriod: Map<string, Period>;
-  capHashes: Map<string, string>;
   /** The configuration's decimals (prices, credits per unit, included quantities, cap amounts), parsed once: by places and text. */
   decimals: Map<string, Dec>;
   /** The same decimals in canonical form. */
@@ -303,7 +302,7 @@ export function lookups(config: BillingConfig): Lookups {
     if (!currencies) units.set(unitId, (currencies = new Map()));
     currencies.set(currency, { key, cap });
   }
-  return { byExternalId, attributeOf, poolOf, capChains: new Map(), capsAt, lastPeriod: new Map(), capHashes: new Map(), decimals: new Map(), decimalTexts: new Map() };
+  return { byExternalId, attributeOf, poolOf, capChains: new Map(), capsAt, lastPeriod: new Map(), decimals: new Map(), decimalTexts: new Map() };
 }
 
 /** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
@@ -348,11 +347,9 @@ function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, t
   return hits;
 }
 
-/** periodKey with the cap's hash computed once per configuration. */
-function periodKeyOf(l: Lookups, orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
-  let h = l.capHashes.get(cap);
-  if (h === undefined) l.capHashes.set(cap, (h = memoCapHash(cap)));
-  return keyOfPeriod(orgId, mode, h, period);
+/** periodKey with the cap's hash computed once per thread (memoCapHash). */
+function periodKeyOf(orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
+  return keyOfPeriod(orgId, mode, memoCapHash(cap), period);
 }
 
 /**
@@ -370,7 +367,7 @@ export function capPeriods(input: CapPeriodsInput, l: Lookups = lookups(input.co
     if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
     if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
     for (const h of capsHit(l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
-      const key = periodKeyOf(l, input.orgId, input.mode, h.key, h.period);
+      const key = periodKeyOf(input.orgId, input.mode, h.key, h.period);
       if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
     }
   }
@@ -496,7 +493,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
     for (const h of capsHit(l, customer, unit, attr.creditsCurrencyId, s.ts)) {
-      const pk = periodKeyOf(l, orgId, mode, h.key, h.period);
+      const pk = periodKeyOf(orgId, mode, h.key, h.period);
       let slot = spent.get(pk);
       if (!slot) {
         const given = Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null;
