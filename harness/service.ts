@@ -182,6 +182,21 @@ export interface Child {
 
 const MAX_OUTPUT = 4 * 1024 * 1024;
 
+/**
+ * SERVICE_ENV="PIPELINE_FLUSH_ROWS=20000 BILLING_PARTITIONS=4": settings added to (and
+ * overriding) the environment of every started process, to measure a setting with a bench
+ * without a build of its own. Unset: nothing added.
+ */
+export function serviceEnvOverrides(text = process.env.SERVICE_ENV): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const pair of text?.split(/\s+/).filter(Boolean) ?? []) {
+    const eq = pair.indexOf('=');
+    if (eq <= 0) throw new Error(`SERVICE_ENV: "${pair}" is not NAME=value`);
+    out[pair.slice(0, eq)] = pair.slice(eq + 1);
+  }
+  return out;
+}
+
 /** Starts `node file args` in its own process group, its output collected. */
 export function startChild(file: string, args: string[], env: Record<string, string | undefined>): Child {
   hookProcess();
@@ -192,7 +207,7 @@ export function startChild(file: string, args: string[], env: Record<string, str
   // CPUs only (`taskset -c`, which execs the command: same pid), to measure what a core buys.
   const cpus = process.env.SERVICE_CPUS;
   const [cmd, argv] = cpus ? ['taskset', ['-c', cpus, process.execPath, ...nodeArgs, file, ...args]] : [process.execPath, [...nodeArgs, file, ...args]];
-  const proc = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+  const proc = spawn(cmd, argv, { cwd: ROOT, env: { ...env, ...serviceEnvOverrides() }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
   children.add(proc);
   let out = '';
   const listeners = new Set<() => void>();

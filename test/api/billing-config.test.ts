@@ -699,3 +699,41 @@ t.test('a one-document configuration of the former layout is migrated on start, 
   const batch = await store.forBatch(o.id, 'live', ['legacy-2']);
   t.same(Object.keys(batch.config.attributes), [attr.id], 'evaluation reads migrated customers');
 });
+
+t.test('references naming no customer are answered from memory while the configuration is unchanged, and found once one is created', async (t) => {
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  // Bound as the service binds it (billingConfigBucket): with direct gets, the evaluation's reads.
+  const kv = await new Kvm(jetstream(nc)).create(`${iso.natsPrefix}_billing`, { history: 1 });
+  const store = new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024);
+  const org = await createOrg(svc.url);
+  const c = client(org.live);
+  // The store's reads of the bucket, as the server routes them: every direct get names its key.
+  const watch = await connect({ servers: NATS_URL });
+  t.teardown(() => watch.close());
+  const asked: string[] = [];
+  watch.subscribe(`$JS.API.DIRECT.GET.KV_${iso.natsPrefix}_billing.>`, { callback: (_e, m) => asked.push(m.subject) });
+  await watch.flush();
+  /** The keys read by `f` (a get is routed to this subscriber before it is answered; the flush's PONG comes after it). */
+  const readBy = async <T>(f: () => Promise<T>): Promise<{ value: T; keys: string[] }> => {
+    asked.length = 0;
+    const value = await f();
+    await watch.flush();
+    return { value, keys: asked.map((s) => s.slice(s.indexOf('$KV.'))) };
+  };
+  const refs = ['nobody-one', 'nobody-two', 'cus_AAAAAAAAAAAAAAAAAAAA'];
+
+  const first = await readBy(() => store.resolveCustomers(org.id, 'live', refs));
+  t.same([...first.value], [['nobody-one', null], ['nobody-two', null], ['cus_AAAAAAAAAAAAAAAAAAAA', 'cus_AAAAAAAAAAAAAAAAAAAA']], 'externalIds of no customer: null; a service id is its own');
+  t.equal(first.keys.filter((k) => k.includes('.xid.')).length, 2, 'the first time, each externalId is read');
+  const again = await readBy(() => store.resolveCustomers(org.id, 'live', refs));
+  t.same([...again.value], [...first.value], 'the same answer');
+  t.same(again.keys, [], 'then from memory: the bucket has not changed');
+
+  const made = await c.post(C, { externalId: 'nobody-one', name: 'Now somebody' });
+  t.equal(made.status, 201);
+  const after = await readBy(() => store.resolveCustomers(org.id, 'live', refs));
+  t.equal(after.value.get('nobody-one'), made.body.id, 'a customer created since is found at once (the change empties the cache)');
+  t.equal(after.value.get('nobody-two'), null);
+  t.ok(after.keys.some((k) => k.includes('.xid.')), 'read again after the change');
+});

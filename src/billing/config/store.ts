@@ -425,11 +425,15 @@ export class BillingConfigStore {
   /**
    * The service id each reference names (billing partitions, evaluator/partition.ts): a
    * service id is its own (whether or not the customer exists: evaluation finds it or not);
-   * an externalId is resolved; null when no customer has it.
+   * an externalId is resolved; null when no customer has it. Read through the evaluation's
+   * cache, as forBatch: a reference that names no customer (signals of an organization that
+   * meters customers it has not configured for billing) is answered from memory while the
+   * bucket is unchanged, instead of two reads per batch naming it; the answer is as of a
+   * bucket state asked after the call started (bus/kv-fenced.ts), as a read of every key.
    */
   async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
     const named = [...new Set(refs.filter((ref) => !CUSTOMER_ID.test(ref)))];
-    const found = await this.customersByRefs(orgId, mode, named);
+    const found = named.length === 0 ? [] : await this.customersByRefs(orgId, mode, named, await this.evaluationView());
     const byExternal = new Map(named.map((r, i) => [r, found[i]?.doc.customer.id ?? null]));
     return new Map(refs.map((r) => [r, CUSTOMER_ID.test(r) ? r : byExternal.get(r)!]));
   }
@@ -439,15 +443,19 @@ export class BillingConfigStore {
    * as signals do) and the plans their attributes use: one read per customer (two for an
    * externalId) and one per plan, whatever the organization's size, in three batched rounds.
    */
-  async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
-    const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
-    const revisions: Record<string, number> = {};
-    let view: KvReader | undefined;
+  /** The evaluation cache's reader as of now (bus/kv-fenced.ts), or undefined: read every key. */
+  private async evaluationView(): Promise<KvReader | undefined> {
     try {
-      view = this.evaluation ? await this.evaluation.view() : undefined;
+      return this.evaluation ? await this.evaluation.view() : undefined;
     } catch (err) {
       throw unavailable(err);
     }
+  }
+
+  async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
+    const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
+    const revisions: Record<string, number> = {};
+    const view = await this.evaluationView();
     const found = await this.customersByRefs(orgId, mode, [...new Set(refs)], view);
     const planIds = new Set<string>();
     for (const f of found) {
