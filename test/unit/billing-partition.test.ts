@@ -48,6 +48,30 @@ t.test('split: by resolved customer, with k; unresolved references without it', 
   t.same(asked.at(-1), ['acme'], 'per mode');
 });
 
+t.test('split: every line in partitionOf of its organization, mode and customer, however often the same references come (the partitioner memoizes them)', async (t) => {
+  const resolver: CustomerResolver = async (_org, _mode, refs) => new Map(refs.map((r) => [r, r.startsWith('x') ? `cus_${r}` : r.startsWith('cus_') ? r : null]));
+  const line = (i: number, c: string) => JSON.stringify({ i: `s${i}`, e: 'e', c, u: null, t: 0, d: {} });
+  await fc.assert(
+    fc.asyncProperty(
+      fc.integer({ min: 1, max: 16 }),
+      fc.array(fc.record({ org: fc.constantFrom('org_a', 'org_b'), mode: fc.constantFrom('live' as const, 'test' as const), refs: fc.array(fc.constantFrom('x1', 'x2', 'cus_1', 'cus_2', 'nobody', 'n\u0000o'), { minLength: 1, maxLength: 8 }) }), { minLength: 1, maxLength: 12 }),
+      async (partitions, batches) => {
+        const p = new BillablePartitioner(null as unknown as Nats, resolver, partitions);
+        for (const b of batches) {
+          for (const part of await p.split(b.org, b.mode, b.refs.map((c, i) => line(i, c)))) {
+            for (const l of part.lines) {
+              const { k, c } = JSON.parse(l) as { k?: string; c: string };
+              if (part.partition !== partitionOf(b.org, b.mode, k ?? c, partitions)) return false;
+            }
+          }
+        }
+        return true;
+      },
+    ),
+  );
+  t.pass('every line in its partition');
+});
+
 t.test("sliceOf: a customer's pools and attributes only", async (t) => {
   const c = emptyConfig();
   const now = '2026-01-01T00:00:00Z';

@@ -49,6 +49,8 @@ interface BatchRef {
 export class BillablePartitioner {
   /** `${org}\0${mode}\0${ref}` → service id, for references found. */
   private readonly cache = new Map<string, string>();
+  /** `${org}\0${mode}\0${id}` → its partition (partitionOf: a hash per customer named, once, not once per batch naming it). */
+  private readonly partitionMemo = new Map<string, number>();
 
   constructor(
     private readonly nats: Nats,
@@ -110,7 +112,7 @@ export class BillablePartitioner {
       if (!to) {
         const id = this.cache.get(cacheKey(orgId, mode, ref)) ?? found.get(ref) ?? null;
         // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
-        to = { k: partitionOf(orgId, mode, id ?? ref, this.partitions), prefix: id === null ? null : `{"k":${JSON.stringify(id)},` };
+        to = { k: this.partitionOf(orgId, mode, id ?? ref), prefix: id === null ? null : `{"k":${JSON.stringify(id)},` };
         target.set(ref, to);
       }
       const out = to.prefix === null ? line : to.prefix + line.slice(1);
@@ -124,6 +126,18 @@ export class BillablePartitioner {
   private remember(key: string, id: string): void {
     if (this.cache.size >= CACHE_MAX) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, id);
+  }
+
+  /** partitionOf for this partitioner's number of partitions, memoized (bounded as the cache). */
+  private partitionOf(orgId: string, mode: Mode, customerId: string): number {
+    const key = cacheKey(orgId, mode, customerId);
+    let k = this.partitionMemo.get(key);
+    if (k === undefined) {
+      k = partitionOf(orgId, mode, customerId, this.partitions);
+      if (this.partitionMemo.size >= CACHE_MAX) this.partitionMemo.delete(this.partitionMemo.keys().next().value!);
+      this.partitionMemo.set(key, k);
+    }
+    return k;
   }
 }
 
