@@ -2,8 +2,8 @@
  * Billing partitions (src/billing/evaluator/partition.ts): a customer's partition depends on
  * its organization, mode and service id only; a batch's lines are split by partition with the
  * resolved service id in each line (`k`), a customer named by externalId and by service id
- * landing in the same partition; references that name no customer carry no `k` and are asked
- * again next time, found ones are not. And a customer's slice of a state (customer-state.ts).
+ * landing in the same partition; references that name no customer are left out (not billed,
+ * not published) and asked again next time, found ones are not. And a customer's slice of a state (customer-state.ts).
  */
 import t from 'tap';
 import fc from 'fast-check';
@@ -37,10 +37,10 @@ t.test('split: by resolved customer, with k; unresolved references without it', 
   const byId = new Map(parts.flatMap((x) => x.lines.map((l) => [JSON.parse(l).i as string, { k: JSON.parse(l).k as string | undefined, c: JSON.parse(l).c as string, partition: x.partition }])));
   t.same(byId.get('s1'), { k: 'cus_acme', c: 'acme', partition: partitionOf('org_a', 'live', 'cus_acme', 8) }, 'an externalId resolves to its customer');
   t.same(byId.get('s2'), { k: 'cus_acme', c: 'cus_acme', partition: partitionOf('org_a', 'live', 'cus_acme', 8) }, 'the service id: same customer, same partition');
-  t.same(byId.get('s3'), { k: undefined, c: 'nobody', partition: partitionOf('org_a', 'live', 'nobody', 8) }, 'no such customer: no k');
+  t.equal(byId.get('s3'), undefined, 'no such customer: not billed, not published');
   t.equal(byId.get('s4')?.k, 'cus_other');
   t.same(parts.map((x) => x.partition), [...parts.map((x) => x.partition)].sort((a, b) => a - b), 'partitions in order');
-  t.equal(parts.reduce((n, x) => n + x.lines.length, 0), 4, 'every line once');
+  t.equal(parts.reduce((n, x) => n + x.lines.length, 0), 3, 'every line naming a customer once');
   t.same(byId.get('s1') && JSON.parse(parts.flatMap((x) => x.lines).find((l) => JSON.parse(l).i === 's1')!).d, { q: 1 }, 'the rest of the line kept');
   await p.split('org_a', 'live', lines);
   t.same(asked, [['acme', 'cus_acme', 'nobody', 'cus_other'], ['nobody']], 'found references are cached, a missing one is asked again');
@@ -48,7 +48,7 @@ t.test('split: by resolved customer, with k; unresolved references without it', 
   t.same(asked.at(-1), ['acme'], 'per mode');
 });
 
-t.test('split: every line in partitionOf of its organization, mode and customer, however often the same references come (the partitioner memoizes them)', async (t) => {
+t.test('split: every line naming a customer in partitionOf of its organization, mode and customer, however often the same references come (the partitioner memoizes them); the others left out', async (t) => {
   const resolver: CustomerResolver = async (_org, _mode, refs) => new Map(refs.map((r) => [r, r.startsWith('x') ? `cus_${r}` : r.startsWith('cus_') ? r : null]));
   const line = (i: number, c: string) => JSON.stringify({ i: `s${i}`, e: 'e', c, u: null, t: 0, d: {} });
   await fc.assert(
@@ -58,12 +58,16 @@ t.test('split: every line in partitionOf of its organization, mode and customer,
       async (partitions, batches) => {
         const p = new BillablePartitioner(null as unknown as Nats, resolver, partitions);
         for (const b of batches) {
+          const seen: string[] = [];
           for (const part of await p.split(b.org, b.mode, b.refs.map((c, i) => line(i, c)))) {
             for (const l of part.lines) {
-              const { k, c } = JSON.parse(l) as { k?: string; c: string };
-              if (part.partition !== partitionOf(b.org, b.mode, k ?? c, partitions)) return false;
+              const { k, i } = JSON.parse(l) as { k?: string; i: string };
+              if (k === undefined || part.partition !== partitionOf(b.org, b.mode, k, partitions)) return false;
+              seen.push(i);
             }
           }
+          const named = b.refs.flatMap((c, i) => (c.startsWith('x') || c.startsWith('cus_') ? [`s${i}`] : []));
+          if (seen.sort().join() !== named.sort().join()) return false;
         }
         return true;
       },

@@ -13,7 +13,10 @@
  * set at creation and customers are never deleted — so found ones are cached). The resolved
  * id travels with the signal (BillableLine `k`) and the evaluator prices the signal for that
  * customer only. A reference that names no customer when the batch is stored is not billed
- * (no customer, nothing priced, as before); it goes to the partition of the reference itself.
+ * (no customer, nothing priced, as before), so its lines are not published at all: evaluation
+ * would skip them (a line without `k`, group.ts), and an organization that meters customers it
+ * has not configured for billing would otherwise send every signal through billing for nothing.
+ * (Lines without `k` from earlier versions are still read and skipped.)
  */
 import { createHash } from 'node:crypto';
 import { headers as natsHeaders } from '@nats-io/transport-node';
@@ -31,7 +34,7 @@ export function partitionOf(orgId: string, mode: Mode, customerId: string, parti
 /** Resolves customer references (service ids or externalIds) to service ids; null: no such customer. */
 export type CustomerResolver = (orgId: string, mode: Mode, refs: string[]) => Promise<Map<string, string | null>>;
 
-/** The billable lines of one batch, split by partition, each line with its resolved customer (`k`). */
+/** The billable lines of one batch, split by partition, each line with its resolved customer (`k`); lines naming no customer left out. */
 export interface PartitionedLines {
   partition: number;
   lines: string[];
@@ -105,17 +108,19 @@ export class BillablePartitioner {
     const byPartition = new Map<number, string[]>();
     // Per distinct reference of the batch (a batch names each customer many times): its
     // partition and the prefix its lines get, computed once.
-    const target = new Map<string, { k: number; prefix: string | null }>();
+    const target = new Map<string, { k: number; prefix: string } | null>();
     lines.forEach((line, i) => {
       const ref = refs[i]!;
       let to = target.get(ref);
-      if (!to) {
+      if (to === undefined) {
         const id = this.cache.get(cacheKey(orgId, mode, ref)) ?? found.get(ref) ?? null;
         // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
-        to = { k: this.partitionOf(orgId, mode, id ?? ref), prefix: id === null ? null : `{"k":${JSON.stringify(id)},` };
+        to = id === null ? null : { k: this.partitionOf(orgId, mode, id), prefix: `{"k":${JSON.stringify(id)},` };
         target.set(ref, to);
       }
-      const out = to.prefix === null ? line : to.prefix + line.slice(1);
+      // No customer: not billed, nothing to publish.
+      if (to === null) return;
+      const out = to.prefix + line.slice(1);
       const list = byPartition.get(to.k);
       if (list) list.push(out);
       else byPartition.set(to.k, [out]);
