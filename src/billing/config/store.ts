@@ -132,6 +132,8 @@ export function billingConfigBucket(nats: Nats): Promise<KV> {
 
 /** Configuration entries the evaluator keeps (documents of about 2 KB, and externalId claims). */
 const EVALUATION_CACHE_MAX = 20_000;
+/** Entries (externalId claims and the documents confirming them, absent ones included) kept for resolving references. */
+const RESOLUTION_CACHE_MAX = 50_000;
 
 /** Plans kept in memory by forBatch (about 200 bytes each). */
 const PLANS_SEEN_MAX = 100_000;
@@ -156,8 +158,18 @@ export class BillingConfigStore {
     this.maxDocumentBytes = maxPayload - MESSAGE_OVERHEAD_BYTES;
     this.reader = kvReader(kv);
     const s = kvStream(kv);
-    this.evaluation = s ? new FencedKvCache(this.reader, () => streamState(s.nc, s.apiPrefix, s.stream, s.timeoutMs), EVALUATION_CACHE_MAX) : null;
+    const state = s ? () => streamState(s.nc, s.apiPrefix, s.stream, s.timeoutMs) : null;
+    this.evaluation = state ? new FencedKvCache(this.reader, state, EVALUATION_CACHE_MAX) : null;
+    this.resolution = state ? new FencedKvCache(this.reader, state, RESOLUTION_CACHE_MAX) : null;
   }
+
+  /**
+   * The pipeline's reads resolving customer references (resolveCustomers), kept as the
+   * evaluation's are but apart from them: references that name no customer can be many (an
+   * organization metering customers it never configured for billing), and they must not push
+   * the documents the evaluator reads out of its cache.
+   */
+  private readonly resolution: FencedKvCache | null;
 
   /**
    * The evaluator's reads (forBatch): documents kept while the bucket is unchanged
@@ -425,15 +437,16 @@ export class BillingConfigStore {
   /**
    * The service id each reference names (billing partitions, evaluator/partition.ts): a
    * service id is its own (whether or not the customer exists: evaluation finds it or not);
-   * an externalId is resolved; null when no customer has it. Read through the evaluation's
-   * cache, as forBatch: a reference that names no customer (signals of an organization that
-   * meters customers it has not configured for billing) is answered from memory while the
-   * bucket is unchanged, instead of two reads per batch naming it; the answer is as of a
-   * bucket state asked after the call started (bus/kv-fenced.ts), as a read of every key.
+   * an externalId is resolved; null when no customer has it. Read through a fenced cache, as
+   * forBatch's documents (its own: `resolution`): a reference that names no customer (signals
+   * of an organization that meters customers it has not configured for billing) is answered
+   * from memory while the bucket is unchanged, instead of two reads per batch naming it; the
+   * answer is as of a bucket state asked after the call started (bus/kv-fenced.ts), as a read
+   * of every key.
    */
   async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
     const named = [...new Set(refs.filter((ref) => !CUSTOMER_ID.test(ref)))];
-    const found = named.length === 0 ? [] : await this.customersByRefs(orgId, mode, named, await this.evaluationView());
+    const found = named.length === 0 ? [] : await this.customersByRefs(orgId, mode, named, await this.view(this.resolution));
     const byExternal = new Map(named.map((r, i) => [r, found[i]?.doc.customer.id ?? null]));
     return new Map(refs.map((r) => [r, CUSTOMER_ID.test(r) ? r : byExternal.get(r)!]));
   }
@@ -443,10 +456,10 @@ export class BillingConfigStore {
    * as signals do) and the plans their attributes use: one read per customer (two for an
    * externalId) and one per plan, whatever the organization's size, in three batched rounds.
    */
-  /** The evaluation cache's reader as of now (bus/kv-fenced.ts), or undefined: read every key. */
-  private async evaluationView(): Promise<KvReader | undefined> {
+  /** A fenced cache's reader as of now (bus/kv-fenced.ts), or undefined (no cache): read every key. */
+  private async view(cache: FencedKvCache | null): Promise<KvReader | undefined> {
     try {
-      return this.evaluation ? await this.evaluation.view() : undefined;
+      return cache ? await cache.view() : undefined;
     } catch (err) {
       throw unavailable(err);
     }
@@ -455,7 +468,7 @@ export class BillingConfigStore {
   async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
     const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
     const revisions: Record<string, number> = {};
-    const view = await this.evaluationView();
+    const view = await this.view(this.evaluation);
     const found = await this.customersByRefs(orgId, mode, [...new Set(refs)], view);
     const planIds = new Set<string>();
     for (const f of found) {
