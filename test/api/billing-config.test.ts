@@ -712,7 +712,11 @@ t.test('references naming no customer are answered from memory while the configu
   const watch = await connect({ servers: NATS_URL });
   t.teardown(() => watch.close());
   const asked: string[] = [];
-  watch.subscribe(`$JS.API.DIRECT.GET.KV_${iso.natsPrefix}_billing.>`, { callback: (_e, m) => asked.push(m.subject) });
+  watch.subscribe(`$JS.API.DIRECT.GET.KV_${iso.natsPrefix}_billing.>`, {
+    callback: (_e, m) => {
+      asked.push(m.subject);
+    },
+  });
   await watch.flush();
   /** The keys read by `f` (a get is routed to this subscriber before it is answered; the flush's PONG comes after it). */
   const readBy = async <T>(f: () => Promise<T>): Promise<{ value: T; keys: string[] }> => {
