@@ -451,11 +451,6 @@ export class BillingConfigStore {
     return new Map(refs.map((r) => [r, CUSTOMER_ID.test(r) ? r : byExternal.get(r)!]));
   }
 
-  /**
-   * The configuration restricted to the customers `refs` name (service ids or externalIds,
-   * as signals do) and the plans their attributes use: one read per customer (two for an
-   * externalId) and one per plan, whatever the organization's size, in three batched rounds.
-   */
   /** A fenced cache's reader as of now (bus/kv-fenced.ts), or undefined (no cache): read every key. */
   private async view(cache: FencedKvCache | null): Promise<KvReader | undefined> {
     try {
@@ -465,6 +460,11 @@ export class BillingConfigStore {
     }
   }
 
+  /**
+   * The configuration restricted to the customers `refs` name (service ids or externalIds,
+   * as signals do) and the plans their attributes use: one read per customer (two for an
+   * externalId) and one per plan, whatever the organization's size, in three batched rounds.
+   */
   async forBatch(orgId: string, mode: Mode, refs: Iterable<string>): Promise<BatchConfig> {
     const config: BillingConfig = { customers: {}, plans: {}, attributes: {}, pools: {}, caps: {} };
     const revisions: Record<string, number> = {};
