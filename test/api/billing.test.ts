@@ -9,6 +9,7 @@ import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { NATS_URL, createOrg, http, ok, sendBatch, useService, type TestOrg } from '../helpers/service.js';
+import { topology } from '../../src/bus/topology.js';
 
 const { iso, svc } = useService(t, 'billing');
 const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
@@ -313,4 +314,30 @@ t.test('a batch is evaluated against (and pins) only the customers it names', as
   t.equal(keys.length, 2, 'nothing else');
   const rows = await query(s.org.live, `SELECT count() FROM fact_cost WHERE customer_id = '${s.customerId}' AND created_at >= '2026-03-01'`);
   t.equal(Number(rows[0]![0]), 2, 'both signals priced');
+});
+
+t.test('signals naming a customer no configuration has are stored and not sent to billing; once the customer exists, its next signals are billed', async (t) => {
+  const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const call = (method: string, path: string, body?: unknown) => http(svc.url, method, path, { token: org.live, body });
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  const jsm = await jetstreamManager(nc);
+  // The billing partitions are a work queue: their last sequence counts every message ever published to them.
+  const published = async (): Promise<number> => (await jsm.streams.info(topology(iso.natsPrefix).billableParts.stream)).state.last_seq;
+  const signal = (i: number) => ({ eventName: 'api_call', customerId: 'later-co', idempotencyKey: `later-${i}` });
+
+  const before = await published();
+  await ok(sendBatch(svc.url, org.live, { signals: [signal(1), signal(2), signal(3)] }), [202]);
+  await billed(iso);
+  t.same(await query(org.live, 'SELECT count() FROM fact_signal'), [['3']], 'stored');
+  t.equal(await published(), before, 'nothing published to the billing partitions: no customer is named');
+  t.same(await query(org.live, 'SELECT count() FROM fact_cost'), [['0']]);
+
+  const customer = await ok(call('POST', '/api/v2/customers', { externalId: 'later-co', name: 'Later Co' }));
+  const plan = await ok(call('POST', '/api/v2/plans', { name: 'Pay as you go' }));
+  await ok(call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, { planId: plan.id, eventName: 'api_call', unitPrice: '2', currency: 'USD' }));
+  await ok(sendBatch(svc.url, org.live, { signals: [signal(4), signal(5)] }), [202]);
+  await billed(iso);
+  t.same(await query(org.live, 'SELECT count(), toString(sum(cost_amount)), any(customer_id) FROM fact_cost'), [['2', '4', customer.id]], 'the customer created since is found at once: its next signals are priced');
+  t.ok((await published()) > before, 'and sent to billing');
 });
