@@ -49,11 +49,15 @@ interface BatchRef {
   batchId: string;
 }
 
+/** Where a reference's lines go: the customer's partition, and the prefix `{"k":<service id>,` each line gets. */
+interface Target {
+  k: number;
+  prefix: string;
+}
+
 export class BillablePartitioner {
-  /** `${org}\0${mode}\0${ref}` → service id, for references found. */
-  private readonly cache = new Map<string, string>();
-  /** `${org}\0${mode}\0${id}` → its partition (partitionOf: a hash per customer named, once, not once per batch naming it). */
-  private readonly partitionMemo = new Map<string, number>();
+  /** `${org}\0${mode}\0${ref}` → its target, for references found (partitionOf and the prefix computed once per customer, not once per batch). */
+  private readonly cache = new Map<string, Target>();
 
   constructor(
     private readonly nats: Nats,
@@ -104,18 +108,22 @@ export class BillablePartitioner {
     const refs = lines.map(customerRef);
     const missing = [...new Set(refs.filter((r) => !this.cache.has(cacheKey(orgId, mode, r))))];
     const found = missing.length > 0 ? await this.resolver(orgId, mode, missing) : new Map<string, string | null>();
-    for (const [ref, id] of found) if (id !== null) this.remember(cacheKey(orgId, mode, ref), id);
+    // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
+    const made = new Map<string, Target>();
+    for (const [ref, id] of found) {
+      if (id === null) continue;
+      const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
+      made.set(ref, to);
+      this.remember(cacheKey(orgId, mode, ref), to);
+    }
     const byPartition = new Map<number, string[]>();
-    // Per distinct reference of the batch (a batch names each customer many times): its
-    // partition and the prefix its lines get, computed once.
-    const target = new Map<string, { k: number; prefix: string } | null>();
+    // Per distinct reference of the batch (a batch names each customer many times), looked up once.
+    const target = new Map<string, Target | null>();
     lines.forEach((line, i) => {
       const ref = refs[i]!;
       let to = target.get(ref);
       if (to === undefined) {
-        const id = this.cache.get(cacheKey(orgId, mode, ref)) ?? found.get(ref) ?? null;
-        // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
-        to = id === null ? null : { k: this.partitionOf(orgId, mode, id), prefix: `{"k":${JSON.stringify(id)},` };
+        to = this.cache.get(cacheKey(orgId, mode, ref)) ?? made.get(ref) ?? null;
         target.set(ref, to);
       }
       // No customer: not billed, nothing to publish.
@@ -128,21 +136,9 @@ export class BillablePartitioner {
     return [...byPartition].sort((a, b) => a[0] - b[0]).map(([partition, l]) => ({ partition, lines: l }));
   }
 
-  private remember(key: string, id: string): void {
+  private remember(key: string, to: Target): void {
     if (this.cache.size >= CACHE_MAX) this.cache.delete(this.cache.keys().next().value!);
-    this.cache.set(key, id);
-  }
-
-  /** partitionOf for this partitioner's number of partitions, memoized (bounded as the cache). */
-  private partitionOf(orgId: string, mode: Mode, customerId: string): number {
-    const key = cacheKey(orgId, mode, customerId);
-    let k = this.partitionMemo.get(key);
-    if (k === undefined) {
-      k = partitionOf(orgId, mode, customerId, this.partitions);
-      if (this.partitionMemo.size >= CACHE_MAX) this.partitionMemo.delete(this.partitionMemo.keys().next().value!);
-      this.partitionMemo.set(key, k);
-    }
-    return k;
+    this.cache.set(key, to);
   }
 }
 
