@@ -109,7 +109,7 @@ export async function start(cfg: Config): Promise<Running> {
     const webhookStore = once(async () => new WebhookStore(await webhookBucket(n)));
     // One-document configurations of the former layout are migrated before anything uses the store.
     const configStore = once(async () => {
-      const s = new BillingConfigStore(await billingConfigBucket(n), n.maxPayload);
+      const s = new BillingConfigStore(await billingConfigBucket(n), n.maxPayload, undefined, n.replicas > 1);
       await s.migrate();
       return s;
     });

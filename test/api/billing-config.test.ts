@@ -741,3 +741,33 @@ t.test('references naming no customer are answered from memory while the configu
   t.equal(after.value.get('nobody-two'), null);
   t.ok(after.keys.some((k) => k.includes('.xid.')), 'read again after the change');
 });
+
+t.test('with replicas, what the configuration caches keep is read from the stream leader, not by direct gets a follower may answer', async (t) => {
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  const kv = await new Kvm(jetstream(nc)).create(`${iso.natsPrefix}_billing`, { history: 1 });
+  const org = await createOrg(svc.url);
+  const watch = await connect({ servers: NATS_URL });
+  t.teardown(() => watch.close());
+  const asked: string[] = [];
+  watch.subscribe(`$JS.API.*.*.KV_${iso.natsPrefix}_billing.>`, {
+    callback: (_e, m) => {
+      asked.push(m.subject);
+    },
+  });
+  watch.subscribe(`$JS.API.STREAM.MSG.GET.KV_${iso.natsPrefix}_billing`, {
+    callback: (_e, m) => {
+      asked.push(m.subject);
+    },
+  });
+  await watch.flush();
+  const kinds = async (store: BillingConfigStore): Promise<string[]> => {
+    asked.length = 0;
+    await store.resolveCustomers(org.id, 'live', [`nobody-${Math.random()}`]);
+    await store.forBatch(org.id, 'live', [`nobody-${Math.random()}`]);
+    await watch.flush();
+    return [...new Set(asked.map((s) => (s.includes('.DIRECT.GET.') ? 'direct' : 'leader')))];
+  };
+  t.same(await kinds(new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024)), ['direct'], 'one replica: direct gets');
+  t.same(await kinds(new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024, undefined, true)), ['leader'], 'replicated: every read of the caches asks the leader');
+});

@@ -61,8 +61,9 @@ t.test('split: every line naming a customer in partitionOf of its organization, 
           const seen: string[] = [];
           for (const part of await p.split(b.org, b.mode, b.refs.map((c, i) => line(i, c)))) {
             for (const l of part.lines) {
-              const { k, i } = JSON.parse(l) as { k?: string; i: string };
-              if (k === undefined || part.partition !== partitionOf(b.org, b.mode, k, partitions)) return false;
+              const { k, i, c } = JSON.parse(l) as { k?: string; i: string; c: string };
+              // The customer the resolver gives for the line's own reference, in that customer's partition.
+              if (k === undefined || k !== (c.startsWith('x') ? `cus_${c}` : c) || part.partition !== partitionOf(b.org, b.mode, k, partitions)) return false;
               seen.push(i);
             }
           }
@@ -74,6 +75,17 @@ t.test('split: every line naming a customer in partitionOf of its organization, 
     ),
   );
   t.pass('every line in its partition');
+});
+
+t.test('split: a customer known before its batch is resolved keeps its lines when the cache drops it meanwhile', async (t) => {
+  const resolver: CustomerResolver = async (_org, _mode, refs) => new Map(refs.map((r) => [r, `cus_${r}`]));
+  const line = (i: string, c: string) => JSON.stringify({ i, e: 'e', c, u: null, t: 0, d: {} });
+  // Room for two references: resolving `c` below pushes `a`, the oldest, out of the cache.
+  const p = new BillablePartitioner(null as unknown as Nats, resolver, 4, 2);
+  await p.split('org_a', 'live', [line('s1', 'a'), line('s2', 'b')]);
+  const parts = await p.split('org_a', 'live', [line('s3', 'a'), line('s4', 'c'), line('s5', 'a')]);
+  const ids = parts.flatMap((x) => x.lines.map((l) => (JSON.parse(l) as { i: string; k: string }))).sort((x, y) => x.i.localeCompare(y.i));
+  t.same(ids.map((x) => [x.i, x.k]), [['s3', 'cus_a'], ['s4', 'cus_c'], ['s5', 'cus_a']], "a's lines kept, with its customer");
 });
 
 t.test("sliceOf: a customer's pools and attributes only", async (t) => {

@@ -149,18 +149,26 @@ export class BillingConfigStore {
    * @param kv the `<prefix>_billing` bucket (`billingConfigBucket`)
    * @param maxPayload the NATS server's max_payload (`Nats.maxPayload`)
    * @param staleClaimMs age after which an externalId claim without its customer is taken over
+   * @param replicated the bucket has replicas (NATS_REPLICAS > 1): what the caches keep is read from the stream's leader
    */
   constructor(
     private readonly kv: KV,
     maxPayload: number,
     private readonly staleClaimMs = STALE_CLAIM_MS,
+    replicated = false,
   ) {
     this.maxDocumentBytes = maxPayload - MESSAGE_OVERHEAD_BYTES;
     this.reader = kvReader(kv);
     const s = kvStream(kv);
     const state = s ? () => streamState(s.nc, s.apiPrefix, s.stream, s.timeoutMs) : null;
-    this.evaluation = state ? new FencedKvCache(this.reader, state, EVALUATION_CACHE_MAX) : null;
-    this.resolution = state ? new FencedKvCache(this.reader, state, RESOLUTION_CACHE_MAX) : null;
+    // A cache keeps an answer as long as the leader's stream state stays the one asked before
+    // reading it. A direct get may be answered by a follower that has not applied the last
+    // writes yet (kv-read.ts LeaderKvReader): kept, such an answer (a customer created just
+    // before, read as absent) would stand until the next configuration change. So with
+    // replicas the caches read from the leader (dearer per key; they read a key once per change).
+    const cacheReader = replicated ? kvReader(kv, undefined, { leader: true }) : this.reader;
+    this.evaluation = state ? new FencedKvCache(cacheReader, state, EVALUATION_CACHE_MAX) : null;
+    this.resolution = state ? new FencedKvCache(cacheReader, state, RESOLUTION_CACHE_MAX) : null;
   }
 
   /**
@@ -441,8 +449,8 @@ export class BillingConfigStore {
    * forBatch's documents (its own: `resolution`): a reference that names no customer (signals
    * of an organization that meters customers it has not configured for billing) is answered
    * from memory while the bucket is unchanged, instead of two reads per batch naming it; the
-   * answer is as of a bucket state asked after the call started (bus/kv-fenced.ts), as a read
-   * of every key.
+   * answer is as of a bucket state asked after the call started (bus/kv-fenced.ts; from the
+   * stream's leader when the bucket is replicated), as a read of every key.
    */
   async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
     const named = [...new Set(refs.filter((ref) => !CUSTOMER_ID.test(ref)))];

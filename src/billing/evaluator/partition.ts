@@ -13,10 +13,12 @@
  * set at creation and customers are never deleted — so found ones are cached). The resolved
  * id travels with the signal (BillableLine `k`) and the evaluator prices the signal for that
  * customer only. A reference that names no customer when the batch is stored is not billed
- * (no customer, nothing priced, as before), so its lines are not published at all: evaluation
- * would skip them (a line without `k`, group.ts), and an organization that meters customers it
- * has not configured for billing would otherwise send every signal through billing for nothing.
- * (Lines without `k` from earlier versions are still read and skipped.)
+ * (no customer, nothing priced, as before). An externalId that names none is left out of the
+ * published lines altogether: evaluation would skip them (a line without `k`, group.ts), and an
+ * organization that meters customers it has not configured for billing would otherwise send
+ * every signal through billing for nothing. (A service id is its own customer whether or not
+ * one exists: published with `k`, evaluation finds no customer. Lines without `k` from
+ * earlier versions are still read and skipped.)
  */
 import { createHash } from 'node:crypto';
 import { headers as natsHeaders } from '@nats-io/transport-node';
@@ -34,7 +36,7 @@ export function partitionOf(orgId: string, mode: Mode, customerId: string, parti
 /** Resolves customer references (service ids or externalIds) to service ids; null: no such customer. */
 export type CustomerResolver = (orgId: string, mode: Mode, refs: string[]) => Promise<Map<string, string | null>>;
 
-/** The billable lines of one batch, split by partition, each line with its resolved customer (`k`); lines naming no customer left out. */
+/** The billable lines of one batch, split by partition, each line with its resolved customer (`k`); lines of an externalId naming no customer left out. */
 export interface PartitionedLines {
   partition: number;
   lines: string[];
@@ -63,6 +65,8 @@ export class BillablePartitioner {
     private readonly nats: Nats,
     private readonly resolver: CustomerResolver,
     readonly partitions: number,
+    /** References kept at most (the oldest go first). */
+    private readonly cacheMax = CACHE_MAX,
   ) {}
 
   /**
@@ -106,28 +110,31 @@ export class BillablePartitioner {
 
   async split(orgId: string, mode: Mode, lines: string[]): Promise<PartitionedLines[]> {
     const refs = lines.map(customerRef);
-    const missing = [...new Set(refs.filter((r) => !this.cache.has(cacheKey(orgId, mode, r))))];
-    const found = missing.length > 0 ? await this.resolver(orgId, mode, missing) : new Map<string, string | null>();
-    // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
-    const made = new Map<string, Target>();
-    for (const [ref, id] of found) {
-      if (id === null) continue;
-      const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
-      made.set(ref, to);
-      this.remember(cacheKey(orgId, mode, ref), to);
+    // Per distinct reference of the batch (a batch names each customer many times): its target,
+    // or null when it names no customer. Those known are taken now: the cache may drop them
+    // while the others are resolved (other splits, or this one's own new entries, filling it).
+    const target = new Map<string, Target | null>();
+    const missing: string[] = [];
+    for (const ref of refs) {
+      if (target.has(ref)) continue;
+      const known = this.cache.get(cacheKey(orgId, mode, ref));
+      target.set(ref, known ?? null);
+      if (!known) missing.push(ref);
+    }
+    if (missing.length > 0) {
+      for (const [ref, id] of await this.resolver(orgId, mode, missing)) {
+        if (id === null) continue;
+        // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
+        const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
+        target.set(ref, to);
+        this.remember(cacheKey(orgId, mode, ref), to);
+      }
     }
     const byPartition = new Map<number, string[]>();
-    // Per distinct reference of the batch (a batch names each customer many times), looked up once.
-    const target = new Map<string, Target | null>();
     lines.forEach((line, i) => {
-      const ref = refs[i]!;
-      let to = target.get(ref);
-      if (to === undefined) {
-        to = this.cache.get(cacheKey(orgId, mode, ref)) ?? made.get(ref) ?? null;
-        target.set(ref, to);
-      }
+      const to = target.get(refs[i]!);
       // No customer: not billed, nothing to publish.
-      if (to === null) return;
+      if (!to) return;
       const out = to.prefix + line.slice(1);
       const list = byPartition.get(to.k);
       if (list) list.push(out);
@@ -137,7 +144,7 @@ export class BillablePartitioner {
   }
 
   private remember(key: string, to: Target): void {
-    if (this.cache.size >= CACHE_MAX) this.cache.delete(this.cache.keys().next().value!);
+    if (this.cache.size >= this.cacheMax && !this.cache.has(key)) this.cache.delete(this.cache.keys().next().value!);
     this.cache.set(key, to);
   }
 }
