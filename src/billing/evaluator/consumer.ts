@@ -927,18 +927,18 @@ export class BillingEvaluator {
  * the store keeps it (the store's documents are frozen and shared; none is changed).
  */
 export function pinnedConfig(config: BillingConfig): BillingConfig {
-  const pools: Record<string, CreditPool> = {};
-  for (const [id, p] of Object.entries(config.pools)) {
-    pools[id] = slimPool(p);
-    if (p.topUps.length <= 1) continue;
-    const credits = toCanonicalString(sum(p.topUps.map((u) => parseDecimal(u.credits, { maxDecimalPlaces: 6 }))));
-    // A sum past what one top-up may hold (parseDecimal's 30 integer digits, as evaluation
-    // reads each top-up) stays unfolded: evaluation would refuse it, and a pin is final.
-    if (!fitsOneTopUp(credits)) continue;
-    const last = p.topUps.at(-1)!;
-    pools[id] = { ...pools[id]!, topUps: [{ id: last.id, credits, at: last.at }] };
-  }
-  return { customers: mapValues(config.customers, slimCustomer), plans: mapValues(config.plans, slimPlan), attributes: mapValues(config.attributes, slimAttribute), pools, caps: mapValues(config.caps, slimCap) };
+  return { customers: mapValues(config.customers, slimCustomer), plans: mapValues(config.plans, slimPlan), attributes: mapValues(config.attributes, slimAttribute), pools: mapValues(config.pools, slimPool), caps: mapValues(config.caps, slimCap) };
+}
+
+/** A pool as a pin carries it: without its timestamp, its top-ups folded into one (pinnedConfig). */
+function pinnedPool({ createdAt: _c, ...p }: CreditPool): CreditPool {
+  if (p.topUps.length <= 1) return p as CreditPool;
+  const credits = toCanonicalString(sum(p.topUps.map((u) => parseDecimal(u.credits, { maxDecimalPlaces: 6 }))));
+  // A sum past what one top-up may hold (parseDecimal's 30 integer digits, as evaluation
+  // reads each top-up) stays unfolded: evaluation would refuse it, and a pin is final.
+  if (!fitsOneTopUp(credits)) return p as CreditPool;
+  const last = p.topUps.at(-1)!;
+  return { ...p, topUps: [{ id: last.id, credits, at: last.at }] } as CreditPool;
 }
 
 /** `record` with `f` applied to each value (fromEntries makes own properties, also for an id such as "__proto__"). */
@@ -956,7 +956,8 @@ const slimUnit = (u: Unit): Unit => slimOnce(u, ({ name: _n, createdAt: _c, upda
 const slimCustomer = (c: Customer): Customer => slimOnce(c, ({ createdAt: _c, updatedAt: _u, units, ...rest }) => ({ ...rest, units: mapValues(units, slimUnit) }) as Customer);
 const slimPlan = (p: Plan): Plan => slimOnce(p, ({ createdAt: _c, ...rest }) => rest as Plan);
 const slimAttribute = (a: OrderLineAttribute): OrderLineAttribute => slimOnce(a, ({ createdAt: _c, ...rest }) => rest as OrderLineAttribute);
-const slimPool = (p: CreditPool): CreditPool => slimOnce(p, ({ createdAt: _c, ...rest }) => rest as CreditPool);
+// The folded sum too is made once per stored pool, not once per group.
+const slimPool = (p: CreditPool): CreditPool => slimOnce(p, pinnedPool);
 const slimCap = (c: CreditCap): CreditCap => slimOnce(c, ({ updatedAt: _u, ...rest }) => rest as CreditCap);
 
 function fitsOneTopUp(credits: string): boolean {
