@@ -1,8 +1,8 @@
 /**
  * The pipeline's parts, in process, CPU per 500-signal batch of the pipeline bench's batches
  * (half keyed): the rows worker (`rows`, and `packed` as the pipeline runs it), the
- * idempotency claims of a batch with its batch mark (src/pipeline/dedupe.ts, against the real
- * JetStream KV: this process's CPU and nats-server's), and — billing on — the configuration
+ * idempotency claims of a batch with its batch mark (src/pipeline/dedupe.ts, against a real
+ * claim log: this process's CPU and nats-server's), and — billing on — the configuration
  * read the evaluator makes for a batch that names 500 distinct customers (one KV get each, as
  * src/billing/config/store.ts `forBatch` did for customers named by externalId), measured
  * both ways, alternately A, B, A, B (the lower of each kept): `kv.get` per key, and the
@@ -15,7 +15,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import rows, { packed } from '../workers/rows.js';
 import { IdempotencyClaims } from '../src/pipeline/dedupe.js';
@@ -63,7 +63,9 @@ async function main(): Promise<void> {
   const bucket = `BENCHPARTS${tag}`;
   const kv = await new Kvm(jetstream(nc)).create(bucket, { history: 1 });
   try {
-    const claims = new IdempotencyClaims(kv, nc, bucket);
+    // The claim log as the service makes it (src/pipeline/streams.ts ensureClaimLog), the bucket as the former claims.
+    await jsm.streams.add({ name: `${bucket}_CLAIMS`, subjects: [`${bucket}.claims.>`], storage: StorageType.File });
+    const claims = new IdempotencyClaims({ nc, apiPrefix: '$JS.API', stream: `${bucket}_CLAIMS`, subject: (scope) => `${bucket}.claims.signals.${scope}`, windowMs: 7 * 24 * 3600 * 1000, former: { kv, bucket } });
     const made = bodies.map((body, n) => ({ r: rows({ body, meta: meta(n) }), m: meta(n) }));
     const n0 = natsCpu();
     const t0 = performance.now();
@@ -118,6 +120,7 @@ async function main(): Promise<void> {
     });
   } finally {
     await jsm.streams.delete(`KV_${bucket}`).catch(() => undefined);
+    await jsm.streams.delete(`${bucket}_CLAIMS`).catch(() => undefined);
     await nc.close();
   }
 }

@@ -23,7 +23,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -211,7 +211,11 @@ export function startChild(file: string, args: string[], env: Record<string, str
   children.add(proc);
   let out = '';
   const listeners = new Set<() => void>();
+  // SERVICE_OUTPUT=/tmp/service.log: every started process's output is also appended there
+  // (e.g. SERVICE_NODE_ARGS=--trace-gc, whose lines would otherwise stay in memory).
+  const copy = process.env.SERVICE_OUTPUT;
   const onData = (b: Buffer): void => {
+    if (copy) appendFileSync(copy, b);
     if (out.length < MAX_OUTPUT) out += b.toString();
     for (const l of listeners) l();
   };

@@ -21,7 +21,7 @@ import { Server, listen } from './http/server.js';
 import { RouteTable } from './routes.js';
 import { openStore, type Store } from './store/index.js';
 import { Pipeline, maxInflight } from './pipeline/consumer.js';
-import { dedupeBucket, ensureDeadLetterStream, ensurePipelineConsumer } from './pipeline/streams.js';
+import { ensureDeadLetterStream, ensurePipelineConsumer, idempotencyClaims } from './pipeline/streams.js';
 import { ensureSignalStream } from './ingress/stream.js';
 import { uWS } from './http/wrap.js';
 import { isMain } from './is-main.js';
@@ -32,7 +32,6 @@ import { createWorkerPool } from './shared/worker-pool.js';
 import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
-import { IdempotencyClaims } from './pipeline/dedupe.js';
 import { CustomerStates } from './billing/evaluator/customer-state.js';
 import { BillablePartitioner } from './billing/evaluator/partition.js';
 import { Members, memberId, membersBucket } from './billing/evaluator/members.js';
@@ -180,7 +179,7 @@ export async function start(cfg: Config): Promise<Running> {
       // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
       // evaluator's evaluations (workers/billing.ts) run on it.
       pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
-      pipeline = new Pipeline(cfg, nats, store, await dedupeBucket(nats, cfg), pool, partitioner);
+      pipeline = new Pipeline(cfg, nats, store, await idempotencyClaims(nats, cfg, 'signals'), pool, partitioner);
       evaluator = new BillingEvaluator(nats, configs, await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
@@ -196,7 +195,7 @@ export async function start(cfg: Config): Promise<Running> {
       const ev = evaluator;
       members = new Members(await membersBucket(nats), memberId(randomToken(8)), partitions, (mine) => ev.assign(mine));
       await members.start();
-      billingRows = new BillingRowsInserter(nats, store, new IdempotencyClaims(await dedupeBucket(nats, cfg), nats.nc, topology.buckets.dedupe, cfg.publishTimeoutMs), cfg.publishTimeoutMs);
+      billingRows = new BillingRowsInserter(nats, store, await idempotencyClaims(nats, cfg, 'rows'), cfg.publishTimeoutMs);
       await billingRows.start();
       watchLag('SIGNALS', topology.signals.stream, topology.signals.consumer);
       for (let k = 0; k < partitions; k++) watchLag('BILLABLE', topology.billableParts.stream, topology.billableParts.consumer(k));

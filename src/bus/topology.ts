@@ -10,6 +10,7 @@
  *   <P>_BILLING_ROWS       <P>.billing-rows.<org>            billing-rows  evaluator → rows inserter
  *   <P>_EVENTS             <P>.events.<org>.<mode>.<event>   dispatcher    evaluator, operator API → dispatcher
  *   <P>_DELIVERIES         <P>.deliveries.<org>.<mode>       -             dispatcher → webhooks API
+ *   <P>_CLAIMS             <P>.claims.<kind>.<org>.<mode>    -             pipeline, rows inserter (their idempotency claims and batch marks)
  *   KV buckets: <P>_orgs, <P>_dedupe, <P>_billing, <P>_webhooks, <P>_billing_state, <P>_billing_members.
  *
  * The configuration of each resource (retention, limits, ack wait, ...) belongs to the stage
@@ -46,8 +47,11 @@ export interface Topology {
   billingRows: StreamNames<[orgId: string]> & { consumer: string };
   events: StreamNames<[orgId: string, mode: Mode, event: string]> & { consumer: string };
   deliveries: StreamNames<[orgId: string, mode: Mode]>;
+  /** The claim logs (src/pipeline/dedupe.ts): `signals` (the pipeline's idempotency claims and batch marks) and `rows` (the billing rows inserter's marks). */
+  claims: StreamNames<[kind: 'signals' | 'rows', orgId: string, mode: string]>;
   buckets: {
     orgs: string;
+    /** Idempotency claims of former versions, one key each (read only: src/pipeline/dedupe.ts). */
     dedupe: string;
     /** Billing configuration documents (src/billing/config/store.ts). */
     billingConfig: string;
@@ -78,6 +82,7 @@ export function topology(prefix: string): Topology {
     billingRows: { ...stream('BILLING_ROWS', 'billing-rows'), consumer: 'billing-rows' },
     events: { ...stream('EVENTS', 'events'), consumer: 'dispatcher' },
     deliveries: stream('DELIVERIES', 'deliveries'),
+    claims: stream('CLAIMS', 'claims'),
     buckets: {
       orgs: `${prefix}_orgs`,
       dedupe: `${prefix}_dedupe`,

@@ -8,13 +8,14 @@
  *     stream's ack before answering 202). It stays there until step 6 acknowledges it.
  *  2. A worker turns it into rows; pure computation, repeatable with the same result
  *     (signal ids are derived from the batch id, not made up here).
- *  3. Idempotency claims (dedupe.ts): each keyed signal claims `<org>.<mode>.<key>`
- *     naming itself. A claim owned by another signal drops this signal; a claim owned
- *     by this very signal (an earlier delivery died after claiming) keeps it.
+ *  3. Idempotency claims (dedupe.ts): each keyed signal claims its key in its organization
+ *     and mode, naming itself, in the claim log (one append per round of batches). A claim
+ *     owned by another signal drops this signal; a claim owned by this very signal (an
+ *     earlier delivery died after claiming) keeps it.
  *  4. Only when an earlier delivery of the batch may have stored rows: rows already in the
  *     store from it (crash after insert, before ack) are dropped by signal id. Row-level, so
  *     it is right even if that earlier insert landed only in part. "May have" is JetStream's
- *     redelivery flag OR the batch's mark in the claims bucket (dedupe.ts `takeBatch`), made
+ *     redelivery flag OR the batch's mark in the claim log (dedupe.ts `takeBatch`), made
  *     before the batch can reach an insert, OR a key already held by the same signal: the
  *     flag alone is not enough, since a message the killed process had received came back
  *     to its successor with deliveryCount 1 (and a consumer leader failover in a cluster can
@@ -50,11 +51,10 @@
  * not in the client's pull buffer, where nothing could keep them alive.
  */
 import type { ConsumerMessages, JsMsg } from '@nats-io/jetstream';
-import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import { PULL_EXPIRES_MS, type Nats } from '../bus/connection.js';
 import type { Store } from '../store/index.js';
-import { IdempotencyClaims } from './dedupe.js';
+import type { IdempotencyClaims } from './dedupe.js';
 import { deadLetter } from '../bus/dead-letter.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
@@ -110,7 +110,6 @@ export function batchMeta(m: JsMsg): BatchMeta {
 }
 
 export class Pipeline {
-  private readonly claims: IdempotencyClaims;
   /** Every message taken from the consumer and not yet settled, by stream sequence (marked in progress by `keepAlive`). */
   private readonly held = new Map<number, JsMsg>();
   /** Taken, not yet started: back-pressure (in flight, or two flushes' worth of rows buffered) holds them here, in order. */
@@ -139,13 +138,13 @@ export class Pipeline {
     private readonly cfg: Config,
     private readonly nats: Nats,
     private readonly store: Store,
-    claimsKv: KV,
+    /** The pipeline's idempotency claims (streams.ts idempotencyClaims, kind `signals`). */
+    private readonly claims: IdempotencyClaims,
     /** The process's worker pool (main.ts; the billing evaluator runs on it too), of cfg.pipeline.workers threads. */
     private readonly pool: WorkerPool,
     private readonly billable: BillablePublisher,
   ) {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
-    this.claims = new IdempotencyClaims(claimsKv, nats.nc, nats.topology.buckets.dedupe, cfg.publishTimeoutMs);
   }
 
   async start(): Promise<void> {

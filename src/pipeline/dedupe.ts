@@ -1,72 +1,115 @@
 /**
- * Idempotency keys, deduplicated per organization and mode in a JetStream KV bucket on
- * disk (survives a restart of any process, Redis included, and of NATS itself).
+ * Idempotency keys, deduplicated per organization and mode, in a claim log on disk: the
+ * JetStream stream `<P>_CLAIMS` (file storage, max age DEDUPE_WINDOW_DAYS), one subject per
+ * organization and mode, `<P>.claims.<orgId>.<mode>`. Survives a restart of any process,
+ * Redis included, and of NATS itself.
  *
- * Key:   <orgId>.<mode>.<base64url sha256(idempotencyKey)>   (the organization is part of every key)
- * Value: the id of the signal that claimed it.
- *
- * The same bucket holds one mark per batch the pipeline has taken up (`takeBatch`):
- * Key:   <orgId>.<mode>.batch_<batchId>   (never a 43-character hash, so never a claim's key)
- * Value: the batch id.
- * TTL:   the dedupe window (DEDUPE_WINDOW_DAYS, at least 7 days from the first claim).
+ * A message of the log is one round of claims: lines `<claim> <owner>\n`, where a claim is
+ * the base64url sha256 of an idempotency key (owner: the id of the signal that claimed it) or
+ * `batch_<batchId>`, the mark of a batch the pipeline has taken up (owner: the batch id).
+ * Every message is appended with Nats-Expected-Last-Subject-Sequence = the last sequence of
+ * its subject this process has read: JetStream accepts it only when no other claim of that
+ * organization and mode was appended since, so two processes (or two instances) can never
+ * both take one key. A refused append reads what was appended since, decides again and
+ * retries. So each process keeps an index of its organizations' claims in memory (read from
+ * the log when an organization is first seen, kept current by its own appends and by what a
+ * refusal makes it read) and pays one append per round, not one JetStream write per key: a
+ * round takes every batch of the organization waiting meanwhile (group commit).
  *
  * Claiming before the row is written is safe because a claim names its signal: when the
  * message is redelivered after a crash, its signals find their own claims and are written
- * then (the lost-write trap of OpenMeter #5118 cannot happen: a claim is only ever spent
- * by the signal that owns it, and that signal's message is not acked until it is written).
+ * then (the lost-write trap of OpenMeter #5118 cannot happen: a claim is only ever spent by
+ * the signal that owns it, and that signal's message is not acked until it is written).
+ *
+ * The window: a claim counts for DEDUPE_WINDOW_DAYS from its append (its message's time, when
+ * JetStream removes it); the index forgets it then too. Claims made by former versions, one
+ * key each in the KV bucket `<P>_dedupe` (`<orgId>.<mode>.<claim>`), are still read for an
+ * organization whose keys that bucket holds (checked when the organization is first seen):
+ * a key the log does not know is looked up there before it is claimed. Former versions must
+ * not run beside this one (they would claim in the bucket only).
  */
-import { headers as natsHeaders, type Msg, type MsgHdrs, type NatsConnection } from '@nats-io/transport-node';
+import { headers as natsHeaders, type Msg, type NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 import { replies, type Replies } from '../bus/replies.js';
 import { ackOf, PublishError, WRONG_LAST_SEQUENCE } from '../bus/publish.js';
+import { kvReader, type KvReader } from '../bus/kv-read.js';
 
 const enc = new TextEncoder();
-/** The answer to a claim: true accepted, false refused (the subject's last sequence differs); throws on anything else. */
-function claimAnswer(r: Msg | Error): boolean {
-  const ack = ackOf(r, 'an idempotency claim');
-  if (!(ack instanceof Error)) return true;
-  if (ack instanceof PublishError && ack.errCode === WRONG_LAST_SEQUENCE) return false;
-  throw new Error(`idempotency claim refused: ${ack.message}`);
+const dec = new TextDecoder();
+/** JetStream's error code for "no message found". */
+const NO_MESSAGE = 10037;
+/** Refused appends in a row (each after reading what was appended meanwhile) before a round gives up. */
+const MAX_ATTEMPTS = 50;
+/** Claims in one round at most (one append: ≈ 80 bytes a claim, well under max_payload). */
+const ROUND_CLAIMS = 4_000;
+/** Claims kept in memory at most, over all organizations: beyond it, the least recently used idle ones are dropped (read again from the log when next seen). */
+export const INDEX_MAX_CLAIMS = 4_000_000;
+
+/** A claim's part of a key (`<orgId>.<mode>.<claim>`): base64url, or `batch_<id>` (a billing rows message's id has dots). */
+const CLAIM = /^[-\w.]{1,256}$/;
+const SCOPE_PART = /^[-\w]{1,128}$/;
+const OWNER = /^\S{1,256}$/;
+
+/** Where the claim log lives and how it is read. */
+export interface ClaimLog {
+  nc: NatsConnection;
+  /** The JetStream API prefix (`$JS.API` unless a domain is used). */
+  apiPrefix: string;
+  /** The log's stream (`<P>_CLAIMS`). */
+  stream: string;
+  /** The subject of an organization and mode (`<P>.claims.<orgId>.<mode>`). */
+  subject(scope: string): string;
+  /** How long a claim counts (DEDUPE_WINDOW_DAYS). */
+  windowMs: number;
+  /** The former per-key bucket (`<P>_dedupe`) and its name: read while it holds an organization's keys. */
+  former?: { kv: KV; bucket: string };
+  timeoutMs?: number;
 }
 
-/**
- * A claim is a publish to the bucket's subject `$KV.<bucket>.<key>` that JetStream accepts
- * only when the subject has no message yet (Nats-Expected-Last-Subject-Sequence: 0) — the
- * same compare-and-set as KV.create, in one request. Claims are never deleted (the bucket's
- * TTL removes them whole), so a refused claim always means another signal holds the key.
- */
+interface Segment {
+  at: number;
+  claims: string[];
+  owners: string[];
+}
+
+interface Request {
+  /** The claims (keyed signals only) and the owner each would name. */
+  claims: string[];
+  owners: string[];
+  /** The batch mark's claim part and owner, or null. */
+  mark: { claim: string; owner: string } | null;
+  resolve(r: { keep: boolean[]; reclaimed: boolean; first: boolean }): void;
+  reject(err: unknown): void;
+}
+
+/** One organization and mode: its claims as this process knows them. */
+interface Scope {
+  name: string;
+  subject: string;
+  /** claim → owner. */
+  index: Map<string, string>;
+  /** What the index holds, in append order, to forget at the end of the window. */
+  segments: Segment[];
+  /** The last sequence of the subject read or appended (0: none). */
+  lastSeq: number;
+  /** The former bucket holds keys of this scope. */
+  former: boolean;
+  loaded: Promise<void> | null;
+  queue: Request[];
+  running: boolean;
+}
+
 export class IdempotencyClaims {
-  private readonly subjectPrefix: string;
-
-  constructor(
-    private readonly kv: KV,
-    private readonly nc: NatsConnection,
-    bucket: string,
-    private readonly timeoutMs = 10_000,
-  ) {
-    this.subjectPrefix = `$KV.${bucket}.`;
-    this.replies = replies(nc);
-  }
-
   private readonly replies: Replies;
+  private readonly scopes = new Map<string, Scope>();
+  private readonly timeoutMs: number;
+  private readonly formerReader: KvReader | null;
+  private claimsHeld = 0;
 
-  /** The claim message for `key` (a publish to the bucket's subject, accepted only when the subject's last sequence is `lastSeq`). */
-  private claimMsg(key: string, value: string, lastSeq: number, h0: MsgHdrs | null): { subject: string; data: Uint8Array; headers: MsgHdrs } {
-    let headers = h0;
-    if (!headers) {
-      headers = natsHeaders();
-      headers.set('Nats-Expected-Last-Subject-Sequence', String(lastSeq));
-    }
-    return { subject: this.subjectPrefix + key, data: enc.encode(value), headers };
-  }
-
-  /**
-   * true: this signal now holds the key; false: the subject's last message is not `lastSeq`
-   * (0: none at all; or the sequence of a delete marker left by an operator's KV delete).
-   */
-  private async tryCreate(key: string, value: string, lastSeq: number): Promise<boolean> {
-    const [r] = await this.replies.requestAll(this.nc, [this.claimMsg(key, value, lastSeq, null)], this.timeoutMs);
-    return claimAnswer(r!);
+  constructor(private readonly log: ClaimLog) {
+    this.replies = replies(log.nc);
+    this.timeoutMs = log.timeoutMs ?? 10_000;
+    this.formerReader = log.former ? kvReader(log.former.kv) : null;
   }
 
   /**
@@ -88,9 +131,9 @@ export class IdempotencyClaims {
   }
 
   /**
-   * `claimAll` and, when `batch` is given, `takeBatch` of it, with every first attempt published
-   * at once (one timer, answers collected as they come). Only a refused claim (a repeat, rare)
-   * takes the slower path of reading the key.
+   * `claimAll` and, when `batch` is given, `takeBatch` of it, in the same round of its
+   * organization and mode. Keys (`<orgId>.<mode>.<claim>`, workers/rows.ts dedupeKey) of
+   * several organizations or modes are claimed in each one's round.
    */
   async claimBatch(
     claimKeys: (string | null)[],
@@ -98,39 +141,32 @@ export class IdempotencyClaims {
     batch: { orgId: string; mode: string; batchId: string } | null,
   ): Promise<{ claims: { keep: boolean[]; reclaimed: boolean }; first: boolean }> {
     const keep = new Array<boolean>(claimKeys.length).fill(true);
-    const seen = new Set<string>();
-    const idx: number[] = [];
-    const fresh = natsHeaders();
-    fresh.set('Nats-Expected-Last-Subject-Sequence', '0');
-    const msgs: { subject: string; data: Uint8Array; headers: MsgHdrs }[] = [];
+    const parts = new Map<string, { at: number[]; claims: string[]; owners: string[]; mark: Request['mark'] }>();
+    const partOf = (scope: string) => {
+      let p = parts.get(scope);
+      if (!p) parts.set(scope, (p = { at: [], claims: [], owners: [], mark: null }));
+      return p;
+    };
     for (let i = 0; i < claimKeys.length; i++) {
       const key = claimKeys[i];
       if (key == null) continue;
-      if (seen.has(key)) {
-        keep[i] = false;
-        continue;
-      }
-      seen.add(key);
-      idx.push(i);
-      msgs.push(this.claimMsg(key, ids[i]!, 0, fresh));
+      const [scope, claim] = splitKey(key);
+      const p = partOf(scope);
+      p.at.push(i);
+      p.claims.push(claim);
+      p.owners.push(owner(ids[i]));
     }
-    if (batch) msgs.push(this.claimMsg(batchKey(batch.orgId, batch.mode, batch.batchId), batch.batchId, 0, fresh));
-    // Every answer is read (and any failure thrown) before a slow path starts.
-    const accepted = (await this.replies.requestAll(this.nc, msgs, this.timeoutMs)).map(claimAnswer);
+    if (batch) partOf(scopeOf(batch.orgId, batch.mode)).mark = { claim: `batch_${checkClaim(batch.batchId)}`, owner: owner(batch.batchId) };
     let reclaimed = false;
-    const slow: Promise<void>[] = [];
-    for (let j = 0; j < idx.length; j++) {
-      if (accepted[j]) continue;
-      const i = idx[j]!;
-      slow.push(
-        this.settleRefused(claimKeys[i]!, ids[i]!).then((r) => {
-          keep[i] = r !== 'other';
-          if (r === 'reclaimed') reclaimed = true;
-        }),
-      );
-    }
-    const first = batch ? accepted[idx.length]! : true;
-    await Promise.all(slow);
+    let first = true;
+    await Promise.all(
+      [...parts].map(async ([scope, p]) => {
+        const r = await this.request(scope, { claims: p.claims, owners: p.owners, mark: p.mark });
+        p.at.forEach((i, j) => (keep[i] = r.keep[j]!));
+        if (r.reclaimed) reclaimed = true;
+        if (p.mark) first = r.first;
+      }),
+    );
     return { claims: { keep, reclaimed }, first };
   }
 
@@ -140,23 +176,276 @@ export class IdempotencyClaims {
    * whole). The pipeline cannot rely on JetStream's redelivery flag for this: after a kill -9
    * of the process holding it, a message it had received (and possibly inserted) came back
    * to the next process with deliveryCount 1 (nats-server 2.9.10, test/api/crash.test.ts), so
-   * "not redelivered" does not prove that no earlier delivery stored its rows. A mark deleted
-   * by an operator counts as taken (the existing-row check then runs; it is never wrong).
+   * "not redelivered" does not prove that no earlier delivery stored its rows.
    */
-  takeBatch(orgId: string, mode: string, batchId: string): Promise<boolean> {
-    return this.tryCreate(batchKey(orgId, mode, batchId), batchId, 0);
+  async takeBatch(orgId: string, mode: string, batchId: string): Promise<boolean> {
+    return (await this.claimBatch([], [], { orgId, mode, batchId })).first;
   }
 
-  /** A first claim of `key` was refused: `reclaimed` when this signal holds it already, `other` when another does; claims again when the key was deleted or expired in between. */
-  private async settleRefused(key: string, signalId: string): Promise<'claimed' | 'reclaimed' | 'other'> {
-    for (let attempt = 0; attempt < 3; attempt++) {
-      const e = await this.kv.get(key);
-      if (e && e.operation === 'PUT') return e.string() === signalId ? 'reclaimed' : 'other';
-      // Deleted by an operator (a delete marker) or expired in between: claim again.
-      if (await this.tryCreate(key, signalId, e ? e.revision : 0)) return 'claimed';
+  /** Claims of one organization and mode, in its next round. */
+  private request(name: string, r: Omit<Request, 'resolve' | 'reject'>): Promise<{ keep: boolean[]; reclaimed: boolean; first: boolean }> {
+    return new Promise((resolve, reject) => {
+      const s = this.scope(name);
+      s.queue.push({ ...r, resolve, reject });
+      if (!s.running) void this.drain(s);
+    });
+  }
+
+  private scope(name: string): Scope {
+    let s = this.scopes.get(name);
+    if (s) {
+      // Most recently used last (the order `evict` drops them in).
+      this.scopes.delete(name);
+      this.scopes.set(name, s);
+      return s;
     }
-    throw new Error(`idempotency claim for ${key} did not settle`);
+    s = { name, subject: this.log.subject(name), index: new Map(), segments: [], lastSeq: 0, former: false, loaded: null, queue: [], running: false };
+    this.scopes.set(name, s);
+    return s;
+  }
+
+  /** Runs a scope's rounds until its queue is empty; a failed round fails its requests only. */
+  private async drain(s: Scope): Promise<void> {
+    s.running = true;
+    try {
+      while (s.queue.length > 0) {
+        let n = 0;
+        let take = 0;
+        while (take < s.queue.length && (take === 0 || n + s.queue[take]!.claims.length < ROUND_CLAIMS)) n += s.queue[take++]!.claims.length;
+        const round = s.queue.splice(0, take);
+        try {
+          const out = await this.round(s, round);
+          round.forEach((r, i) => r.resolve(out[i]!));
+        } catch (err) {
+          // An append without an answer may be stored: the next round's append is then refused
+          // and reads it (its claims name these requests' signals: a retry finds them its own).
+          for (const r of round) r.reject(err);
+        }
+      }
+    } finally {
+      s.running = false;
+      this.evict();
+    }
+  }
+
+  /** One round: decide every request against the log, append what is new (compare-and-set), again after reading what a refusal reveals. */
+  private async round(s: Scope, round: Request[]): Promise<{ keep: boolean[]; reclaimed: boolean; first: boolean }[]> {
+    if (!s.loaded) s.loaded = this.load(s);
+    try {
+      await s.loaded;
+    } catch (err) {
+      s.loaded = null; // read again by the next round
+      throw err;
+    }
+    for (let attempt = 0; ; attempt++) {
+      this.expire(s);
+      const formerOwners = await this.formerOwners(s, round);
+      const fresh = new Map<string, string>();
+      const ownerOf = (claim: string): string | undefined => fresh.get(claim) ?? s.index.get(claim) ?? formerOwners.get(claim);
+      const out = round.map((r) => {
+        let reclaimed = false;
+        const keep = r.claims.map((claim, j) => {
+          const held = ownerOf(claim);
+          if (held === undefined) {
+            fresh.set(claim, r.owners[j]!);
+            return true;
+          }
+          if (held !== r.owners[j]) return false;
+          reclaimed = true;
+          return true;
+        });
+        let first = true;
+        if (r.mark) {
+          if (ownerOf(r.mark.claim) === undefined) fresh.set(r.mark.claim, r.mark.owner);
+          else first = false;
+        }
+        return { keep, reclaimed, first };
+      });
+      if (fresh.size === 0) return out;
+      const claims = [...fresh.keys()];
+      const owners = [...fresh.values()];
+      const seq = await this.append(s, claims, owners);
+      if (seq > 0) {
+        this.remember(s, Date.now(), claims, owners);
+        s.lastSeq = seq;
+        return out;
+      }
+      if (attempt + 1 >= MAX_ATTEMPTS) throw new Error(`idempotency claims of ${s.name}: appended concurrently ${MAX_ATTEMPTS} times in a row`);
+      await this.catchUp(s);
+    }
+  }
+
+  /** The owners the former bucket names for the round's claims the log does not know (none unless it holds keys of this scope). */
+  private async formerOwners(s: Scope, round: Request[]): Promise<Map<string, string>> {
+    const out = new Map<string, string>();
+    if (!s.former || !this.formerReader) return out;
+    const unknown = new Set<string>();
+    for (const r of round) {
+      for (const c of r.claims) if (!s.index.has(c)) unknown.add(c);
+      if (r.mark && !s.index.has(r.mark.claim)) unknown.add(r.mark.claim);
+    }
+    const claims = [...unknown];
+    const entries = await this.formerReader.getMany(claims.map((c) => `${s.name}.${c}`), { markers: true });
+    entries.forEach((e, i) => {
+      // A mark an operator deleted still counts as taken (the former bucket's rule: the row check runs).
+      if (e && e.operation === 'PUT') out.set(claims[i]!, dec.decode(e.value));
+      else if (e && claims[i]!.startsWith('batch_')) out.set(claims[i]!, '');
+    });
+    return out;
+  }
+
+  /** Appends one round; its sequence, or 0 when the subject has messages this process has not read (the compare-and-set lost). */
+  private async append(s: Scope, claims: string[], owners: string[]): Promise<number> {
+    let body = '';
+    for (let i = 0; i < claims.length; i++) body += `${claims[i]} ${owners[i]}\n`;
+    const headers = natsHeaders();
+    headers.set('Nats-Expected-Last-Subject-Sequence', String(s.lastSeq));
+    const [r] = await this.replies.requestAll(this.log.nc, [{ subject: s.subject, data: enc.encode(body), headers }], this.timeoutMs);
+    const ack = ackOf(r!, 'idempotency claims');
+    if (!(ack instanceof Error)) return ack.seq;
+    if (ack instanceof PublishError && ack.errCode === WRONG_LAST_SEQUENCE) return 0;
+    throw new Error(`idempotency claims refused: ${ack.message}`);
+  }
+
+  /** Reads a scope's log from the start (and whether the former bucket holds keys of it). */
+  private async load(s: Scope): Promise<void> {
+    this.forget(s);
+    s.lastSeq = 0;
+    const { former } = this.log;
+    s.former = former ? (await this.get(`KV_${former.bucket}`, { seq: 1, next_by_subj: `$KV.${former.bucket}.${s.name}.>` })) !== null : false;
+    await this.catchUp(s);
+  }
+
+  /**
+   * Reads what was appended to the scope's subject after `lastSeq`. When nothing was, while an
+   * append was refused: the subject's last message is older than `lastSeq` (the window removed
+   * messages, or an operator did): `lastSeq` becomes the subject's last sequence.
+   */
+  private async catchUp(s: Scope): Promise<void> {
+    for (;;) {
+      let read = 0;
+      for (;;) {
+        const m = await this.get(this.log.stream, { seq: s.lastSeq + 1, next_by_subj: s.subject });
+        if (!m) break;
+        this.apply(s, m);
+        s.lastSeq = m.seq;
+        read++;
+      }
+      if (read > 0) return;
+      const last = await this.get(this.log.stream, { last_by_subj: s.subject });
+      const seq = last ? last.seq : 0;
+      // Appended since the reads above: read it (and anything before it) in order.
+      if (seq > s.lastSeq) continue;
+      s.lastSeq = seq;
+      return;
+    }
+  }
+
+  /** A message of the log into the index (a later claim of a key replaces an earlier one: the earlier one had ended). */
+  private apply(s: Scope, m: LogMessage): void {
+    const claims: string[] = [];
+    const owners: string[] = [];
+    for (const line of m.text.split('\n')) {
+      if (line === '') continue;
+      const sp = line.indexOf(' ');
+      if (sp <= 0) continue;
+      claims.push(line.slice(0, sp));
+      owners.push(line.slice(sp + 1));
+    }
+    this.remember(s, m.timeMs, claims, owners);
+  }
+
+  private remember(s: Scope, at: number, claims: string[], owners: string[]): void {
+    for (let i = 0; i < claims.length; i++) {
+      if (!s.index.has(claims[i]!)) this.claimsHeld++;
+      s.index.set(claims[i]!, owners[i]!);
+    }
+    s.segments.push({ at, claims, owners });
+  }
+
+  /** Forgets claims whose window has ended. */
+  private expire(s: Scope): void {
+    const until = Date.now() - this.log.windowMs;
+    while (s.segments.length > 0 && s.segments[0]!.at <= until) {
+      const seg = s.segments.shift()!;
+      seg.claims.forEach((c, i) => {
+        if (s.index.get(c) === seg.owners[i]) {
+          s.index.delete(c);
+          this.claimsHeld--;
+        }
+      });
+    }
+  }
+
+  private forget(s: Scope): void {
+    this.claimsHeld -= s.index.size;
+    s.index.clear();
+    s.segments = [];
+  }
+
+  /** Beyond INDEX_MAX_CLAIMS: drops idle scopes, least recently used first (read again from the log when next seen). */
+  private evict(): void {
+    for (const s of this.scopes.values()) {
+      if (this.claimsHeld <= INDEX_MAX_CLAIMS) return;
+      if (s.running || s.queue.length > 0) continue;
+      this.forget(s);
+      this.scopes.delete(s.name);
+    }
+  }
+
+  /** One message of a stream (`$JS.API.STREAM.MSG.GET`, from the stream's leader), or null when there is none. */
+  private async get(stream: string, req: { seq: number; next_by_subj: string } | { last_by_subj: string }): Promise<LogMessage | null> {
+    const [a] = await this.replies.requestAll(this.log.nc, [{ subject: `${this.log.apiPrefix}.STREAM.MSG.GET.${stream}`, data: enc.encode(JSON.stringify(req)) }], this.timeoutMs);
+    return logMessage(a!, stream);
   }
 }
 
-const batchKey = (orgId: string, mode: string, batchId: string): string => `${orgId}.${mode}.batch_${batchId}`;
+interface LogMessage {
+  seq: number;
+  text: string;
+  timeMs: number;
+}
+
+function logMessage(a: Msg | Error, stream: string): LogMessage | null {
+  if (a instanceof Error) throw new Error(`idempotency claims: reading ${stream}: ${a.message}`);
+  if (a.data.length === 0 && a.headers?.code === 503) throw new Error(`idempotency claims: reading ${stream}: no responders (503)`);
+  const r = JSON.parse(dec.decode(a.data)) as { message?: { seq: number; data?: string; time: string }; error?: { err_code?: number; description?: string } };
+  if (r.error) {
+    if (r.error.err_code === NO_MESSAGE) return null;
+    throw new Error(`idempotency claims: reading ${stream}: ${r.error.description ?? JSON.stringify(r.error)}`);
+  }
+  const m = r.message!;
+  return { seq: m.seq, text: m.data ? Buffer.from(m.data, 'base64').toString('utf8') : '', timeMs: timeOf(m.time) };
+}
+
+/** An RFC 3339 time with up to nanoseconds, in epoch ms. */
+function timeOf(t: string): number {
+  const ms = Date.parse(t.replace(/(\.\d{3})\d+/, '$1'));
+  if (!Number.isFinite(ms)) throw new Error(`idempotency claims: a log message with the time ${JSON.stringify(t)}`);
+  return ms;
+}
+
+export const scopeOf = (orgId: string, mode: string): string => `${checkPart(orgId)}.${checkPart(mode)}`;
+
+/** `<orgId>.<mode>.<claim>` → the scope and the claim; throws for any other form (never "already claimed"). */
+function splitKey(key: string): [string, string] {
+  const a = key.indexOf('.');
+  const b = a < 0 ? -1 : key.indexOf('.', a + 1);
+  if (b < 0) throw new Error(`idempotency claims: ${JSON.stringify(key)} is not <orgId>.<mode>.<claim>`);
+  return [scopeOf(key.slice(0, a), key.slice(a + 1, b)), checkClaim(key.slice(b + 1))];
+}
+
+function checkPart(p: string): string {
+  if (!SCOPE_PART.test(p)) throw new Error(`idempotency claims: ${JSON.stringify(p)} is not an organization id or mode`);
+  return p;
+}
+
+function checkClaim(c: string): string {
+  if (!CLAIM.test(c)) throw new Error(`idempotency claims: ${JSON.stringify(c)} is not a claim`);
+  return c;
+}
+
+function owner(id: string | undefined): string {
+  if (id === undefined || !OWNER.test(id)) throw new Error(`idempotency claims: ${JSON.stringify(id)} cannot own a claim`);
+  return id;
+}

@@ -1,14 +1,15 @@
 /**
  * The JetStream resources of the pipeline (names: src/bus/topology.ts), with their
- * configuration: its consumer of the signal stream, the dead-letter stream and the
- * idempotency bucket.
+ * configuration: its consumer of the signal stream, the dead-letter stream, the claim log and
+ * the former idempotency bucket.
  */
-import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
+import { AckPolicy, DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
 import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import type { Nats } from '../bus/connection.js';
 import { ensure } from '../bus/topology.js';
 import { NS_PER_MS } from '../shared/time.js';
+import { IdempotencyClaims } from './dedupe.js';
 
 /** The durable consumer `pipeline` of the signal stream (PIPELINE_ACK_WAIT_MS, PIPELINE_MAX_ACK_PENDING). */
 export async function ensurePipelineConsumer(nats: Nats, cfg: Config): Promise<void> {
@@ -43,7 +44,49 @@ export async function ensureDeadLetterStream(nats: Nats): Promise<void> {
   });
 }
 
-/** Idempotency claims (dedupe.ts), kept DEDUPE_WINDOW_DAYS. */
+/** Idempotency claims of former versions, one key each (read only now: dedupe.ts), kept DEDUPE_WINDOW_DAYS. */
 export function dedupeBucket(nats: Nats, cfg: Config): Promise<KV> {
-  return ensure(nats, { bucket: nats.topology.buckets.dedupe, options: { history: 1, storage: StorageType.File, ttl: cfg.dedupeWindowDays * 24 * 3600 * 1000 } });
+  return ensure(nats, { bucket: nats.topology.buckets.dedupe, options: { history: 1, storage: StorageType.File, ttl: dedupeWindowMs(cfg) } });
+}
+
+const dedupeWindowMs = (cfg: Config): number => cfg.dedupeWindowDays * 24 * 3600 * 1000;
+
+/**
+ * The claim log `<P>_CLAIMS` (dedupe.ts): on disk, each message kept DEDUPE_WINDOW_DAYS (its
+ * limits follow the setting on every start).
+ */
+export async function ensureClaimLog(nats: Nats, cfg: Config): Promise<void> {
+  await ensure(nats, {
+    existing: 'update',
+    stream: {
+      name: nats.topology.claims.stream,
+      subjects: [nats.topology.claims.subjects],
+      retention: RetentionPolicy.Limits,
+      storage: StorageType.File,
+      discard: DiscardPolicy.Old,
+      max_age: dedupeWindowMs(cfg) * NS_PER_MS,
+      max_msg_size: nats.maxPayload,
+    },
+  });
+}
+
+/**
+ * The idempotency claims of one kind (the pipeline's `signals`, the billing rows inserter's
+ * `rows`), the claim log ensured, reading what former versions claimed in `<P>_dedupe`.
+ */
+export async function idempotencyClaims(nats: Nats, cfg: Config, kind: 'signals' | 'rows'): Promise<IdempotencyClaims> {
+  await ensureClaimLog(nats, cfg);
+  const kv = await dedupeBucket(nats, cfg);
+  return new IdempotencyClaims({
+    nc: nats.nc,
+    apiPrefix: nats.js.getOptions().apiPrefix ?? '$JS.API',
+    stream: nats.topology.claims.stream,
+    subject: (scope) => {
+      const [orgId, mode] = scope.split('.') as [string, string];
+      return nats.topology.claims.subject(kind, orgId, mode);
+    },
+    windowMs: dedupeWindowMs(cfg),
+    former: { kv, bucket: nats.topology.buckets.dedupe },
+    timeoutMs: cfg.publishTimeoutMs,
+  });
 }

@@ -12,7 +12,7 @@ import { ApiError } from '../../src/errors.js';
 t.test('topology: streams, subjects, consumers and buckets from the prefix', async (t) => {
   const n = topology('P1');
   t.same(
-    [n.signals, n.deadLetters, n.billable, n.billingRows, n.events, n.deliveries].map((s) => [s.stream, s.subjects]),
+    [n.signals, n.deadLetters, n.billable, n.billingRows, n.events, n.deliveries, n.claims].map((s) => [s.stream, s.subjects]),
     [
       ['P1_SIGNALS', 'P1.signals.>'],
       ['P1_SIGNALS_DLQ', 'P1.dlq.>'],
@@ -20,6 +20,7 @@ t.test('topology: streams, subjects, consumers and buckets from the prefix', asy
       ['P1_BILLING_ROWS', 'P1.billing-rows.>'],
       ['P1_EVENTS', 'P1.events.>'],
       ['P1_DELIVERIES', 'P1.deliveries.>'],
+      ['P1_CLAIMS', 'P1.claims.>'],
     ],
   );
   t.same([n.signals.consumer, n.billable.consumer, n.billingRows.consumer, n.events.consumer], ['pipeline', 'billing', 'billing-rows', 'dispatcher']);
@@ -29,6 +30,7 @@ t.test('topology: streams, subjects, consumers and buckets from the prefix', asy
   t.equal(n.billingRows.subject('org_1'), 'P1.billing-rows.org_1');
   t.equal(n.events.subject('org_1', 'test', 'billing-invoice-paid'), 'P1.events.org_1.test.billing-invoice-paid');
   t.equal(n.deliveries.subject('org_1', 'live'), 'P1.deliveries.org_1.live');
+  t.equal(n.claims.subject('signals', 'org_1', 'live'), 'P1.claims.signals.org_1.live');
   t.same(n.buckets, { orgs: 'P1_orgs', dedupe: 'P1_dedupe', billingConfig: 'P1_billing', billingState: 'P1_billing_state', billingMembers: 'P1_billing_members', webhooks: 'P1_webhooks' });
   t.not(topology('P2').events.stream, n.events.stream, 'another prefix, other names');
 });

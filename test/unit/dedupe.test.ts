@@ -1,32 +1,58 @@
 /**
- * Idempotency claims (src/pipeline/dedupe.ts) against the real JetStream KV.
- * The test makes its own bucket `TUNIT<random>_dedupe` and deletes its stream at the end.
+ * Idempotency claims (src/pipeline/dedupe.ts) against a real claim log in JetStream.
+ * The test makes its own streams (`TUNIT<random>_CLAIMS`, and the former bucket
+ * `TUNIT<random>_dedupe`) and deletes them at the end.
  */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { connect } from '@nats-io/transport-node';
-import { jetstream, jetstreamManager } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
 import { Kvm, type KV } from '@nats-io/kv';
-import { IdempotencyClaims } from '../../src/pipeline/dedupe.js';
+import { IdempotencyClaims, type ClaimLog } from '../../src/pipeline/dedupe.js';
 import rows, { dedupeKey } from '../../workers/rows.js';
 import type { BatchMeta } from '../../src/bus/batch.js';
 
 const NATS_URL = process.env.NATS_URL ?? 'nats://127.0.0.1:4222';
-const name = `TUNIT${randomBytes(4).toString('hex')}_dedupe`;
+const P = `TUNIT${randomBytes(4).toString('hex')}`;
 const nc = await connect({ servers: NATS_URL });
 const js = jetstream(nc);
 const jsm = await jetstreamManager(nc);
-const kv: KV = await new Kvm(js).create(name, { history: 1 });
-const claims = new IdempotencyClaims(kv, nc, name);
+const formerBucket = `${P}_dedupe`;
+const kv: KV = await new Kvm(js).create(formerBucket, { history: 1 });
+const WEEK = 7 * 24 * 3600 * 1000;
+const made: string[] = [`KV_${formerBucket}`];
+/** A claim log stream of its own (max age `windowMs`), and the options of an instance on it. */
+async function logOf(name: string, windowMs = WEEK): Promise<ClaimLog> {
+  const stream = `${P}_${name}`;
+  await jsm.streams.add({ name: stream, subjects: [`${P}.${name}.>`], storage: StorageType.File, max_age: windowMs * 1_000_000 });
+  made.push(stream);
+  return { nc, apiPrefix: '$JS.API', stream, subject: (scope) => `${P}.${name}.${scope}`, windowMs, former: { kv, bucket: formerBucket } };
+}
+const log = await logOf('CLAIMS');
+const claims = new IdempotencyClaims(log);
 t.teardown(async () => {
-  await jsm.streams.delete(`KV_${name}`).catch(() => undefined);
+  for (const s of made) await jsm.streams.delete(s).catch(() => undefined);
   await nc.close();
 });
 
+const ORG = 'org_TESTTESTTESTTESTTEST';
 let n = 0;
 /** A fresh key of the shape the pipeline uses: <org>.<mode>.<hash>. */
-const key = (): string => dedupeKey({ orgId: 'org_TESTTESTTESTTESTTEST', mode: 'live', receivedAtMs: 0, batchId: 'bat_x' }, `k${n++}-${randomBytes(4).toString('hex')}`);
-const owner = async (k: string): Promise<string | null> => (await kv.get(k))?.string() ?? null;
+const key = (org = ORG, mode: 'live' | 'test' = 'live'): string => dedupeKey({ orgId: org, mode, receivedAtMs: 0, batchId: 'bat_x' }, `k${n++}-${randomBytes(4).toString('hex')}`);
+/** Every claim line the log holds for an organization and mode, in order: [claim, owner]. */
+async function logged(l: ClaimLog, scope = `${ORG}.live`): Promise<[string, string][]> {
+  const out: [string, string][] = [];
+  for (let seq = 1; ; ) {
+    // (The client's type for this request lacks next_by_subj; the server takes it.)
+    const m = await jsm.streams.getMessage(l.stream, { seq, next_by_subj: l.subject(scope) } as unknown as { seq: number });
+    if (!m) return out;
+    for (const line of m.string().split('\n')) if (line) out.push(line.split(' ') as [string, string]);
+    seq = m.seq + 1;
+  }
+}
+const claimOf = (k: string): string => k.split('.').slice(2).join('.');
+/** The owner the log names for a key (the last claim of it). */
+const owner = async (k: string): Promise<string | null> => (await logged(log, k.split('.').slice(0, 2).join('.'))).filter(([c]) => c === claimOf(k)).at(-1)?.[1] ?? null;
 
 t.test('first claim keeps; another signal then drops; the owner keeps again', async (t) => {
   const k = key();
@@ -35,11 +61,17 @@ t.test('first claim keeps; another signal then drops; the owner keeps again', as
   t.same(await claims.claim([k], ['sig_b_0']), [false], 'another signal with the same key drops');
   t.equal(await owner(k), 'sig_a_0', 'the claim is unchanged');
   t.same(await claims.claim([k], ['sig_a_0']), [true], 're-claim by the same signal keeps (redelivery after a crash)');
-  t.same(await claims.claim([k], ['sig_a_0']), [true], 'and again');
   t.same(await claims.claim([k], ['sig_b_0']), [false], 'still dropped for the other');
   t.same(await claims.claimAll([k], ['sig_a_0']), { keep: [true], reclaimed: true }, 'a key already held by the same signal is reported as reclaimed (rows may be stored already)');
   t.same(await claims.claimAll([k], ['sig_b_0']), { keep: [false], reclaimed: false }, 'a key held by another signal is not');
   t.same(await claims.claimAll([`${k}-new`, null], ['sig_c_0', 'sig_c_1']), { keep: [true, true], reclaimed: false }, 'a fresh claim is not');
+});
+
+t.test('a new instance (a restart) reads the log: earlier claims hold, their own signals reclaim them', async (t) => {
+  const [a, b] = [key(), key()];
+  t.same(await claims.claim([a, b], ['sig_r1_0', 'sig_r1_1']), [true, true]);
+  const restarted = new IdempotencyClaims(log);
+  t.same(await restarted.claimAll([a, b, key()], ['sig_r1_0', 'sig_r2_1', 'sig_r2_2']), { keep: [true, false, true], reclaimed: true }, 'a: its own signal; b: held by another; the third fresh');
 });
 
 t.test('null keys are always kept', async (t) => {
@@ -77,67 +109,131 @@ t.test('a mixed batch from the rows worker', async (t) => {
   // and a second batch in the same org and mode is all duplicates (keyless kept)
   const again = rows({ body: new TextEncoder().encode(JSON.stringify({ signals })), meta: { ...meta, batchId: `${meta.batchId}2` } });
   t.same(await claims.claim(again.claimKeys, again.ids), [false, true, false, false]);
+  t.same(
+    (await logged(log, `${meta.orgId}.test`)).map(([c]) => c),
+    [claimOf(r.claimKeys[0]!), claimOf(r.claimKeys[3]!)],
+    'the log holds each key of the test mode once (and nothing for the repeats)',
+  );
 });
 
-t.test('20 concurrent claims of one key: exactly one keeps', async (t) => {
-  const k = key();
+t.test('20 concurrent claims of one key in one instance: exactly one keeps, in one round after the first', async (t) => {
+  const k = key('org_ROUNDROUNDROUNDROUND');
   const ids = Array.from({ length: 20 }, (_, i) => `sig_c${i}_0`);
   const results = await Promise.all(ids.map((id) => claims.claim([k], [id])));
   const winners = ids.filter((_, i) => results[i]![0]);
   t.equal(winners.length, 1, 'exactly one keeps');
+  t.equal(winners[0], 'sig_c0_0', 'the first asked');
   t.equal(await owner(k), winners[0], 'and it is the one the claim names');
-  // every retry of every call agrees
   const again = await Promise.all(ids.map((id) => claims.claim([k], [id])));
   t.same(again, results, 'repeating the claims gives the same answers');
 });
 
-t.test('20 concurrent claims over several shared keys from separate clients', async (t) => {
+t.test('concurrent batches of one organization share appends (group commit)', async (t) => {
+  const org = 'org_GROUPGROUPGROUPGROUP';
+  const c = new IdempotencyClaims(log);
+  const batches = Array.from({ length: 30 }, (_, b) => Array.from({ length: 50 }, () => key(org)));
+  const results = await Promise.all(batches.map((keys, b) => c.claimBatch(keys, keys.map((_, i) => `sig_gc${b}_${i}`), { orgId: org, mode: 'live', batchId: `bat_gc${b}` })));
+  t.ok(results.every((r) => r.first && r.claims.keep.every(Boolean)), 'every fresh key kept, every batch taken the first time');
+  const info = await jsm.streams.info(log.stream, { subjects_filter: log.subject(`${org}.live`) });
+  const messages = info.state.subjects?.[log.subject(`${org}.live`)] ?? 0;
+  t.ok(messages >= 1 && messages < 30, `fewer appends than batches (${messages} for 30)`);
+  const lines = await logged(log, `${org}.live`);
+  t.equal(lines.length, 30 * 50 + 30, 'each key and each mark logged once');
+});
+
+t.test('20 concurrent claims over several shared keys from separate instances (as separate processes)', async (t) => {
   const keys = [key(), key(), key()];
   // each call claims all three keys (in a different order) with its own signal ids
   const calls = Array.from({ length: 20 }, (_, c) => {
     const order = [keys[c % 3]!, keys[(c + 1) % 3]!, keys[(c + 2) % 3]!];
     return { order, ids: order.map((_, i) => `sig_m${c}_${i}`) };
   });
-  const results = await Promise.all(calls.map(({ order, ids }) => new IdempotencyClaims(kv, nc, name).claim(order, ids)));
+  const instances = calls.map(() => new IdempotencyClaims(log));
+  const results = await Promise.all(calls.map(({ order, ids }, c) => instances[c]!.claim(order, ids)));
   for (const k of keys) {
     let winners = 0;
     calls.forEach(({ order }, c) => order.forEach((kk, i) => (winners += kk === k && results[c]![i] ? 1 : 0)));
     t.equal(winners, 1, 'exactly one signal keeps each key');
   }
+  // Every instance, whatever it read, agrees afterwards on each key's owner.
+  const owners = await Promise.all(keys.map(owner));
+  for (const [c, inst] of instances.entries()) {
+    const again = await inst.claim(calls[c]!.order, calls[c]!.ids);
+    t.same(again, results[c], `instance ${c} answers the same again`);
+    calls[c]!.order.forEach((k, i) => t.equal(again[i], owners[keys.indexOf(k)] === calls[c]!.ids[i]));
+  }
 });
 
-t.test('a removed claim can be claimed again', async (t) => {
-  const k = key();
-  t.same(await claims.claim([k], ['sig_d_0']), [true]);
-  await kv.delete(k);
-  t.same(await claims.claim([k], ['sig_e_0']), [true], 'after a delete, a new claim keeps');
-  t.equal(await owner(k), 'sig_e_0');
-  t.same(await claims.claim([k], ['sig_d_0']), [false], 'the old owner no longer owns it');
-  await kv.purge(k);
-  t.same(await claims.claim([k], ['sig_f_0']), [true], 'after a purge, a new claim keeps');
+t.test('an instance behind the log: its append is refused, it reads what it missed and decides again', async (t) => {
+  const a = new IdempotencyClaims(log);
+  const b = new IdempotencyClaims(log);
+  const [k1, k2] = [key('org_STALESTALESTALESTALE'), key('org_STALESTALESTALESTALE')];
+  t.same(await a.claim([k1], ['sig_sa_0']), [true], 'a claims k1 (and reads the log)');
+  t.same(await b.claim([k2], ['sig_sb_0']), [true], 'b claims k2 after it');
+  t.same(await a.claim([k2, key('org_STALESTALESTALESTALE')], ['sig_sa_1', 'sig_sa_2']), [false, true], 'a, behind, learns that b holds k2; its fresh key is claimed');
 });
 
-t.test('a KV error is not mistaken for "already claimed"', async (t) => {
-  // an invalid KV key makes kv.create fail with another error: the claim must reject,
-  // never silently keep or drop the signal
-  await t.rejects(claims.claim(['bad key with spaces'], ['sig_x_0']));
-  await t.rejects(claims.claim(['org.live.'], ['sig_x_1']));
+t.test('a claim counts for the window, then the key is free again', async (t) => {
+  const short = await logOf('SHORT', 1_000);
+  const c = new IdempotencyClaims(short);
+  const k = key('org_WINDOWWINDOWWINDOWWI');
+  t.same(await c.claim([k], ['sig_w1_0']), [true]);
+  t.same(await c.claim([k], ['sig_w2_0']), [false], 'within the window: a duplicate');
+  await new Promise((r) => setTimeout(r, 1_600));
+  // JetStream removed the claim (max age) and the instance forgets it: the next append
+  // expects a sequence the subject no longer has, is refused, and is made again.
+  t.same(await c.claim([k], ['sig_w2_0']), [true], 'after the window: a new signal');
+  t.same(await new IdempotencyClaims(short).claim([k], ['sig_w3_0']), [false], 'and it holds the key for everyone');
+});
+
+t.test('claims made by a former version (one key each in the former bucket) still hold', async (t) => {
+  const org = 'org_FORMERFORMERFORMERF';
+  const [k, mark] = [key(org), `${org}.live.batch_bat_former1`];
+  await kv.create(k, new TextEncoder().encode('sig_old_0'));
+  await kv.create(mark, new TextEncoder().encode('bat_former1'));
+  const c = new IdempotencyClaims(log);
+  t.same(await c.claimAll([k], ['sig_new_0']), { keep: [false], reclaimed: false }, 'held by the former claim: another signal drops');
+  t.same(await c.claimAll([k], ['sig_old_0']), { keep: [true], reclaimed: true }, 'its own signal (a redelivery across the upgrade) keeps it');
+  t.equal(await c.takeBatch(org, 'live', 'bat_former1'), false, 'a batch the former version took up counts as taken');
+  await kv.delete(`${org}.live.batch_bat_former2`);
+  t.equal(await c.takeBatch(org, 'live', 'bat_former2'), false, 'a mark an operator deleted there too (the row check runs)');
+  t.same(await c.claim([key(org)], ['sig_new_1']), [true], 'a fresh key is claimed in the log');
+
+  // An organization without former claims never reads the bucket.
+  const gets: string[] = [];
+  const sub = nc.subscribe(`$JS.API.DIRECT.GET.KV_${formerBucket}.>`, { callback: (_e, m) => void gets.push(m.subject) });
+  const sub2 = nc.subscribe(`$JS.API.DIRECT.GET.KV_${formerBucket}`, { callback: (_e, m) => void gets.push(m.subject) });
+  t.teardown(() => {
+    sub.unsubscribe();
+    sub2.unsubscribe();
+  });
+  await nc.flush();
+  t.same(await new IdempotencyClaims(log).claim([key('org_NEWNEWNEWNEWNEWNEWNE')], ['sig_nn_0']), [true]);
+  await nc.flush();
+  t.same(gets, [], 'no read of the former bucket');
+});
+
+t.test('keys that are not <orgId>.<mode>.<claim> reject (never "already claimed")', async (t) => {
+  await t.rejects(claims.claim(['bad key with spaces'], ['sig_x_0']), /not <orgId>\.<mode>\.<claim>/);
+  await t.rejects(claims.claim(['org.live.'], ['sig_x_1']), /is not a claim/);
+  await t.rejects(claims.claim(['org.live.a b'], ['sig_x_2']), /is not a claim/);
+  await t.rejects(claims.claim([key()], ['two words']), /cannot own a claim/);
 });
 
 t.test('takeBatch: true the first time a batch is taken up, false ever after', async (t) => {
   const batchId = `bat_${randomBytes(8).toString('hex')}`;
-  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), true, 'first take');
-  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), false, 'taken before (a repeat delivery, flagged or not)');
-  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'test', batchId), true, 'the other mode is its own data set');
+  t.equal(await claims.takeBatch(ORG, 'live', batchId), true, 'first take');
+  t.equal(await claims.takeBatch(ORG, 'live', batchId), false, 'taken before (a repeat delivery, flagged or not)');
+  t.equal(await claims.takeBatch(ORG, 'test', batchId), true, 'the other mode is its own data set');
   t.equal(await claims.takeBatch('org_OTHEROTHEROTHEROTHER', 'live', batchId), true, 'another organization is its own data set');
-  t.equal((await kv.get(`org_TESTTESTTESTTESTTEST.live.batch_${batchId}`))?.string(), batchId, 'the mark names the batch');
-  await kv.delete(`org_TESTTESTTESTTESTTEST.live.batch_${batchId}`);
-  t.equal(await claims.takeBatch('org_TESTTESTTESTTESTTEST', 'live', batchId), false, 'a mark an operator deleted still counts as taken (the row check runs)');
+  t.same((await logged(log)).filter(([c]) => c === `batch_${batchId}`), [[`batch_${batchId}`, batchId]], 'the mark names the batch, once');
+  t.equal(await new IdempotencyClaims(log).takeBatch(ORG, 'live', batchId), false, 'also for another instance');
+  t.equal(await claims.takeBatch(ORG, 'live', `rows-${batchId}.p3`), true, 'a billing rows message id (dots) is a mark too');
 });
 
 t.test('claimBatch: the claims and the batch mark in one round', async (t) => {
   const batchId = `bat_${randomBytes(8).toString('hex')}`;
-  const meta = { orgId: 'org_TESTTESTTESTTESTTEST', mode: 'live', batchId };
+  const meta = { orgId: ORG, mode: 'live', batchId };
   const [a, b] = [key(), key()];
   t.same(await claims.claim([b], ['sig_other_0']), [true], 'b is held by another signal beforehand');
   t.same(await claims.claimBatch([a, null, b, a], ['sig_g_0', 'sig_g_1', 'sig_g_2', 'sig_g_3'], meta), { claims: { keep: [true, true, false, false], reclaimed: false }, first: true }, 'first delivery');
@@ -145,21 +241,23 @@ t.test('claimBatch: the claims and the batch mark in one round', async (t) => {
   t.same(await claims.claimBatch([null], ['sig_h_0'], { ...meta, batchId: `${batchId}h` }), { claims: { keep: [true], reclaimed: false }, first: true }, 'a keyless batch still takes its mark');
 });
 
-t.test('a bucket without its stream: the claim rejects (no responders), nothing is kept or dropped', async (t) => {
-  const missing = new IdempotencyClaims(kv, nc, `TUNIT${randomBytes(4).toString('hex')}_missing`, 2_000);
-  await t.rejects(missing.claimBatch([key()], ['sig_n_0'], null), /503|no responders/i);
-  await t.rejects(missing.takeBatch('org_TESTTESTTESTTESTTEST', 'live', 'bat_x'), /503|no responders/i);
+t.test('a log without its stream: the claim rejects, nothing is kept or dropped', async (t) => {
+  const missing = new IdempotencyClaims({ ...log, stream: `${P}_MISSING`, subject: (scope) => `${P}.missing.${scope}`, timeoutMs: 2_000 });
+  await t.rejects(missing.claimBatch([key()], ['sig_n_0'], null), /not found|503|no responders/i);
+  await t.rejects(missing.takeBatch(ORG, 'live', 'bat_x'), /not found|503|no responders/i);
 });
 
 t.test('no answer within the timeout: the claim rejects; a late answer is ignored', async (t) => {
-  const silent = `TUNIT${randomBytes(4).toString('hex')}_silent`;
+  // An API prefix JetStream does not answer on; this subscription takes the requests and holds them.
+  const silentApi = `${P}.SILENT.API`;
   const held: { respond(data: Uint8Array): boolean }[] = [];
-  const sub = nc.subscribe(`$KV.${silent}.>`, { callback: (_err, m) => void held.push(m) });
+  const sub = nc.subscribe(`${silentApi}.STREAM.MSG.GET.${log.stream}`, { callback: (_err, m) => void held.push(m) });
   t.teardown(() => sub.unsubscribe());
-  const c = new IdempotencyClaims(kv, nc, silent, 300);
+  await nc.flush();
+  const c = new IdempotencyClaims({ ...log, apiPrefix: silentApi, former: undefined, timeoutMs: 300 });
   await t.rejects(c.claimBatch([key(), key()], ['sig_s_0', 'sig_s_1'], null), /no answer from JetStream within 300 ms/);
-  t.equal(held.length, 2, 'both claims were sent');
-  for (const m of held) m.respond(new TextEncoder().encode('{"stream":"x","seq":1}'));
+  t.equal(held.length, 1, 'the organization\'s log was asked for');
+  for (const m of held) m.respond(new TextEncoder().encode('{"message":{"seq":1,"data":"","time":"2026-01-01T00:00:00Z"}}'));
   await nc.flush();
   // The same connection's claims still work after the late answers.
   t.same(await claims.claim([key()], ['sig_s_2']), [true]);
