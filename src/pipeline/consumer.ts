@@ -30,8 +30,8 @@
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
  *     whether or not an earlier delivery already stored them) are published to the billable
  *     partitions of their customers with Nats-Msg-Id = <batch id>.p<k> (stored once;
- *     src/billing/evaluator/partition.ts), then the
- *     messages are acked. A crash anywhere before this point means redelivery, and steps
+ *     src/billing/evaluator/partition.ts; resolved and split by partition when the message
+ *     was processed, so the flush only publishes), then the messages are acked. A crash anywhere before this point means redelivery, and steps
  *     3–4 make the redelivery write exactly what is missing. A failed insert or publish naks
  *     the messages for a later retry.
  *
@@ -59,6 +59,7 @@ import { deadLetter } from '../bus/dead-letter.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
 import { keptLines } from './lines.js';
+import type { PreparedBatch } from '../billing/evaluator/partition.js';
 import { InOrder } from './in-order.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
@@ -69,10 +70,13 @@ export { isDataError };
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
 export interface BillablePublisher {
   /**
-   * Each batch's `lines` (BillableLine JSON texts as UTF-8, each ending in '\n',
-   * src/pipeline/lines.ts; possibly empty), entering the partitions in the order given.
+   * A batch's `lines` (BillableLine JSON texts as UTF-8, each ending in '\n',
+   * src/pipeline/lines.ts; possibly empty) made ready to publish: resolved and split. Done as
+   * the batch is processed, so that a flush, once its insert returned, only publishes.
    */
-  publishPackedMany(batches: readonly { meta: BatchMeta; lines: Uint8Array }[], timeoutMs: number): Promise<void>;
+  prepare(meta: BatchMeta, lines: Uint8Array): Promise<PreparedBatch<BatchMeta>>;
+  /** Publishes prepared batches, entering the partitions in the order given. */
+  publishPrepared(batches: readonly PreparedBatch<BatchMeta>[], timeoutMs: number): Promise<void>;
 }
 
 const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.js', import.meta.url).href, 'packed');
@@ -86,8 +90,8 @@ export const keepAlivePeriod = (ackWaitMs: number): number => Math.max(100, Math
 
 interface Buffered {
   msgs: JsMsg[];
-  /** Per message: its billable signals (BillableLine JSON lines, each ending in '\n'), and its metadata. */
-  billable: { meta: BatchMeta; lines: Uint8Array }[];
+  /** Per message: its billable signals, resolved and split by partition, with its metadata. */
+  billable: PreparedBatch<BatchMeta>[];
   /** Per message: its rows to insert (JSONEachRow lines, each ending in '\n') and how many. */
   rows: Uint8Array[];
   rowCounts: number[];
@@ -208,7 +212,7 @@ export class Pipeline {
       const body = new Uint8Array(m.data);
       const r = await buildRows(this.pool, { body, meta }, [body.buffer as ArrayBuffer]);
       const { claims: { keep, reclaimed }, first } = await this.claims.claimBatch(r.claimKeys, r.ids, meta);
-      const billable = keptLines(r.billable, keep);
+      const lines = keptLines(r.billable, keep);
       // Rows may be stored already when some delivery of this batch got this far before (see 4.).
       if (m.redelivered || !first || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
@@ -217,12 +221,14 @@ export class Pipeline {
       let kept = 0;
       for (const k of keep) if (k) kept++;
       const rows = keptLines(r.rows, keep);
+      // Resolved and split now, while an earlier flush's insert runs (published after this one's).
+      const billable = await this.billable.prepare(meta, lines);
       return () => {
         this.buffer.rows.push(rows);
         this.buffer.rowCounts.push(kept);
         this.buffer.rowTotal += kept;
         this.buffer.msgs.push(m);
-        this.buffer.billable.push({ meta, lines: billable });
+        this.buffer.billable.push(billable);
         this.scheduleFlush();
       };
     } catch (err) {
@@ -293,7 +299,7 @@ export class Pipeline {
     try {
       await this.insert(batch.rows, batch.rowTotal);
       for (const b of batch.billable) observeFreshness(b.meta.receivedAtMs);
-      await this.billable.publishPackedMany(batch.billable, this.cfg.publishTimeoutMs);
+      await this.billable.publishPrepared(batch.billable, this.cfg.publishTimeoutMs);
       for (const m of batch.msgs) m.ack();
     } catch (err) {
       if (batch.msgs.length > 1 && isDataError(err)) await this.isolate(batch);
@@ -317,7 +323,7 @@ export class Pipeline {
       try {
         await this.insert([batch.rows[i]!], batch.rowCounts[i]!);
         observeFreshness(batch.billable[i]!.meta.receivedAtMs);
-        await this.billable.publishPackedMany([batch.billable[i]!], this.cfg.publishTimeoutMs);
+        await this.billable.publishPrepared([batch.billable[i]!], this.cfg.publishTimeoutMs);
         m.ack();
       } catch (err) {
         await this.settleFailed([m], err);

@@ -429,11 +429,16 @@ export const scopeOf = (orgId: string, mode: string): string => `${checkPart(org
 
 /** `<orgId>.<mode>.<claim>` → the scope and the claim; throws for any other form (never "already claimed"). */
 function splitKey(key: string): [string, string] {
+  // A batch's keys share their scope: the last one checked is taken as it is.
+  if (key.startsWith(lastScope.prefix)) return [lastScope.scope, checkClaim(key.slice(lastScope.prefix.length))];
   const a = key.indexOf('.');
   const b = a < 0 ? -1 : key.indexOf('.', a + 1);
   if (b < 0) throw new Error(`idempotency claims: ${JSON.stringify(key)} is not <orgId>.<mode>.<claim>`);
-  return [scopeOf(key.slice(0, a), key.slice(a + 1, b)), checkClaim(key.slice(b + 1))];
+  const scope = scopeOf(key.slice(0, a), key.slice(a + 1, b));
+  lastScope = { prefix: `${scope}.`, scope };
+  return [scope, checkClaim(key.slice(b + 1))];
 }
+let lastScope = { prefix: '\u0000', scope: '' };
 
 function checkPart(p: string): string {
   if (!SCOPE_PART.test(p)) throw new Error(`idempotency claims: ${JSON.stringify(p)} is not an organization id or mode`);

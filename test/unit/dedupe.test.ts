@@ -116,6 +116,14 @@ t.test('a mixed batch from the rows worker', async (t) => {
   );
 });
 
+t.test('one call with keys of several organizations and modes: each claimed in its own log subject', async (t) => {
+  const [a, b, c] = [key('org_SPANASPANASPANASPANA'), key('org_SPANBSPANBSPANBSPANB'), key('org_SPANASPANASPANASPANA', 'test')];
+  t.same(await claims.claim([a, b, c, a], ['sig_sp_0', 'sig_sp_1', 'sig_sp_2', 'sig_sp_3']), [true, true, true, false]);
+  t.same(await claims.claim([c, b, a], ['sig_sq_0', 'sig_sq_1', 'sig_sq_2']), [false, false, false], 'each held, in its own scope');
+  t.same((await logged(log, 'org_SPANBSPANBSPANBSPANB.live')).map(([cl, o]) => [cl, o]), [[claimOf(b), 'sig_sp_1']]);
+  t.same((await logged(log, 'org_SPANASPANASPANASPANA.test')).map(([cl, o]) => [cl, o]), [[claimOf(c), 'sig_sp_2']]);
+});
+
 t.test('20 concurrent claims of one key in one instance: exactly one keeps, in one round after the first', async (t) => {
   const k = key('org_ROUNDROUNDROUNDROUND');
   const ids = Array.from({ length: 20 }, (_, i) => `sig_c${i}_0`);

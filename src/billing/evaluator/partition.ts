@@ -42,10 +42,16 @@ export interface PartitionedLines {
   lines: string[];
 }
 
+/** A batch's billable lines resolved and split by partition (`prepare`). */
+export interface PreparedBatch<M extends BatchRef = BatchRef> {
+  meta: M;
+  parts: PartitionedLines[];
+}
+
 const CACHE_MAX = 200_000;
 
 /** The batch a message of billable lines comes from. */
-interface BatchRef {
+export interface BatchRef {
   orgId: string;
   mode: Mode;
   batchId: string;
@@ -77,14 +83,23 @@ export class BillablePartitioner {
    * then billed, exactly, in that order.)
    */
   async publishPackedMany(batches: readonly { meta: BatchRef; lines: Uint8Array }[], timeoutMs: number): Promise<void> {
-    const split = await Promise.all(
-      batches.map(async ({ meta, lines }) => {
-        const text = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength).toString('utf8').split('\n');
-        if (text.at(-1) === '') text.pop();
-        return { meta, parts: text.length === 0 ? [] : await this.split(meta.orgId, meta.mode, text) };
-      }),
-    );
-    await Promise.all(split.flatMap(({ meta, parts }) => this.send(meta, parts, timeoutMs)));
+    await this.publishPrepared(await Promise.all(batches.map(({ meta, lines }) => this.prepare(meta, lines))), timeoutMs);
+  }
+
+  /**
+   * One batch's billable lines in the pipeline's form, resolved and split by partition, ready
+   * to publish (the pipeline prepares each batch as it processes it, while an earlier insert
+   * runs, so that only the publishes wait for the insert: src/pipeline/consumer.ts).
+   */
+  async prepare<M extends BatchRef>(meta: M, lines: Uint8Array): Promise<PreparedBatch<M>> {
+    const text = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength).toString('utf8').split('\n');
+    if (text.at(-1) === '') text.pop();
+    return { meta, parts: text.length === 0 ? [] : await this.split(meta.orgId, meta.mode, text) };
+  }
+
+  /** Publishes prepared batches, entering each partition in the order given (all sent at once). */
+  async publishPrepared(batches: readonly PreparedBatch<BatchRef>[], timeoutMs: number): Promise<void> {
+    await Promise.all(batches.flatMap(({ meta, parts }) => this.send(meta, parts, timeoutMs)));
   }
 
   /**
