@@ -65,7 +65,7 @@ async function main(): Promise<void> {
   try {
     // The claim log as the service makes it (src/pipeline/streams.ts ensureClaimLog), the bucket as the former claims.
     await jsm.streams.add({ name: `${bucket}_CLAIMS`, subjects: [`${bucket}.claims.>`], storage: StorageType.File });
-    const claims = new IdempotencyClaims({ nc, apiPrefix: '$JS.API', stream: `${bucket}_CLAIMS`, subject: (scope) => `${bucket}.claims.signals.${scope}`, windowMs: 7 * 24 * 3600 * 1000, former: { kv, bucket } });
+    const claims = new IdempotencyClaims({ nc, apiPrefix: '$JS.API', stream: `${bucket}_CLAIMS`, subject: (scope) => `${bucket}.claims.signals.${scope}`, former: { kv, bucket } });
     const made = bodies.map((body, n) => ({ r: rows({ body, meta: meta(n) }), m: meta(n) }));
     const n0 = natsCpu();
     const t0 = performance.now();

@@ -21,8 +21,11 @@
  * then (the lost-write trap of OpenMeter #5118 cannot happen: a claim is only ever spent by
  * the signal that owns it, and that signal's message is not acked until it is written).
  *
- * The window: a claim counts for DEDUPE_WINDOW_DAYS from its append (its message's time, when
- * JetStream removes it); the index forgets it then too. Claims made by former versions, one
+ * The window: a claim counts while its message is in the log — DEDUPE_WINDOW_DAYS from its
+ * append, by the server's clock (the stream's max age) — and the index forgets it once the
+ * stream's first sequence has passed it (asked at most every `refreshMs`), so no process's
+ * clock decides it. A subject found to hold less than the index knows (its messages removed,
+ * the stream recreated) is read again from the start: the index always mirrors the log. Claims made by former versions, one
  * key each in the KV bucket `<P>_dedupe` (`<orgId>.<mode>.<claim>`), are still read for an
  * organization whose keys that bucket holds (checked when the organization is first seen):
  * a key the log does not know is looked up there before it is claimed. Former versions must
@@ -33,6 +36,7 @@ import type { KV } from '@nats-io/kv';
 import { replies, type Replies } from '../bus/replies.js';
 import { ackOf, PublishError, WRONG_LAST_SEQUENCE } from '../bus/publish.js';
 import { kvReader, type KvReader } from '../bus/kv-read.js';
+import { streamState } from '../bus/kv-fenced.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -40,8 +44,10 @@ const dec = new TextDecoder();
 const NO_MESSAGE = 10037;
 /** Refused appends in a row (each after reading what was appended meanwhile) before a round gives up. */
 const MAX_ATTEMPTS = 50;
-/** Claims in one round at most (one append: ≈ 80 bytes a claim, well under max_payload). */
-const ROUND_CLAIMS = 4_000;
+/** Room for one claim line in an append (a 43-character claim, a space, an owner of up to ~40, a newline), for sizing rounds. */
+const CLAIM_BYTES = 96;
+/** An organization used within this long is never dropped from memory (`evict`). */
+const IN_USE_MS = 60_000;
 /** Claims kept in memory at most, over all organizations: beyond it, the least recently used idle ones are dropped (read again from the log when next seen). */
 export const INDEX_MAX_CLAIMS = 4_000_000;
 
@@ -59,15 +65,22 @@ export interface ClaimLog {
   stream: string;
   /** The subject of an organization and mode (`<P>.claims.<orgId>.<mode>`). */
   subject(scope: string): string;
-  /** How long a claim counts (DEDUPE_WINDOW_DAYS). */
-  windowMs: number;
+  /** How often the stream's first sequence is asked, to forget claims the window has removed (default 10 s). */
+  refreshMs?: number;
+  /** The server's max_payload: an append stays well under it (default 1 MiB). */
+  maxPayload?: number;
+  /** Claims kept in memory at most over all organizations (default INDEX_MAX_CLAIMS; see `evict`). */
+  maxClaims?: number;
+  /** An organization used within this long is never dropped from memory (default IN_USE_MS). */
+  inUseMs?: number;
   /** The former per-key bucket (`<P>_dedupe`) and its name: read while it holds an organization's keys. */
   former?: { kv: KV; bucket: string };
   timeoutMs?: number;
 }
 
 interface Segment {
-  at: number;
+  /** The log message's sequence. */
+  seq: number;
   claims: string[];
   owners: string[];
 }
@@ -88,8 +101,12 @@ interface Scope {
   subject: string;
   /** claim → owner. */
   index: Map<string, string>;
-  /** What the index holds, in append order, to forget at the end of the window. */
+  /** What the index holds, in log order, to forget once the window removed it. */
   segments: Segment[];
+  /** Claims taken again by a later message while an earlier one still held them (rare: after the window): that message's sequence, so the earlier one's end does not forget them. */
+  retaken: Map<string, number>;
+  /** When a round last used it (ms). */
+  usedAt: number;
   /** The last sequence of the subject read or appended (0: none). */
   lastSeq: number;
   /** The former bucket holds keys of this scope. */
@@ -199,7 +216,7 @@ export class IdempotencyClaims {
       this.scopes.set(name, s);
       return s;
     }
-    s = { name, subject: this.log.subject(name), index: new Map(), segments: [], lastSeq: 0, former: false, loaded: null, queue: [], running: false };
+    s = { name, subject: this.log.subject(name), index: new Map(), segments: [], retaken: new Map(), usedAt: 0, lastSeq: 0, former: false, loaded: null, queue: [], running: false };
     this.scopes.set(name, s);
     return s;
   }
@@ -209,9 +226,11 @@ export class IdempotencyClaims {
     s.running = true;
     try {
       while (s.queue.length > 0) {
+        // A round's append stays under half of max_payload (≈ 80 bytes a claim); one request always goes.
+        const most = Math.max(1, Math.floor((this.log.maxPayload ?? 1024 * 1024) / 2 / CLAIM_BYTES));
         let n = 0;
         let take = 0;
-        while (take < s.queue.length && (take === 0 || n + s.queue[take]!.claims.length < ROUND_CLAIMS)) n += s.queue[take++]!.claims.length;
+        while (take < s.queue.length && (take === 0 || n + s.queue[take]!.claims.length + 1 <= most)) n += s.queue[take++]!.claims.length + 1;
         const round = s.queue.splice(0, take);
         try {
           const out = await this.round(s, round);
@@ -237,6 +256,8 @@ export class IdempotencyClaims {
       s.loaded = null; // read again by the next round
       throw err;
     }
+    s.usedAt = Date.now();
+    await this.refreshFirst();
     for (let attempt = 0; ; attempt++) {
       this.expire(s);
       const formerOwners = await this.formerOwners(s, round);
@@ -266,7 +287,7 @@ export class IdempotencyClaims {
       const owners = [...fresh.values()];
       const seq = await this.append(s, claims, owners);
       if (seq > 0) {
-        this.remember(s, Date.now(), claims, owners);
+        this.remember(s, seq, claims, owners);
         s.lastSeq = seq;
         return out;
       }
@@ -318,11 +339,13 @@ export class IdempotencyClaims {
 
   /**
    * Reads what was appended to the scope's subject after `lastSeq`. When nothing was, while an
-   * append was refused: the subject's last message is older than `lastSeq` (the window removed
-   * messages, or an operator did): `lastSeq` becomes the subject's last sequence.
+   * append was refused: the subject's last message is not the one the index knows last. Before
+   * it: the subject lost messages the index holds (the window removed them, an operator purged
+   * them, the stream was recreated and its sequences started again): the index is emptied and
+   * the subject read again from the start, so it holds exactly what the log holds.
    */
   private async catchUp(s: Scope): Promise<void> {
-    for (;;) {
+    for (let attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
       let read = 0;
       for (;;) {
         const m = await this.get(this.log.stream, { seq: s.lastSeq + 1, next_by_subj: s.subject });
@@ -334,11 +357,13 @@ export class IdempotencyClaims {
       if (read > 0) return;
       const last = await this.get(this.log.stream, { last_by_subj: s.subject });
       const seq = last ? last.seq : 0;
+      if (seq === s.lastSeq) return;
       // Appended since the reads above: read it (and anything before it) in order.
       if (seq > s.lastSeq) continue;
-      s.lastSeq = seq;
-      return;
+      this.forget(s);
+      s.lastSeq = 0;
     }
+    throw new Error(`idempotency claims of ${s.name}: the log's subject ${s.subject} kept changing while it was read`);
   }
 
   /** A message of the log into the index (a later claim of a key replaces an earlier one: the earlier one had ended). */
@@ -352,42 +377,68 @@ export class IdempotencyClaims {
       claims.push(line.slice(0, sp));
       owners.push(line.slice(sp + 1));
     }
-    this.remember(s, m.timeMs, claims, owners);
+    this.remember(s, m.seq, claims, owners);
   }
 
-  private remember(s: Scope, at: number, claims: string[], owners: string[]): void {
+  private remember(s: Scope, seq: number, claims: string[], owners: string[]): void {
     for (let i = 0; i < claims.length; i++) {
-      if (!s.index.has(claims[i]!)) this.claimsHeld++;
-      s.index.set(claims[i]!, owners[i]!);
+      const c = claims[i]!;
+      if (!s.index.has(c)) this.claimsHeld++;
+      else s.retaken.set(c, seq);
+      s.index.set(c, owners[i]!);
     }
-    s.segments.push({ at, claims, owners });
+    s.segments.push({ seq, claims, owners });
   }
 
-  /** Forgets claims whose window has ended. */
+  /** Forgets the claims of messages the log no longer holds (before the stream's first sequence). */
   private expire(s: Scope): void {
-    const until = Date.now() - this.log.windowMs;
-    while (s.segments.length > 0 && s.segments[0]!.at <= until) {
+    while (s.segments.length > 0 && s.segments[0]!.seq < this.first) {
       const seg = s.segments.shift()!;
-      seg.claims.forEach((c, i) => {
-        if (s.index.get(c) === seg.owners[i]) {
-          s.index.delete(c);
-          this.claimsHeld--;
+      for (const c of seg.claims) {
+        const later = s.retaken.get(c);
+        if (later !== undefined) {
+          if (later > seg.seq) continue; // a later message holds it
+          s.retaken.delete(c);
         }
-      });
+        if (s.index.delete(c)) this.claimsHeld--;
+      }
     }
   }
+
+  /** The stream's first sequence (everything before it removed by the window), asked at most every refreshMs. */
+  private async refreshFirst(): Promise<void> {
+    if (Date.now() - this.firstAt < (this.log.refreshMs ?? 10_000)) return;
+    this.firstAt = Date.now();
+    try {
+      this.first = (await streamState(this.log.nc, this.log.apiPrefix, this.log.stream, this.timeoutMs)).first;
+    } catch (err) {
+      this.firstAt = 0; // asked again next round; claims are kept meanwhile (never forgotten early)
+      throw err;
+    }
+  }
+
+  private first = 0;
+  private firstAt = 0;
 
   private forget(s: Scope): void {
     this.claimsHeld -= s.index.size;
     s.index.clear();
     s.segments = [];
+    s.retaken.clear();
   }
 
-  /** Beyond INDEX_MAX_CLAIMS: drops idle scopes, least recently used first (read again from the log when next seen). */
+  /**
+   * Beyond maxClaims: drops organizations not used for inUseMs (none with work queued),
+   * least recently used first; they are read again from the log when next seen. One in use is
+   * kept whatever its size: dropping it would mean reading its log again for its next batch.
+   */
   private evict(): void {
+    const max = this.log.maxClaims ?? INDEX_MAX_CLAIMS;
+    if (this.claimsHeld <= max) return;
+    const now = Date.now();
     for (const s of this.scopes.values()) {
-      if (this.claimsHeld <= INDEX_MAX_CLAIMS) return;
-      if (s.running || s.queue.length > 0) continue;
+      if (this.claimsHeld <= max) return;
+      if (s.running || s.queue.length > 0 || now - s.usedAt < (this.log.inUseMs ?? IN_USE_MS)) continue;
       this.forget(s);
       this.scopes.delete(s.name);
     }
@@ -403,26 +454,19 @@ export class IdempotencyClaims {
 interface LogMessage {
   seq: number;
   text: string;
-  timeMs: number;
 }
 
 function logMessage(a: Msg | Error, stream: string): LogMessage | null {
   if (a instanceof Error) throw new Error(`idempotency claims: reading ${stream}: ${a.message}`);
   if (a.data.length === 0 && a.headers?.code === 503) throw new Error(`idempotency claims: reading ${stream}: no responders (503)`);
-  const r = JSON.parse(dec.decode(a.data)) as { message?: { seq: number; data?: string; time: string }; error?: { err_code?: number; description?: string } };
+  const r = JSON.parse(dec.decode(a.data)) as { message?: { seq: number; data?: string }; error?: { err_code?: number; description?: string } };
   if (r.error) {
     if (r.error.err_code === NO_MESSAGE) return null;
     throw new Error(`idempotency claims: reading ${stream}: ${r.error.description ?? JSON.stringify(r.error)}`);
   }
   const m = r.message!;
-  return { seq: m.seq, text: m.data ? Buffer.from(m.data, 'base64').toString('utf8') : '', timeMs: timeOf(m.time) };
-}
-
-/** An RFC 3339 time with up to nanoseconds, in epoch ms. */
-function timeOf(t: string): number {
-  const ms = Date.parse(t.replace(/(\.\d{3})\d+/, '$1'));
-  if (!Number.isFinite(ms)) throw new Error(`idempotency claims: a log message with the time ${JSON.stringify(t)}`);
-  return ms;
+  if (typeof m?.seq !== 'number') throw new Error(`idempotency claims: reading ${stream}: an answer without a message`);
+  return { seq: m.seq, text: m.data ? Buffer.from(m.data, 'base64').toString('utf8') : '' };
 }
 
 export const scopeOf = (orgId: string, mode: string): string => `${checkPart(orgId)}.${checkPart(mode)}`;

@@ -85,7 +85,7 @@ export async function idempotencyClaims(nats: Nats, cfg: Config, kind: 'signals'
       const [orgId, mode] = scope.split('.') as [string, string];
       return nats.topology.claims.subject(kind, orgId, mode);
     },
-    windowMs: dedupeWindowMs(cfg),
+    maxPayload: nats.maxPayload,
     former: { kv, bucket: nats.topology.buckets.dedupe },
     timeoutMs: cfg.publishTimeoutMs,
   });

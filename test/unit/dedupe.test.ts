@@ -21,12 +21,12 @@ const formerBucket = `${P}_dedupe`;
 const kv: KV = await new Kvm(js).create(formerBucket, { history: 1 });
 const WEEK = 7 * 24 * 3600 * 1000;
 const made: string[] = [`KV_${formerBucket}`];
-/** A claim log stream of its own (max age `windowMs`), and the options of an instance on it. */
-async function logOf(name: string, windowMs = WEEK): Promise<ClaimLog> {
+/** A claim log stream of its own (max age `windowMs`), and the options of an instance on it (the window's end looked for every `refreshMs`). */
+async function logOf(name: string, windowMs = WEEK, refreshMs?: number): Promise<ClaimLog> {
   const stream = `${P}_${name}`;
   await jsm.streams.add({ name: stream, subjects: [`${P}.${name}.>`], storage: StorageType.File, max_age: windowMs * 1_000_000 });
   made.push(stream);
-  return { nc, apiPrefix: '$JS.API', stream, subject: (scope) => `${P}.${name}.${scope}`, windowMs, former: { kv, bucket: formerBucket } };
+  return { nc, apiPrefix: '$JS.API', stream, subject: (scope) => `${P}.${name}.${scope}`, former: { kv, bucket: formerBucket }, ...(refreshMs !== undefined ? { refreshMs } : {}) };
 }
 const log = await logOf('CLAIMS');
 const claims = new IdempotencyClaims(log);
@@ -182,7 +182,7 @@ t.test('an instance behind the log: its append is refused, it reads what it miss
 });
 
 t.test('a claim counts for the window, then the key is free again', async (t) => {
-  const short = await logOf('SHORT', 1_000);
+  const short = await logOf('SHORT', 1_000, 100);
   const c = new IdempotencyClaims(short);
   const k = key('org_WINDOWWINDOWWINDOWWI');
   t.same(await c.claim([k], ['sig_w1_0']), [true]);
@@ -192,6 +192,60 @@ t.test('a claim counts for the window, then the key is free again', async (t) =>
   // expects a sequence the subject no longer has, is refused, and is made again.
   t.same(await c.claim([k], ['sig_w2_0']), [true], 'after the window: a new signal');
   t.same(await new IdempotencyClaims(short).claim([k], ['sig_w3_0']), [false], 'and it holds the key for everyone');
+});
+
+t.test('the log recreated (its sequences start again): an instance behind it reads it from the start, never keeps a key twice', async (t) => {
+  const l = await logOf('RESET');
+  const a = new IdempotencyClaims(l);
+  const org = 'org_RESETRESETRESETRESET';
+  for (let i = 0; i < 5; i++) t.same(await a.claim([key(org)], [`sig_ra${i}_0`]), [true]);
+  await jsm.streams.delete(l.stream);
+  await jsm.streams.add({ name: l.stream, subjects: [`${P}.RESET.>`], storage: StorageType.File });
+  const k = key(org);
+  const b = new IdempotencyClaims(l);
+  t.same(await b.claim([k, key(org)], ['sig_rb_0', 'sig_rb_1']), [true, true], 'b claims k in the new log (sequences 1)');
+  t.same(await a.claim([k], ['sig_ra9_0']), [false], 'a, which had read up to sequence 5 of the old log, finds k held');
+  t.same(await a.claim([key(org)], ['sig_ra10_0']), [true], 'and claims in the new log');
+});
+
+t.test('rounds stay under max_payload', async (t) => {
+  const stream = `${P}_SMALL`;
+  await jsm.streams.add({ name: stream, subjects: [`${P}.SMALL.>`], storage: StorageType.File, max_msg_size: 12_000 });
+  made.push(stream);
+  const c = new IdempotencyClaims({ ...log, stream, subject: (scope) => `${P}.SMALL.${scope}`, maxPayload: 24_000 });
+  const org = 'org_SMALLSMALLSMALLSMALL';
+  const batches = Array.from({ length: 12 }, () => Array.from({ length: 40 }, () => key(org)));
+  const results = await Promise.all(batches.map((keys, b) => c.claim(keys, keys.map((_, i) => `sig_sm${b}_${i}`))));
+  t.ok(results.every((r) => r.every(Boolean)), 'every batch claimed (no append refused for its size)');
+  const info = await jsm.streams.info(stream, { subjects_filter: `${P}.SMALL.${org}.live` });
+  t.ok((info.state.subjects?.[`${P}.SMALL.${org}.live`] ?? 0) >= 4, 'in several rounds');
+});
+
+t.test('beyond maxClaims, organizations not in use are dropped and read again from the log when next seen', async (t) => {
+  const gets: string[] = [];
+  const sub = nc.subscribe(`$JS.API.STREAM.MSG.GET.${log.stream}`, { callback: (_e, m) => void gets.push(m.subject) });
+  t.teardown(() => sub.unsubscribe());
+  const [orgA, orgB] = ['org_EVICTAEVICTAEVICTAE', 'org_EVICTBEVICTBEVICTBE'];
+  const keysA = Array.from({ length: 80 }, () => key(orgA));
+  const keysB = Array.from({ length: 80 }, () => key(orgB));
+  // In use (the default): both kept however many claims.
+  const kept = new IdempotencyClaims({ ...log, maxClaims: 100 });
+  t.same(await kept.claim(keysA, keysA.map((_, i) => `sig_ea_${i}`)), keysA.map(() => true));
+  t.same(await kept.claim(keysB, keysB.map((_, i) => `sig_eb_${i}`)), keysB.map(() => true));
+  await nc.flush();
+  let before = gets.length;
+  t.same(await kept.claim([keysA[0]!], ['sig_ex_0']), [false]);
+  await nc.flush();
+  t.equal(gets.length, before, 'organization A answered from memory');
+  // Not in use (inUseMs 0): A is dropped when B's round ends, then read again.
+  const dropping = new IdempotencyClaims({ ...log, maxClaims: 100, inUseMs: 0 });
+  t.same(await dropping.claim([keysA[1]!], ['sig_ex_1']), [false], 'A read from the log');
+  t.same(await dropping.claim([keysB[1]!], ['sig_ex_2']), [false], 'B read from the log; A (160 claims in all) dropped');
+  await nc.flush();
+  before = gets.length;
+  t.same(await dropping.claimAll([keysA[2]!, keysA[3]!], ['sig_ea_2', 'sig_ey_3']), { keep: [true, false], reclaimed: true }, 'A read again: its claims hold, its own signal reclaims');
+  await nc.flush();
+  t.ok(gets.length > before, 'by reading its log again');
 });
 
 t.test('claims made by a former version (one key each in the former bucket) still hold', async (t) => {
