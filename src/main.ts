@@ -33,7 +33,8 @@ import { BillingEvaluator } from './billing/evaluator/consumer.js';
 import { FaultHook } from './billing/evaluator/fault.js';
 import { BillingRowsInserter } from './billing/evaluator/rows.js';
 import { CustomerStates } from './billing/evaluator/customer-state.js';
-import { BillablePartitioner } from './billing/evaluator/partition.js';
+import { BillablePartitioner, type PreparedBatch } from './billing/evaluator/partition.js';
+import type { BatchMeta } from './bus/batch.js';
 import { Members, memberId, membersBucket } from './billing/evaluator/members.js';
 import { randomToken } from './shared/random.js';
 import { WebhookStore, webhookBucket } from './webhooks/store.js';
@@ -60,7 +61,7 @@ export async function start(cfg: Config): Promise<Running> {
   const closers: (() => Promise<void> | void)[] = [];
   let nats: Nats | null = null;
   let store: Store | null = null;
-  let pipeline: Pipeline | null = null;
+  let pipeline: Pipeline<PreparedBatch<BatchMeta>> | null = null;
   let evaluator: BillingEvaluator | null = null;
   let members: Members | null = null;
   let dispatcher: Dispatcher | null = null;
@@ -179,7 +180,7 @@ export async function start(cfg: Config): Promise<Running> {
       // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
       // evaluator's evaluations (workers/billing.ts) run on it.
       pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
-      pipeline = new Pipeline(cfg, nats, store, await idempotencyClaims(nats, cfg, 'signals'), pool, partitioner);
+      pipeline = new Pipeline<PreparedBatch<BatchMeta>>(cfg, nats, store, await idempotencyClaims(nats, cfg, 'signals'), pool, partitioner);
       evaluator = new BillingEvaluator(nats, configs, await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,

@@ -59,7 +59,6 @@ import { deadLetter } from '../bus/dead-letter.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
 import { keptLines } from './lines.js';
-import type { PreparedBatch } from '../billing/evaluator/partition.js';
 import { InOrder } from './in-order.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
@@ -68,15 +67,20 @@ import { isDataError } from '../store/engine-error.js';
 
 export { isDataError };
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
-export interface BillablePublisher {
+export interface BillablePublisher<P extends PreparedBillable = PreparedBillable> {
   /**
    * A batch's `lines` (BillableLine JSON texts as UTF-8, each ending in '\n',
    * src/pipeline/lines.ts; possibly empty) made ready to publish: resolved and split. Done as
    * the batch is processed, so that a flush, once its insert returned, only publishes.
    */
-  prepare(meta: BatchMeta, lines: Uint8Array): Promise<PreparedBatch<BatchMeta>>;
-  /** Publishes prepared batches, entering the partitions in the order given. */
-  publishPrepared(batches: readonly PreparedBatch<BatchMeta>[], timeoutMs: number): Promise<void>;
+  prepare(meta: BatchMeta, lines: Uint8Array): Promise<P>;
+  /** Publishes prepared batches (each as `prepare` gave it), entering the partitions in the order given. */
+  publishPrepared(batches: readonly P[], timeoutMs: number): Promise<void>;
+}
+
+/** A batch's billable lines as the publisher prepared them: the pipeline reads only its batch. */
+export interface PreparedBillable {
+  meta: BatchMeta;
 }
 
 const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.js', import.meta.url).href, 'packed');
@@ -88,10 +92,10 @@ export const maxInflight = (threads: number): number => Math.max(4, threads * 4)
 export const keepAlivePeriod = (ackWaitMs: number): number => Math.max(100, Math.floor(ackWaitMs / 4));
 
 
-interface Buffered {
+interface Buffered<P extends PreparedBillable> {
   msgs: JsMsg[];
   /** Per message: its billable signals, resolved and split by partition, with its metadata. */
-  billable: PreparedBatch<BatchMeta>[];
+  billable: P[];
   /** Per message: its rows to insert (JSONEachRow lines, each ending in '\n') and how many. */
   rows: Uint8Array[];
   rowCounts: number[];
@@ -99,7 +103,7 @@ interface Buffered {
   rowTotal: number;
 }
 
-const emptyBuffer = (): Buffered => ({ msgs: [], billable: [], rows: [], rowCounts: [], rowTotal: 0 });
+const emptyBuffer = <P extends PreparedBillable>(): Buffered<P> => ({ msgs: [], billable: [], rows: [], rowCounts: [], rowTotal: 0 });
 
 export function batchMeta(m: JsMsg): BatchMeta {
   const h = m.headers;
@@ -113,14 +117,15 @@ export function batchMeta(m: JsMsg): BatchMeta {
   return { orgId, mode, receivedAtMs, batchId };
 }
 
-export class Pipeline {
+/** `P`: what the billable publisher prepares of a batch (opaque here: the pipeline imports no billing). */
+export class Pipeline<P extends PreparedBillable = PreparedBillable> {
   /** Every message taken from the consumer and not yet settled, by stream sequence (marked in progress by `keepAlive`). */
   private readonly held = new Map<number, JsMsg>();
   /** Taken, not yet started: back-pressure (in flight, or two flushes' worth of rows buffered) holds them here, in order. */
   private readonly waiting: JsMsg[] = [];
   private keepAlive: NodeJS.Timeout | null = null;
   private stopping = false;
-  private buffer: Buffered = emptyBuffer();
+  private buffer: Buffered<P> = emptyBuffer();
   private flushing: Promise<void> | null = null;
   private timer: NodeJS.Timeout | null = null;
   private messages: ConsumerMessages | null = null;
@@ -146,7 +151,7 @@ export class Pipeline {
     private readonly claims: IdempotencyClaims,
     /** The process's worker pool (main.ts; the billing evaluator runs on it too), of cfg.pipeline.workers threads. */
     private readonly pool: WorkerPool,
-    private readonly billable: BillablePublisher,
+    private readonly billable: BillablePublisher<P>,
   ) {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
   }
@@ -295,7 +300,7 @@ export class Pipeline {
     return this.flushing;
   }
 
-  private async insertAndAck(batch: Buffered): Promise<void> {
+  private async insertAndAck(batch: Buffered<P>): Promise<void> {
     try {
       await this.insert(batch.rows, batch.rowTotal);
       for (const b of batch.billable) observeFreshness(b.meta.receivedAtMs);
@@ -316,7 +321,7 @@ export class Pipeline {
   }
 
   /** A flush the engine refused for its content: find the message(s) responsible. */
-  private async isolate(batch: Buffered): Promise<void> {
+  private async isolate(batch: Buffered<P>): Promise<void> {
     log.warn('insert refused for its content; inserting batch by batch', { messages: batch.msgs.length });
     for (let i = 0; i < batch.msgs.length; i++) {
       const m = batch.msgs[i]!;

@@ -124,6 +124,26 @@ t.test('one call with keys of several organizations and modes: each claimed in i
   t.same((await logged(log, 'org_SPANASPANASPANASPANA.test')).map(([cl, o]) => [cl, o]), [[claimOf(c), 'sig_sp_2']]);
 });
 
+t.test('an organization with a long log is read back through a consumer, not a request per message', async (t) => {
+  const org = 'org_LONGLOGLONGLOGLONGLO';
+  const writer = new IdempotencyClaims(log);
+  const keys: string[] = [];
+  for (let b = 0; b < 300; b++) {
+    const k = key(org);
+    keys.push(k);
+    t.equal((await writer.claim([k], [`sig_ll${b}_0`]))[0], true);
+  }
+  const gets: string[] = [];
+  const sub = nc.subscribe(`$JS.API.STREAM.MSG.GET.${log.stream}`, { callback: (_e, m) => void gets.push(m.subject) });
+  t.teardown(() => sub.unsubscribe());
+  await nc.flush();
+  const reader = new IdempotencyClaims(log);
+  const r = await reader.claimAll([keys[0]!, keys[299]!, keys[150]!, key(org)], ['sig_ll0_0', 'sig_other_1', 'sig_other_2', 'sig_new_3']);
+  t.same(r, { keep: [true, false, false, true], reclaimed: true }, 'every one of the 300 messages read: the first and the last claims, one in the middle');
+  await nc.flush();
+  t.ok(gets.length <= 4, `${gets.length} message requests for 300 messages`);
+});
+
 t.test('20 concurrent claims of one key in one instance: exactly one keeps, in one round after the first', async (t) => {
   const k = key('org_ROUNDROUNDROUNDROUND');
   const ids = Array.from({ length: 20 }, (_, i) => `sig_c${i}_0`);
