@@ -229,6 +229,13 @@ collectFailures.inc({ collector: 'consumer_lag' }, 0);
 
 // ---- Pipeline ---------------------------------------------------------------------------
 
+export const claimsInMemory = new Gauge({
+  name: 'usage_dedupe_memory_claims',
+  help: 'Idempotency claims and batch marks this process holds in memory (src/pipeline/dedupe.ts: about 250 bytes each), by kind (signals: the pipeline, rows: the billing rows inserter)',
+  labelNames: ['kind'] as const,
+  registers: [registry],
+});
+
 export const insertRows = new Histogram({
   name: 'usage_pipeline_insert_rows',
   help: 'Rows per insert into the analytics store, by table',

@@ -39,6 +39,7 @@ import { kvReader, type KvReader } from '../bus/kv-read.js';
 import { streamState } from '../bus/kv-fenced.js';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { NS_PER_MS } from '../shared/time.js';
+import { claimsInMemory } from '../metrics/index.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -75,6 +76,8 @@ export interface ClaimLog {
   maxClaims?: number;
   /** An organization used within this long is never dropped from memory (default IN_USE_MS). */
   inUseMs?: number;
+  /** The `kind` label of the claims-in-memory gauge (none: not reported). */
+  kind?: string;
   /** The former per-key bucket (`<P>_dedupe`) and its name: read while it holds an organization's keys. */
   former?: { kv: KV; bucket: string };
   timeoutMs?: number;
@@ -246,6 +249,7 @@ export class IdempotencyClaims {
     } finally {
       s.running = false;
       this.evict();
+      if (this.log.kind) claimsInMemory.set({ kind: this.log.kind }, this.claimsHeld);
     }
   }
 

@@ -86,6 +86,7 @@ export async function idempotencyClaims(nats: Nats, cfg: Config, kind: 'signals'
       return nats.topology.claims.subject(kind, orgId, mode);
     },
     maxPayload: nats.maxPayload,
+    kind,
     former: { kv, bucket: nats.topology.buckets.dedupe },
     timeoutMs: cfg.publishTimeoutMs,
   });

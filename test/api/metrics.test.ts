@@ -130,6 +130,7 @@ t.test('ROLE=all: every dashboard metric exists after traffic; labels are bounde
     t.equal(sampleValue(text, 'usage_jetstream_consumer_pending_messages', { stream, consumer }), 0, `lag of ${stream}/${consumer}, drained`);
   }
   t.ok((sampleValue(text, 'usage_pipeline_insert_rows_count', { table: 'signals' }) ?? 0) >= 1);
+  t.ok((sampleValue(text, 'usage_dedupe_memory_claims', { kind: 'signals' }) ?? 0) >= 1, 'the pipeline reports the claims it holds (at least each batch\'s mark)');
   t.ok((sampleValue(text, 'usage_pipeline_insert_rows_sum', { table: 'fact_cost' }) ?? 0) >= 3, `billing rows inserted: ${text.split('\n').filter((l) => l.startsWith('usage_pipeline_insert_rows_sum')).join('; ')}`);
   t.ok((sampleValue(text, 'usage_signal_freshness_seconds_count') ?? 0) >= 2);
   t.ok((sampleValue(text, 'billing_evaluation_lag_seconds_count') ?? 0) >= 1);
