@@ -11,7 +11,8 @@
  * its subject this process has read: JetStream accepts it only when no other claim of that
  * organization and mode was appended since, so two processes (or two instances) can never
  * both take one key. A refused append reads what was appended since, decides again and
- * retries. So each process keeps an index of its organizations' claims in memory (read from
+ * retries. So each process keeps an index of its organizations' claims in memory (compact,
+ * about 50 bytes a claim: claim-index.ts; read from
  * the log when an organization is first seen, kept current by its own appends and by what a
  * refusal makes it read) and pays one append per round, not one JetStream write per key: a
  * round takes every batch of the organization waiting meanwhile (group commit).
@@ -23,7 +24,8 @@
  *
  * The window: a claim counts while its message is in the log — DEDUPE_WINDOW_DAYS from its
  * append, by the server's clock (the stream's max age) — and the index forgets it once the
- * stream's first sequence has passed it (asked at most every `refreshMs`), so no process's
+ * stream's first sequence has passed it (asked at most every `refreshMs`; a generation of
+ * claims at a time, claim-index.ts: at most 6 hours later, never earlier), so no process's
  * clock decides it. A subject found to hold less than the index knows (its messages removed,
  * the stream recreated) is read again from the start: the index always mirrors the log. Claims made by former versions, one
  * key each in the KV bucket `<P>_dedupe` (`<orgId>.<mode>.<claim>`), are still read for an
@@ -40,6 +42,7 @@ import { streamState } from '../bus/kv-fenced.js';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { NS_PER_MS } from '../shared/time.js';
 import { claimsInMemory } from '../metrics/index.js';
+import { ClaimIndex, type Holder } from './claim-index.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -83,13 +86,6 @@ export interface ClaimLog {
   timeoutMs?: number;
 }
 
-interface Segment {
-  /** The log message's sequence. */
-  seq: number;
-  claims: string[];
-  owners: string[];
-}
-
 interface Request {
   /** The claims (keyed signals only) and the owner each would name. */
   claims: string[];
@@ -105,11 +101,7 @@ interface Scope {
   name: string;
   subject: string;
   /** claim → owner. */
-  index: Map<string, string>;
-  /** What the index holds, in log order, to forget once the window removed it. */
-  segments: Segment[];
-  /** Claims taken again by a later message while an earlier one still held them (rare: after the window): that message's sequence, so the earlier one's end does not forget them. */
-  retaken: Map<string, number>;
+  index: ClaimIndex;
   /** When a round last used it (ms). */
   usedAt: number;
   /** The last sequence of the subject read or appended (0: none). */
@@ -126,7 +118,12 @@ export class IdempotencyClaims {
   private readonly scopes = new Map<string, Scope>();
   private readonly timeoutMs: number;
   private readonly formerReader: KvReader | null;
-  private claimsHeld = 0;
+  /** Claims held in memory over all scopes. */
+  private get claimsHeld(): number {
+    let n = 0;
+    for (const s of this.scopes.values()) n += s.index.size;
+    return n;
+  }
 
   constructor(private readonly log: ClaimLog) {
     this.replies = replies(log.nc);
@@ -221,7 +218,7 @@ export class IdempotencyClaims {
       this.scopes.set(name, s);
       return s;
     }
-    s = { name, subject: this.log.subject(name), index: new Map(), segments: [], retaken: new Map(), usedAt: 0, lastSeq: 0, former: false, loaded: null, queue: [], running: false };
+    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, former: false, loaded: null, queue: [], running: false };
     this.scopes.set(name, s);
     return s;
   }
@@ -268,22 +265,31 @@ export class IdempotencyClaims {
       this.expire(s);
       const formerOwners = await this.formerOwners(s, round);
       const fresh = new Map<string, string>();
-      const ownerOf = (claim: string): string | undefined => fresh.get(claim) ?? s.index.get(claim) ?? formerOwners.get(claim);
+      /** Who holds `claim`: this round's fresh claims first, then the log (the index), then the former bucket. */
+      const holder = (claim: string, owner: string): Holder => {
+        const f = fresh.get(claim);
+        if (f !== undefined) return f === owner ? 'same' : 'other';
+        const held = s.index.heldBy(claim, owner);
+        if (held !== 'none') return held;
+        const former = formerOwners.get(claim);
+        if (former !== undefined) return former === owner ? 'same' : 'other';
+        return 'none';
+      };
       const out = round.map((r) => {
         let reclaimed = false;
         const keep = r.claims.map((claim, j) => {
-          const held = ownerOf(claim);
-          if (held === undefined) {
+          const held = holder(claim, r.owners[j]!);
+          if (held === 'none') {
             fresh.set(claim, r.owners[j]!);
             return true;
           }
-          if (held !== r.owners[j]) return false;
+          if (held === 'other') return false;
           reclaimed = true;
           return true;
         });
         let first = true;
         if (r.mark) {
-          if (ownerOf(r.mark.claim) === undefined) fresh.set(r.mark.claim, r.mark.owner);
+          if (holder(r.mark.claim, r.mark.owner) === 'none') fresh.set(r.mark.claim, r.mark.owner);
           else first = false;
         }
         return { keep, reclaimed, first };
@@ -293,7 +299,7 @@ export class IdempotencyClaims {
       const owners = [...fresh.values()];
       const seq = await this.append(s, claims, owners);
       if (seq > 0) {
-        this.remember(s, seq, claims, owners);
+        this.remember(s, seq, Date.now(), claims, owners);
         s.lastSeq = seq;
         return out;
       }
@@ -372,7 +378,7 @@ export class IdempotencyClaims {
             done = true;
             break;
           }
-          this.apply(s, { seq: m.seq, text: m.string() });
+          this.apply(s, { seq: m.seq, text: m.string(), timeMs: Math.floor(m.info.timestampNanos / 1e6) });
           s.lastSeq = m.seq;
           if (m.seq === upTo || m.info.pending === 0) {
             done = true;
@@ -436,32 +442,16 @@ export class IdempotencyClaims {
       claims.push(line.slice(0, sp));
       owners.push(line.slice(sp + 1));
     }
-    this.remember(s, m.seq, claims, owners);
+    this.remember(s, m.seq, m.timeMs, claims, owners);
   }
 
-  private remember(s: Scope, seq: number, claims: string[], owners: string[]): void {
-    for (let i = 0; i < claims.length; i++) {
-      const c = claims[i]!;
-      if (!s.index.has(c)) this.claimsHeld++;
-      else s.retaken.set(c, seq);
-      s.index.set(c, owners[i]!);
-    }
-    s.segments.push({ seq, claims, owners });
+  private remember(s: Scope, seq: number, atMs: number, claims: string[], owners: string[]): void {
+    for (let i = 0; i < claims.length; i++) s.index.add(seq, atMs, claims[i]!, owners[i]!);
   }
 
-  /** Forgets the claims of messages the log no longer holds (before the stream's first sequence). */
+  /** Forgets the claims of messages the log no longer holds (before the stream's first sequence; by generation: claim-index.ts). */
   private expire(s: Scope): void {
-    while (s.segments.length > 0 && s.segments[0]!.seq < this.first) {
-      const seg = s.segments.shift()!;
-      for (const c of seg.claims) {
-        const later = s.retaken.get(c);
-        if (later !== undefined) {
-          if (later > seg.seq) continue; // a later message holds it
-          s.retaken.delete(c);
-        }
-        if (s.index.delete(c)) this.claimsHeld--;
-      }
-    }
+    s.index.expireBefore(this.first);
   }
 
   /** The stream's first sequence (everything before it removed by the window), asked at most every refreshMs. */
@@ -480,10 +470,7 @@ export class IdempotencyClaims {
   private firstAt = 0;
 
   private forget(s: Scope): void {
-    this.claimsHeld -= s.index.size;
     s.index.clear();
-    s.segments = [];
-    s.retaken.clear();
   }
 
   /**
@@ -493,11 +480,13 @@ export class IdempotencyClaims {
    */
   private evict(): void {
     const max = this.log.maxClaims ?? INDEX_MAX_CLAIMS;
-    if (this.claimsHeld <= max) return;
+    let held = this.claimsHeld;
+    if (held <= max) return;
     const now = Date.now();
     for (const s of this.scopes.values()) {
-      if (this.claimsHeld <= max) return;
+      if (held <= max) return;
       if (s.running || s.queue.length > 0 || now - s.usedAt < (this.log.inUseMs ?? IN_USE_MS)) continue;
+      held -= s.index.size;
       this.forget(s);
       this.scopes.delete(s.name);
     }
@@ -513,19 +502,27 @@ export class IdempotencyClaims {
 interface LogMessage {
   seq: number;
   text: string;
+  /** The message's time in the log (epoch ms). */
+  timeMs: number;
 }
 
 function logMessage(a: Msg | Error, stream: string): LogMessage | null {
   if (a instanceof Error) throw new Error(`idempotency claims: reading ${stream}: ${a.message}`);
   if (a.data.length === 0 && a.headers?.code === 503) throw new Error(`idempotency claims: reading ${stream}: no responders (503)`);
-  const r = JSON.parse(dec.decode(a.data)) as { message?: { seq: number; data?: string }; error?: { err_code?: number; description?: string } };
+  const r = JSON.parse(dec.decode(a.data)) as { message?: { seq: number; data?: string; time?: string }; error?: { err_code?: number; description?: string } };
   if (r.error) {
     if (r.error.err_code === NO_MESSAGE) return null;
     throw new Error(`idempotency claims: reading ${stream}: ${r.error.description ?? JSON.stringify(r.error)}`);
   }
   const m = r.message!;
   if (typeof m?.seq !== 'number') throw new Error(`idempotency claims: reading ${stream}: an answer without a message`);
-  return { seq: m.seq, text: m.data ? Buffer.from(m.data, 'base64').toString('utf8') : '' };
+  return { seq: m.seq, text: m.data ? Buffer.from(m.data, 'base64').toString('utf8') : '', timeMs: timeOf(m.time) };
+}
+
+/** An RFC 3339 time with up to nanoseconds, in epoch ms (only sorts claims into generations: claim-index.ts). */
+function timeOf(t: string | undefined): number {
+  const ms = t ? Date.parse(t.replace(/(\.\d{3})\d+/, '$1')) : NaN;
+  return Number.isFinite(ms) ? ms : Date.now();
 }
 
 export const scopeOf = (orgId: string, mode: string): string => `${checkPart(orgId)}.${checkPart(mode)}`;

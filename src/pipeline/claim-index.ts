@@ -1,0 +1,198 @@
+/**
+ * The claims of one organization and mode held in memory (dedupe.ts), compactly: per claim
+ * its first 128 bits (a claim is the base64url sha256 of an idempotency key; any other claim,
+ * a batch mark, is hashed with sha256 first) and a 64-bit digest of its owner, in typed
+ * arrays — 24 bytes a claim in open-addressing tables at most half full, where a Map of
+ * strings took about 250. The owner is only ever compared (is this the signal that holds the
+ * key?), so its digest serves; two ids of this service's signals sharing a 64-bit digest is a
+ * chance of 2^-64 per comparison.
+ *
+ * Claims are kept in generations: the newest takes every claim added, growing by doubling up
+ * to GENERATION_SLOTS slots; a new one starts when it is full or when the claim's message is
+ * GENERATION_SPAN_MS younger than its first. Each generation knows the last log sequence it
+ * holds, and `expireBefore` drops whole generations the window has passed (the log removes
+ * its oldest messages first): a claim is forgotten at most a span after its message left the
+ * log (6 hours on a window of at least 7 days), never before. A lookup asks the generations
+ * newest first: a claim added again later (after its first claim's window) is found with its
+ * newer owner.
+ */
+import { createHash } from 'node:crypto';
+
+/** Slots of the largest generation (2^21: a million claims at half load, 48 MB). */
+const GENERATION_SLOTS = 1 << 21;
+const FIRST_SLOTS = 64;
+/** A generation takes the claims of messages at most this much younger than its first one. */
+export const GENERATION_SPAN_MS = 6 * 3600 * 1000;
+
+/** base64url character → its 6 bits (-1: not base64url). */
+const SIX = new Int8Array(128).fill(-1);
+'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_'.split('').forEach((c, i) => (SIX[c.charCodeAt(0)] = i));
+const bytes = new Uint8Array(16);
+
+/** A claim's 128 bits, as four 32-bit words: the first 16 bytes a 43-character base64url text (a sha256) encodes, else of its sha256. */
+export function claimDigest(claim: string, out: Uint32Array): void {
+  if (!decodeHash(claim)) {
+    const h = createHash('sha256').update(claim).digest();
+    for (let i = 0; i < 16; i++) bytes[i] = h[i]!;
+  }
+  out[0] = (bytes[0]! | (bytes[1]! << 8) | (bytes[2]! << 16) | (bytes[3]! << 24)) >>> 0;
+  out[1] = (bytes[4]! | (bytes[5]! << 8) | (bytes[6]! << 16) | (bytes[7]! << 24)) >>> 0;
+  out[2] = (bytes[8]! | (bytes[9]! << 8) | (bytes[10]! << 16) | (bytes[11]! << 24)) >>> 0;
+  out[3] = (bytes[12]! | (bytes[13]! << 8) | (bytes[14]! << 16) | (bytes[15]! << 24)) >>> 0;
+}
+
+/** The first 16 bytes of a 43-character base64url text into `bytes`; false for any other text. */
+function decodeHash(claim: string): boolean {
+  if (claim.length !== 43) return false;
+  for (let i = 0; i < 43; i++) {
+    const c = claim.charCodeAt(i);
+    if (c >= 128 || SIX[c]! < 0) return false;
+  }
+  let acc = 0;
+  let bits = 0;
+  let n = 0;
+  for (let i = 0; n < 16; i++) {
+    acc = (acc << 6) | SIX[claim.charCodeAt(i)]!;
+    bits += 6;
+    if (bits >= 8) {
+      bits -= 8;
+      bytes[n++] = (acc >>> bits) & 0xff;
+      acc &= (1 << bits) - 1;
+    }
+  }
+  return true;
+}
+
+/** A 64-bit digest of an owner (a signal or batch id), as two 32-bit words (cyrb53's mixing). */
+export function ownerDigest(owner: string, out: Uint32Array): void {
+  let h1 = 0xdeadbeef;
+  let h2 = 0x41c6ce57;
+  for (let i = 0; i < owner.length; i++) {
+    const c = owner.charCodeAt(i);
+    h1 = Math.imul(h1 ^ c, 2654435761);
+    h2 = Math.imul(h2 ^ c, 1597334677);
+  }
+  h1 = Math.imul(h1 ^ (h1 >>> 16), 2246822507) ^ Math.imul(h2 ^ (h2 >>> 13), 3266489909);
+  h2 = Math.imul(h2 ^ (h2 >>> 16), 2246822507) ^ Math.imul(h1 ^ (h1 >>> 13), 3266489909);
+  out[0] = h1 >>> 0;
+  out[1] = h2 >>> 0;
+}
+
+class Generation {
+  /** Per slot: 4 words of the claim, 2 of the owner; `used` marks the slots taken. */
+  keys: Uint32Array;
+  owners: Uint32Array;
+  used: Uint8Array;
+  count = 0;
+  /** The last log sequence a claim of it came from. */
+  lastSeq = 0;
+
+  constructor(
+    readonly slots: number,
+    /** The time of its first claim's message (epoch ms). */
+    readonly startMs: number,
+  ) {
+    this.keys = new Uint32Array(slots * 4);
+    this.owners = new Uint32Array(slots * 2);
+    this.used = new Uint8Array(slots);
+  }
+
+  /** The slot holding claim `k`, or the empty slot where it would go. */
+  slotOf(k: Uint32Array): number {
+    const mask = this.slots - 1;
+    for (let i = k[0]! & mask; ; i = (i + 1) & mask) {
+      if (this.used[i] === 0) return i;
+      const j = i * 4;
+      if (this.keys[j] === k[0] && this.keys[j + 1] === k[1] && this.keys[j + 2] === k[2] && this.keys[j + 3] === k[3]) return i;
+    }
+  }
+
+  put(k: Uint32Array, o: Uint32Array): void {
+    const i = this.slotOf(k);
+    if (this.used[i] === 0) {
+      this.used[i] = 1;
+      this.count++;
+      this.keys.set(k, i * 4);
+    }
+    this.owners[i * 2] = o[0]!;
+    this.owners[i * 2 + 1] = o[1]!;
+  }
+
+  /** The same claims in twice the slots. */
+  grown(): Generation {
+    const g = new Generation(this.slots * 2, this.startMs);
+    g.lastSeq = this.lastSeq;
+    g.count = this.count;
+    const mask = g.slots - 1;
+    for (let i = 0; i < this.slots; i++) {
+      if (this.used[i] === 0) continue;
+      // Distinct claims: each goes to the first free slot from its home.
+      let j = this.keys[i * 4]! & mask;
+      while (g.used[j] === 1) j = (j + 1) & mask;
+      g.used[j] = 1;
+      for (let w = 0; w < 4; w++) g.keys[j * 4 + w] = this.keys[i * 4 + w]!;
+      g.owners[j * 2] = this.owners[i * 2]!;
+      g.owners[j * 2 + 1] = this.owners[i * 2 + 1]!;
+    }
+    return g;
+  }
+}
+
+export type Holder = 'none' | 'same' | 'other';
+
+export class ClaimIndex {
+  /** Oldest first. */
+  private gens: Generation[] = [];
+  private readonly k = new Uint32Array(4);
+  private readonly o = new Uint32Array(2);
+  /** Claims held (a claim added again in a newer generation counts twice until the older one ends). */
+  size = 0;
+
+  /** Adds (or replaces, within the newest generation) the claim of log message `seq`, of time `atMs`. */
+  add(seq: number, atMs: number, claim: string, owner: string): void {
+    claimDigest(claim, this.k);
+    ownerDigest(owner, this.o);
+    let g = this.gens.at(-1);
+    if (g && atMs - g.startMs > GENERATION_SPAN_MS) g = undefined;
+    if (!g || (g.count + 1) * 2 > g.slots) {
+      if (g && g.slots < GENERATION_SLOTS) this.gens[this.gens.length - 1] = g = g.grown();
+      else this.gens.push((g = new Generation(FIRST_SLOTS, atMs)));
+    }
+    const before = g.count;
+    g.put(this.k, this.o);
+    this.size += g.count - before;
+    if (seq > g.lastSeq) g.lastSeq = seq;
+  }
+
+  has(claim: string): boolean {
+    claimDigest(claim, this.k);
+    for (let n = this.gens.length - 1; n >= 0; n--) {
+      const g = this.gens[n]!;
+      if (g.used[g.slotOf(this.k)] === 1) return true;
+    }
+    return false;
+  }
+
+  /** Whether `owner` holds `claim` ('same'), another does ('other'), or none. */
+  heldBy(claim: string, owner: string): Holder {
+    claimDigest(claim, this.k);
+    for (let n = this.gens.length - 1; n >= 0; n--) {
+      const g = this.gens[n]!;
+      const i = g.slotOf(this.k);
+      if (g.used[i] === 0) continue;
+      ownerDigest(owner, this.o);
+      return g.owners[i * 2] === this.o[0] && g.owners[i * 2 + 1] === this.o[1] ? 'same' : 'other';
+    }
+    return 'none';
+  }
+
+  /** Drops the generations whose every claim comes from a log message before `firstSeq` (removed from the log). */
+  expireBefore(firstSeq: number): void {
+    while (this.gens.length > 0 && this.gens[0]!.lastSeq < firstSeq) this.size -= this.gens.shift()!.count;
+  }
+
+  clear(): void {
+    this.gens = [];
+    this.size = 0;
+  }
+}
