@@ -21,11 +21,10 @@ import type { KvReader } from './kv-read.js';
 const dec = new TextDecoder();
 const EMPTY = new Uint8Array(0);
 
-/** The stream state entries are valid under: `key` all of it, `last` its last sequence (states only move forward), `first` its first. */
+/** The stream state entries are valid under: `key` all of it, `last` its last sequence (states only move forward). */
 export interface StreamState {
   key: string;
   last: number;
-  first: number;
 }
 
 export class StreamStateError extends Error {
@@ -43,7 +42,7 @@ export async function streamState(nc: NatsConnection, apiPrefix: string, stream:
   const r = JSON.parse(dec.decode(a!.data)) as { state?: { messages?: number; first_seq?: number; last_seq?: number }; error?: { description?: string } };
   if (r.error || !r.state) throw new StreamStateError(`stream ${stream} info: ${r.error?.description ?? 'an answer without a state'}`);
   const { messages = 0, first_seq = 0, last_seq = 0 } = r.state;
-  return { key: `${first_seq}.${last_seq}.${messages}`, last: last_seq, first: first_seq };
+  return { key: `${first_seq}.${last_seq}.${messages}`, last: last_seq };
 }
 
 export class FencedKvCache {

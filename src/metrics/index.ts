@@ -231,7 +231,7 @@ collectFailures.inc({ collector: 'consumer_lag' }, 0);
 
 export const claimsInMemory = new Gauge({
   name: 'usage_dedupe_memory_claims',
-  help: 'Idempotency claims and batch marks this process holds in memory (src/pipeline/claim-index.ts: 26-52 bytes each), by kind (signals: the pipeline, rows: the billing rows inserter)',
+  help: 'Idempotency claims and batch marks this process holds in memory (src/pipeline/claim-index.ts: 50-100 bytes each), by kind (signals: the pipeline, rows: the billing rows inserter)',
   labelNames: ['kind'] as const,
   registers: [registry],
 });

@@ -38,7 +38,6 @@ import type { KV } from '@nats-io/kv';
 import { replies, type Replies } from '../bus/replies.js';
 import { ackOf, PublishError, WRONG_LAST_SEQUENCE } from '../bus/publish.js';
 import { kvReader, type KvReader } from '../bus/kv-read.js';
-import { streamState } from '../bus/kv-fenced.js';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { NS_PER_MS } from '../shared/time.js';
 import { claimsInMemory } from '../metrics/index.js';
@@ -118,12 +117,8 @@ export class IdempotencyClaims {
   private readonly scopes = new Map<string, Scope>();
   private readonly timeoutMs: number;
   private readonly formerReader: KvReader | null;
-  /** Claims held in memory over all scopes. */
-  private get claimsHeld(): number {
-    let n = 0;
-    for (const s of this.scopes.values()) n += s.index.size;
-    return n;
-  }
+  /** Claims held in memory over all scopes (kept with every change of an index). */
+  private claimsHeld = 0;
 
   constructor(private readonly log: ClaimLog) {
     this.replies = replies(log.nc);
@@ -252,16 +247,10 @@ export class IdempotencyClaims {
 
   /** One round: decide every request against the log, append what is new (compare-and-set), again after reading what a refusal reveals. */
   private async round(s: Scope, round: Request[]): Promise<{ keep: boolean[]; reclaimed: boolean; first: boolean }[]> {
-    if (!s.loaded) s.loaded = this.load(s);
-    try {
-      await s.loaded;
-    } catch (err) {
-      s.loaded = null; // read again by the next round
-      throw err;
-    }
     s.usedAt = Date.now();
-    await this.refreshFirst();
+    await this.refreshStream(false);
     for (let attempt = 0; ; attempt++) {
+      await this.loaded(s);
       this.expire(s);
       const formerOwners = await this.formerOwners(s, round);
       const fresh = new Map<string, string>();
@@ -304,7 +293,20 @@ export class IdempotencyClaims {
         return out;
       }
       if (attempt + 1 >= MAX_ATTEMPTS) throw new Error(`idempotency claims of ${s.name}: appended concurrently ${MAX_ATTEMPTS} times in a row`);
-      await this.catchUp(s);
+      // Refused: whether the log is still the one the index mirrors (not recreated), then what was appended since.
+      await this.refreshStream(true);
+      if (s.loaded) await this.catchUp(s);
+    }
+  }
+
+  /** The scope's index read from the log, once (again after a failed read, or after the log was found recreated). */
+  private async loaded(s: Scope): Promise<void> {
+    if (!s.loaded) s.loaded = this.load(s);
+    try {
+      await s.loaded;
+    } catch (err) {
+      s.loaded = null; // read again by the next round
+      throw err;
     }
   }
 
@@ -427,6 +429,8 @@ export class IdempotencyClaims {
       if (seq > s.lastSeq) continue;
       this.forget(s);
       s.lastSeq = 0;
+      // The stream's first sequence as of now: a stale one (of a recreated stream) would drop what is read next.
+      await this.refreshStream(true);
     }
     throw new Error(`idempotency claims of ${s.name}: the log's subject ${s.subject} kept changing while it was read`);
   }
@@ -446,30 +450,60 @@ export class IdempotencyClaims {
   }
 
   private remember(s: Scope, seq: number, atMs: number, claims: string[], owners: string[]): void {
+    const before = s.index.size;
     for (let i = 0; i < claims.length; i++) s.index.add(seq, atMs, claims[i]!, owners[i]!);
+    this.claimsHeld += s.index.size - before;
   }
 
   /** Forgets the claims of messages the log no longer holds (before the stream's first sequence; by generation: claim-index.ts). */
   private expire(s: Scope): void {
+    const before = s.index.size;
     s.index.expireBefore(this.first);
+    this.claimsHeld += s.index.size - before;
   }
 
-  /** The stream's first sequence (everything before it removed by the window), asked at most every refreshMs. */
-  private async refreshFirst(): Promise<void> {
-    if (Date.now() - this.firstAt < (this.log.refreshMs ?? 10_000)) return;
+  /**
+   * The stream's first sequence (everything before it removed by the window) and its creation
+   * time, asked at most every refreshMs (and at once after a refused append or a reload). A
+   * stream created anew since (deleted and made again: its sequences start over) empties every
+   * index and has each read again: an index of the former stream is no mirror of this one.
+   */
+  private async refreshStream(force: boolean): Promise<void> {
+    if (!force && Date.now() - this.firstAt < (this.log.refreshMs ?? 10_000)) return;
     this.firstAt = Date.now();
+    let info: { first: number; created: string };
     try {
-      this.first = (await streamState(this.log.nc, this.log.apiPrefix, this.log.stream, this.timeoutMs)).first;
+      info = await this.streamInfo();
     } catch (err) {
       this.firstAt = 0; // asked again next round; claims are kept meanwhile (never forgotten early)
       throw err;
     }
+    if (this.created !== null && info.created !== this.created) {
+      for (const s of this.scopes.values()) {
+        this.forget(s);
+        s.lastSeq = 0;
+        s.loaded = null;
+      }
+    }
+    this.created = info.created;
+    this.first = info.first;
   }
 
   private first = 0;
   private firstAt = 0;
+  private created: string | null = null;
+
+  private async streamInfo(): Promise<{ first: number; created: string }> {
+    const [a] = await this.replies.requestAll(this.log.nc, [{ subject: `${this.log.apiPrefix}.STREAM.INFO.${this.log.stream}`, data: new Uint8Array(0) }], this.timeoutMs);
+    if (a instanceof Error) throw new Error(`idempotency claims: ${this.log.stream} info: ${a.message}`);
+    if (a!.data.length === 0 && a!.headers?.code === 503) throw new Error(`idempotency claims: ${this.log.stream} info: no responders (503)`);
+    const r = JSON.parse(dec.decode(a!.data)) as { created?: string; state?: { first_seq?: number }; error?: { description?: string } };
+    if (r.error || !r.state || typeof r.created !== 'string') throw new Error(`idempotency claims: ${this.log.stream} info: ${r.error?.description ?? 'an answer without a state'}`);
+    return { first: r.state.first_seq ?? 0, created: r.created };
+  }
 
   private forget(s: Scope): void {
+    this.claimsHeld -= s.index.size;
     s.index.clear();
   }
 
@@ -480,13 +514,11 @@ export class IdempotencyClaims {
    */
   private evict(): void {
     const max = this.log.maxClaims ?? INDEX_MAX_CLAIMS;
-    let held = this.claimsHeld;
-    if (held <= max) return;
+    if (this.claimsHeld <= max) return;
     const now = Date.now();
     for (const s of this.scopes.values()) {
-      if (held <= max) return;
+      if (this.claimsHeld <= max) return;
       if (s.running || s.queue.length > 0 || now - s.usedAt < (this.log.inUseMs ?? IN_USE_MS)) continue;
-      held -= s.index.size;
       this.forget(s);
       this.scopes.delete(s.name);
     }

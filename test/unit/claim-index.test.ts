@@ -4,8 +4,8 @@
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { createHash } from 'node:crypto';
-import { ClaimIndex, GENERATION_SPAN_MS, claimDigest, ownerDigest } from '../../src/pipeline/claim-index.js';
+import { createHash, randomBytes } from 'node:crypto';
+import { ClaimIndex, GENERATION_SPAN_MS, claimDigest, home, ownerDigest } from '../../src/pipeline/claim-index.js';
 
 const HOUR = 3600 * 1000;
 /** A claim as the rows worker makes one (base64url sha256), or a batch mark. */
@@ -95,6 +95,30 @@ t.test('a claim added again in a newer generation is found with its newer owner,
   t.equal(index.heldBy(claimOf(5), 'sig_new_0'), 'same', 'the older generation ended; the newer claim stands');
 });
 
+t.test('claims chosen to share low bits do not pile up (the home slot is seeded)', async (t) => {
+  // Claims whose first word is zero (a claim is any 43-character base64url text: its first 16
+  // bytes): with the raw bits as the home slot they made one run in every table, each insert
+  // probing past all the others; seeded, they spread like any others.
+  const chosen = Array.from({ length: 10_000 }, () => Buffer.concat([Buffer.alloc(4), randomBytes(28)]).toString('base64url'));
+  const random = Array.from({ length: 10_000 }, () => randomBytes(32).toString('base64url'));
+  /** Distinct home slots the claims get in a table of 2^14 slots. */
+  const homes = (keys: string[]): number => {
+    const k = new Uint32Array(4);
+    const seen = new Set<number>();
+    for (const key of keys) {
+      claimDigest(key, k);
+      seen.add(home(k[0]!, k[1]!, 14));
+    }
+    return seen.size;
+  };
+  const [c, r] = [homes(chosen), homes(random)];
+  t.ok(c > 0.9 * r, `chosen claims take ${c} home slots, random ones ${r} (the raw low bits: 1)`);
+  // And the table works with them: every one found.
+  const index = new ClaimIndex();
+  for (const key of chosen) index.add(1, 0, key, 'sig_x_0');
+  t.ok(chosen.every((key) => index.heldBy(key, 'sig_x_0') === 'same'));
+});
+
 t.test('many claims: generations grow, every claim is found, memory is typed arrays', async (t) => {
   const index = new ClaimIndex();
   const n = 300_000;
@@ -112,9 +136,17 @@ t.test('digests: a base64url sha256 is read, anything else hashed; owners differ
   const h = createHash('sha256').update('k').digest();
   claimDigest(h.toString('base64url'), a);
   t.same([...a], [h.readUInt32LE(0), h.readUInt32LE(4), h.readUInt32LE(8), h.readUInt32LE(12)]);
+  // A customer's idempotency key spelled like a batch mark has the sha256 of that text as its
+  // claim: it must not be the mark's (a redelivered signal would lose its own claim to it).
   claimDigest('batch_bat_1', b);
-  const hb = createHash('sha256').update('batch_bat_1').digest();
-  t.equal(b[0], hb.readUInt32LE(0));
+  claimDigest(createHash('sha256').update('batch_bat_1').digest('base64url'), a);
+  t.not(`${[...a]}`, `${[...b]}`, 'the mark and the key spelled like it are distinct claims');
+  const index = new ClaimIndex();
+  index.add(1, 0, createHash('sha256').update('batch_bat_1').digest('base64url'), 'sig_k_0');
+  index.add(1, 0, 'batch_bat_1', 'bat_1');
+  t.equal(index.heldBy(createHash('sha256').update('batch_bat_1').digest('base64url'), 'sig_k_0'), 'same');
+  t.equal(index.heldBy('batch_bat_1', 'bat_1'), 'same');
+  t.equal(index.size, 2);
   const o1 = new Uint32Array(2);
   const o2 = new Uint32Array(2);
   ownerDigest('sig_abc_1', o1);

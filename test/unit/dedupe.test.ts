@@ -228,6 +228,37 @@ t.test('the log recreated (its sequences start again): an instance behind it rea
   t.same(await a.claim([key(org)], ['sig_ra10_0']), [true], 'and claims in the new log');
 });
 
+t.test('the log recreated while an instance holds claims of the former one: found by its creation time, read again', async (t) => {
+  const l = await logOf('RECREATE');
+  const org = 'org_RECRTRECRTRECRTRECR';
+  const recreate = async (): Promise<void> => {
+    await jsm.streams.delete(l.stream);
+    await jsm.streams.add({ name: l.stream, subjects: [`${P}.RECREATE.>`], storage: StorageType.File });
+  };
+  // The former stream's first sequence is past 1 (its early messages removed), as a window does.
+  for (let i = 0; i < 20; i++) await js.publish(`${P}.RECREATE.other.live`, 'x');
+  await jsm.streams.purge(l.stream);
+  const p = new IdempotencyClaims(l);
+  t.same(await p.claim([key(org), key(org)], ['sig_p1_0', 'sig_p1_1']), [true, true], 'p claims (sequence 21), its index knows first sequence 21');
+  await recreate();
+  const k = key(org);
+  const q = new IdempotencyClaims(l);
+  t.same(await q.claim([k, key(org)], ['sig_q_0', 'sig_q_1']), [true, true], 'q claims k in the new log (sequence 1)');
+  t.same(await p.claim([k], ['sig_p2_0']), [false], 'p: its append refused, it finds the log recreated, reads it again and finds k held');
+
+  // The new log's subject as far as p's last sequence: the append would be accepted; the
+  // creation time (asked every refreshMs, here every round) tells.
+  const l2 = { ...l, refreshMs: 0 };
+  const a = new IdempotencyClaims(l2);
+  t.same(await a.claim([key(org)], ['sig_a1_0']), [true], 'a: its last sequence is 1');
+  await recreate();
+  const k2 = key(org);
+  const b = new IdempotencyClaims(l2);
+  t.same(await b.claim([k2], ['sig_b_0']), [true], 'b claims k2 at sequence 1 of the new log');
+  t.same(await b.claim([key(org)], ['sig_b_1']), [true], 'and another key at sequence 2: the subject\'s last sequence is a\'s again');
+  t.same(await a.claim([k2], ['sig_a2_0']), [false], 'a finds the log recreated before it appends (its append would have been accepted)');
+});
+
 t.test('rounds stay under max_payload', async (t) => {
   const stream = `${P}_SMALL`;
   await jsm.streams.add({ name: stream, subjects: [`${P}.SMALL.>`], storage: StorageType.File, max_msg_size: 12_000 });
@@ -333,12 +364,12 @@ t.test('no answer within the timeout: the claim rejects; a late answer is ignore
   // An API prefix JetStream does not answer on; this subscription takes the requests and holds them.
   const silentApi = `${P}.SILENT.API`;
   const held: { respond(data: Uint8Array): boolean }[] = [];
-  const sub = nc.subscribe(`${silentApi}.STREAM.MSG.GET.${log.stream}`, { callback: (_err, m) => void held.push(m) });
+  const sub = nc.subscribe(`${silentApi}.>`, { callback: (_err, m) => void held.push(m) });
   t.teardown(() => sub.unsubscribe());
   await nc.flush();
   const c = new IdempotencyClaims({ ...log, apiPrefix: silentApi, former: undefined, timeoutMs: 300 });
   await t.rejects(c.claimBatch([key(), key()], ['sig_s_0', 'sig_s_1'], null), /no answer from JetStream within 300 ms/);
-  t.equal(held.length, 1, 'the organization\'s log was asked for');
+  t.equal(held.length, 1, 'the log was asked (its state) and nothing appended');
   for (const m of held) m.respond(new TextEncoder().encode('{"message":{"seq":1,"data":"","time":"2026-01-01T00:00:00Z"}}'));
   await nc.flush();
   // The same connection's claims still work after the late answers.
