@@ -99,7 +99,7 @@ interface Request {
 interface Scope {
   name: string;
   subject: string;
-  /** claim → owner. */
+  /** The claims of its subject of the log, with their owners (claim-index.ts). */
   index: ClaimIndex;
   /** When a round last used it (ms). */
   usedAt: number;
@@ -557,7 +557,7 @@ function timeOf(t: string | undefined): number {
   return Number.isFinite(ms) ? ms : Date.now();
 }
 
-export const scopeOf = (orgId: string, mode: string): string => `${checkPart(orgId)}.${checkPart(mode)}`;
+const scopeOf = (orgId: string, mode: string): string => `${checkPart(orgId)}.${checkPart(mode)}`;
 
 /** `<orgId>.<mode>.<claim>` → the scope and the claim; throws for any other form (never "already claimed"). */
 function splitKey(key: string): [string, string] {

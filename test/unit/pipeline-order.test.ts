@@ -1,6 +1,6 @@
 /**
  * The pipeline hands batches to billing in the order they came (src/pipeline/in-order.ts,
- * BillablePartitioner.publishPackedMany): batches processed concurrently are buffered in
+ * BillablePartitioner.prepare/publishPrepared): batches processed concurrently are buffered in
  * arrival order whatever order they finish in, and a flush's batches enter each partition in
  * that order even when resolving one batch's customers takes longer than the next's.
  */
@@ -58,7 +58,7 @@ t.test('InOrder: a task that ended is applied only after the slower one taken be
   t.same(applied, ['first', 'second']);
 });
 
-t.test('publishPackedMany: batches enter a partition in the order given, even when an earlier one resolves its customers last', async (t) => {
+t.test('prepare, then publishPrepared: batches enter a partition in the order given, even when an earlier one resolves its customers last', async (t) => {
   const prefix = `TORD${randomBytes(4).toString('hex')}`;
   const topo = topology(prefix);
   const nc = await connect({ servers: NATS_URL });
@@ -82,7 +82,8 @@ t.test('publishPackedMany: batches enter a partition in the order given, even wh
     meta: { orgId: 'org_o', mode: 'live' as const, batchId: `b${i}`, receivedAtMs: 0 },
     lines: Buffer.from(line(`s${i}a`, `slow-${i}`) + line(`s${i}b`, 'cus_1')),
   }));
-  await p.publishPackedMany(batches, 5_000);
+  // As the pipeline does: each batch prepared as it is processed (concurrently, finishing in any order), then published in buffer order.
+  await p.publishPrepared(await Promise.all(batches.map((b) => p.prepare(b.meta, b.lines))), 5_000);
   const k = partitionOf('org_o', 'live', 'cus_1', 4);
   const js = jetstream(nc);
   const c = await jsm.consumers.add(topo.billableParts.stream, { filter_subject: topo.billableParts.filter(k), ack_policy: 'none' as never });
@@ -93,6 +94,6 @@ t.test('publishPackedMany: batches enter a partition in the order given, even wh
   }
   t.same(got.map((g) => g.replace(/\.p\d+$/, '')), ['b0', 'b1', 'b2', 'b3'], "cus_1's partition holds the batches in the order given");
   const stored = (await jsm.streams.info(topo.billableParts.stream)).state.messages;
-  await p.publishPackedMany([{ meta: { ...batches[0]!.meta, batchId: 'empty' }, lines: new Uint8Array(0) }], 5_000);
+  await p.publishPrepared([await p.prepare({ ...batches[0]!.meta, batchId: 'empty' }, new Uint8Array(0))], 5_000);
   t.equal((await jsm.streams.info(topo.billableParts.stream)).state.messages, stored, 'a batch without billable lines publishes nothing');
 });

@@ -76,20 +76,11 @@ export class BillablePartitioner {
   ) {}
 
   /**
-   * Several batches' billable lines in the pipeline's form (UTF-8, each line ending in '\n';
-   * JSON text holds no raw newline), entering each partition in the order given: every batch
-   * is split first (resolving references may wait for the store), then all are sent at once,
-   * in that order. (A publish that must be retried lands after later ones: those batches are
-   * then billed, exactly, in that order.)
-   */
-  async publishPackedMany(batches: readonly { meta: BatchRef; lines: Uint8Array }[], timeoutMs: number): Promise<void> {
-    await this.publishPrepared(await Promise.all(batches.map(({ meta, lines }) => this.prepare(meta, lines))), timeoutMs);
-  }
-
-  /**
-   * One batch's billable lines in the pipeline's form, resolved and split by partition, ready
-   * to publish (the pipeline prepares each batch as it processes it, while an earlier insert
-   * runs, so that only the publishes wait for the insert: src/pipeline/consumer.ts).
+   * One batch's billable lines in the pipeline's form (UTF-8, each line ending in '\n'; JSON
+   * text holds no raw newline), resolved and split by partition, ready to publish: the
+   * pipeline prepares each batch as it processes it, while an earlier insert runs, so that
+   * only the publishes wait for the insert (src/pipeline/consumer.ts). Resolving references
+   * may wait for the store.
    */
   async prepare<M extends BatchRef>(meta: M, lines: Uint8Array): Promise<PreparedBatch<M>> {
     const text = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength).toString('utf8').split('\n');
@@ -97,7 +88,11 @@ export class BillablePartitioner {
     return { meta, parts: text.length === 0 ? [] : await this.split(meta.orgId, meta.mode, text) };
   }
 
-  /** Publishes prepared batches, entering each partition in the order given (all sent at once). */
+  /**
+   * Publishes prepared batches, entering each partition in the order given: all sent at once,
+   * in that order. (A publish that must be retried lands after later ones: those batches are
+   * then billed, exactly, in that order.)
+   */
   async publishPrepared(batches: readonly PreparedBatch<BatchRef>[], timeoutMs: number): Promise<void> {
     await Promise.all(batches.flatMap(({ meta, parts }) => this.send(meta, parts, timeoutMs)));
   }
