@@ -21,10 +21,16 @@ import type { KvReader } from './kv-read.js';
 const dec = new TextDecoder();
 const EMPTY = new Uint8Array(0);
 
-/** The stream state entries are valid under: `key` all of it, `last` its last sequence (states only move forward). */
+/**
+ * The stream state entries are valid under: `key` all of it, `last` its last sequence (states
+ * only move forward); and `first`, its first sequence, and `created`, when the stream was made
+ * (the claim log, pipeline/dedupe.ts, forgets what the window removed and finds a recreated log).
+ */
 export interface StreamState {
   key: string;
   last: number;
+  first: number;
+  created: string;
 }
 
 export class StreamStateError extends Error {
@@ -39,10 +45,10 @@ export async function streamState(nc: NatsConnection, apiPrefix: string, stream:
   const [a] = await replies(nc).requestAll(nc, [{ subject: `${apiPrefix}.STREAM.INFO.${stream}`, data: EMPTY }], timeoutMs);
   if (a instanceof Error) throw new StreamStateError(`stream ${stream} info: ${a.message}`);
   if (a!.headers?.hasError) throw new StreamStateError(`stream ${stream} info: status ${a!.headers.code} ${a!.headers.description}`);
-  const r = JSON.parse(dec.decode(a!.data)) as { state?: { messages?: number; first_seq?: number; last_seq?: number }; error?: { description?: string } };
+  const r = JSON.parse(dec.decode(a!.data)) as { created?: string; state?: { messages?: number; first_seq?: number; last_seq?: number }; error?: { description?: string } };
   if (r.error || !r.state) throw new StreamStateError(`stream ${stream} info: ${r.error?.description ?? 'an answer without a state'}`);
   const { messages = 0, first_seq = 0, last_seq = 0 } = r.state;
-  return { key: `${first_seq}.${last_seq}.${messages}`, last: last_seq };
+  return { key: `${first_seq}.${last_seq}.${messages}`, last: last_seq, first: first_seq, created: r.created ?? '' };
 }
 
 export class FencedKvCache {

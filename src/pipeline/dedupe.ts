@@ -33,7 +33,7 @@
  * a key the log does not know is looked up there before it is claimed. Former versions must
  * not run beside this one (they would claim in the bucket only).
  */
-import { headers as natsHeaders, type Msg, type NatsConnection } from '@nats-io/transport-node';
+import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
 import type { KV } from '@nats-io/kv';
 import { replies, type Replies } from '../bus/replies.js';
 import { ackOf, PublishError, WRONG_LAST_SEQUENCE } from '../bus/publish.js';
@@ -41,12 +41,12 @@ import { kvReader, type KvReader } from '../bus/kv-read.js';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { NS_PER_MS } from '../shared/time.js';
 import { claimsInMemory } from '../metrics/index.js';
+import { streamState, type StreamState } from '../bus/kv-fenced.js';
+import { streamMessage } from '../bus/stream-get.js';
 import { ClaimIndex, type Holder } from './claim-index.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
-/** JetStream's error code for "no message found". */
-const NO_MESSAGE = 10037;
 /** Refused appends in a row (each after reading what was appended meanwhile) before a round gives up. */
 const MAX_ATTEMPTS = 50;
 /** Room for one claim line in an append (a 43-character claim, a space, an owner of up to ~40, a newline), for sizing rounds. */
@@ -471,9 +471,9 @@ export class IdempotencyClaims {
   private async refreshStream(force: boolean): Promise<void> {
     if (!force && Date.now() - this.firstAt < (this.log.refreshMs ?? 10_000)) return;
     this.firstAt = Date.now();
-    let info: { first: number; created: string };
+    let info: StreamState;
     try {
-      info = await this.streamInfo();
+      info = await streamState(this.log.nc, this.log.apiPrefix, this.log.stream, this.timeoutMs);
     } catch (err) {
       this.firstAt = 0; // asked again next round; claims are kept meanwhile (never forgotten early)
       throw err;
@@ -492,15 +492,6 @@ export class IdempotencyClaims {
   private first = 0;
   private firstAt = 0;
   private created: string | null = null;
-
-  private async streamInfo(): Promise<{ first: number; created: string }> {
-    const [a] = await this.replies.requestAll(this.log.nc, [{ subject: `${this.log.apiPrefix}.STREAM.INFO.${this.log.stream}`, data: new Uint8Array(0) }], this.timeoutMs);
-    if (a instanceof Error) throw new Error(`idempotency claims: ${this.log.stream} info: ${a.message}`);
-    if (a!.data.length === 0 && a!.headers?.code === 503) throw new Error(`idempotency claims: ${this.log.stream} info: no responders (503)`);
-    const r = JSON.parse(dec.decode(a!.data)) as { created?: string; state?: { first_seq?: number }; error?: { description?: string } };
-    if (r.error || !r.state || typeof r.created !== 'string') throw new Error(`idempotency claims: ${this.log.stream} info: ${r.error?.description ?? 'an answer without a state'}`);
-    return { first: r.state.first_seq ?? 0, created: r.created };
-  }
 
   private forget(s: Scope): void {
     this.claimsHeld -= s.index.size;
@@ -524,10 +515,10 @@ export class IdempotencyClaims {
     }
   }
 
-  /** One message of a stream (`$JS.API.STREAM.MSG.GET`, from the stream's leader), or null when there is none. */
+  /** One message of a stream (bus/stream-get.ts), as a message of the log; null when there is none. */
   private async get(stream: string, req: { seq: number; next_by_subj: string } | { last_by_subj: string }): Promise<LogMessage | null> {
-    const [a] = await this.replies.requestAll(this.log.nc, [{ subject: `${this.log.apiPrefix}.STREAM.MSG.GET.${stream}`, data: enc.encode(JSON.stringify(req)) }], this.timeoutMs);
-    return logMessage(a!, stream);
+    const m = await streamMessage(this.log.nc, this.log.apiPrefix, stream, req, this.timeoutMs);
+    return m && { seq: m.seq, text: m.data.toString('utf8'), timeMs: timeOf(m.time) };
   }
 }
 
@@ -536,19 +527,6 @@ interface LogMessage {
   text: string;
   /** The message's time in the log (epoch ms). */
   timeMs: number;
-}
-
-function logMessage(a: Msg | Error, stream: string): LogMessage | null {
-  if (a instanceof Error) throw new Error(`idempotency claims: reading ${stream}: ${a.message}`);
-  if (a.data.length === 0 && a.headers?.code === 503) throw new Error(`idempotency claims: reading ${stream}: no responders (503)`);
-  const r = JSON.parse(dec.decode(a.data)) as { message?: { seq: number; data?: string; time?: string }; error?: { err_code?: number; description?: string } };
-  if (r.error) {
-    if (r.error.err_code === NO_MESSAGE) return null;
-    throw new Error(`idempotency claims: reading ${stream}: ${r.error.description ?? JSON.stringify(r.error)}`);
-  }
-  const m = r.message!;
-  if (typeof m?.seq !== 'number') throw new Error(`idempotency claims: reading ${stream}: an answer without a message`);
-  return { seq: m.seq, text: m.data ? Buffer.from(m.data, 'base64').toString('utf8') : '', timeMs: timeOf(m.time) };
 }
 
 /** An RFC 3339 time with up to nanoseconds, in epoch ms (only sorts claims into generations: claim-index.ts). */

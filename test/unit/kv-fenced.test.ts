@@ -62,7 +62,7 @@ t.test('answers from memory while the bucket is unchanged; any change, delete or
 t.test('an answer under an older state than the cache holds is not taken from the cache, nor kept', async (t) => {
   const { reader, asked } = counting();
   await kv.put('d', 'old');
-  const queue: StreamState[] = [{ key: 'new', last: 10 }, { key: 'old', last: 9 }, { key: 'new', last: 10 }];
+  const queue: StreamState[] = [{ key: 'new', last: 10, first: 1, created: 'c' }, { key: 'old', last: 9, first: 1, created: 'c' }, { key: 'new', last: 10, first: 1, created: 'c' }];
   const cache = new FencedKvCache(reader, async () => queue.shift()!);
   const newer = await cache.view();
   t.same((await newer.getMany(['d'])).map((e) => e?.string()), ['old']);
