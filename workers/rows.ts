@@ -8,9 +8,16 @@ import { signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
 import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
 import type { PackedRows, RowsResult, RowsTask } from '../src/pipeline/rows-task.js';
+import { packedFromBytes } from '../src/pipeline/rows-bytes.js';
 export type { PackedRows, RowsResult, RowsTask };
 
+/**
+ * The pipeline's form of the batch's rows: written from the body's bytes where that gives the
+ * very bytes of the lines below (src/pipeline/rows-bytes.ts), otherwise from its parsed signals.
+ */
 export function packed(task: RowsTask): PackedRows {
+  const fast = packedFromBytes(task.body, task.meta, dedupeKey);
+  if (fast) return fast;
   const r = rows(task);
   return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys };
 }
@@ -70,7 +77,8 @@ function encode(v: unknown): string {
   return JSON.stringify(v);
 }
 
-export function dedupeKey(meta: BatchMeta, idempotencyKey: string): string {
+/** The claim of an idempotency key (its text, or that text's UTF-8 bytes). */
+export function dedupeKey(meta: BatchMeta, idempotencyKey: string | Uint8Array): string {
   return `${meta.orgId}.${meta.mode}.${createHash('sha256').update(idempotencyKey).digest('base64url')}`;
 }
 

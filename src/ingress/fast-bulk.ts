@@ -26,183 +26,18 @@
  */
 import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_FUTURE_MS, MAX_SIGNALS, MAX_STRING, MIN_TIMESTAMP_MS } from './validate.js';
 import { Rfc3339Reader } from '../shared/time.js';
+import { COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, K_SIGNALS, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
 
-const QUOTE = 34;
-const BACKSLASH = 92;
-const COMMA = 44;
-const COLON = 58;
-const LBRACE = 123;
-const RBRACE = 125;
-const LBRACKET = 91;
-const RBRACKET = 93;
-const MINUS = 45;
-const DOT = 46;
-
-/** Field ids of a signal; the two required ones are bits for the "seen" mask. */
-const F_EVENT = 1;
-const F_CUSTOMER = 2;
-const F_UNIT = 3;
-const F_TIMESTAMP = 4;
-const F_KEY = 5;
-const F_DATA = 6;
-
-/** A key to compare: little-endian 32-bit words at offsets covering all of it (the last may overlap). Keys are at least 4 bytes. */
-interface Literal {
-  length: number;
-  at: number[];
-  words: number[];
-}
-function literal(s: string): Literal {
-  const b = Buffer.from(s, 'latin1');
-  const at: number[] = [];
-  for (let i = 0; i + 4 <= b.length; i += 4) at.push(i);
-  if (b.length % 4 !== 0) at.push(b.length - 4);
-  return { length: b.length, at, words: at.map((i) => b.readUInt32LE(i)) };
-}
-const K_SIGNALS = literal('signals');
-const K_EVENT = literal('eventName');
-const K_CUSTOMER = literal('customerId');
-const K_UNIT = literal('unitId');
-const K_TIMESTAMP = literal('timestamp');
-const K_KEY = literal('idempotencyKey');
-const K_DATA = literal('data');
-
-/** Classes of the bytes inside a string: what `str` does with each. */
-const PLAIN = 0;
-const END = 1;
-const ESCAPE = 2;
-const DOTTED = 3;
-const BAIL = 4;
-const UTF8 = 5;
-const STR_CLASS = new Uint8Array(256).map((_, c) => (c === QUOTE ? END : c === BACKSLASH ? ESCAPE : c === DOT ? DOTTED : c < 0x20 ? BAIL : c >= 0x80 ? UTF8 : PLAIN));
-
-/** Bail-out: the scanner stops and the slow path decides. */
-const NO = -1;
-
-/**
- * Every method takes the position to read from and returns the position after what it read,
- * or NO (positions are passed, not kept in a field: this loop runs over every byte of every
- * batch). Reading past the end gives `undefined`, which matches no expected byte.
- */
-class Scanner {
-  /** Length in UTF-16 units of the last string read by `str`. */
-  units = 0;
-  readonly dv: DataView;
+/** The ingress's judge of a body (see the header), on the shared byte reader (src/shared/json-bytes.ts). */
+class Scanner extends JsonBytes {
   /** Numbers seen in the current `data` (each adds to the size bound). */
   numbers = 0;
   constructor(
-    readonly b: Uint8Array,
+    b: Uint8Array,
     readonly receivedAtMs: number,
     readonly times: Rfc3339Reader,
   ) {
-    this.dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
-  }
-
-  ws(p: number): number {
-    const b = this.b;
-    let c = b[p]!;
-    // Most calls find a token at once (compact JSON): one comparison.
-    if (c > 32) return p;
-    while (c === 32 || c === 10 || c === 13 || c === 9) c = b[++p]!;
-    return p;
-  }
-
-  /** From after an opening quote to after the closing one; its length in `units`. `dotted`: NO also on a '.'. */
-  str(p: number, dotted: boolean): number {
-    const b = this.b;
-    let units = 0;
-    for (;;) {
-      // Plain characters in a tight loop (one table look-up each); past the end the look-up is undefined.
-      const from = p;
-      while (STR_CLASS[b[p]!] === PLAIN) p++;
-      units += p - from;
-      const k = STR_CLASS[b[p]!];
-      if (k === END) break;
-      if (k === DOTTED) {
-        if (dotted) return NO;
-        p++;
-        units++;
-        continue;
-      }
-      if (k === UTF8) {
-        const n = this.utf8(p);
-        if (n === NO) return NO;
-        // 4-byte sequences are two UTF-16 units (a surrogate pair), the others one
-        units += n === 4 ? 2 : 1;
-        p += n;
-        continue;
-      }
-      if (k !== ESCAPE) return NO;
-      const e = b[p + 1];
-      // \" \\ \/ \b \f \n \r \t: one unit each. \u: not handled here (surrogates).
-      if (e === QUOTE || e === BACKSLASH || e === 47 || e === 98 || e === 102 || e === 110 || e === 114 || e === 116) {
-        p += 2;
-        units++;
-        continue;
-      }
-      return NO;
-    }
-    this.units = units;
-    return p + 1;
-  }
-
-  /**
-   * The length of the well-formed UTF-8 sequence at p (2 to 4 bytes), or NO: an overlong form,
-   * an encoded surrogate (U+D800-DFFF), a code point above U+10FFFF or a missing continuation
-   * byte. Those are what the slow path's decoder turns into U+FFFD, changing the text (its
-   * length and size): left to it. A well-formed sequence decodes to itself, well-formed
-   * UTF-16 that JSON.stringify writes back as the same bytes.
-   */
-  utf8(p: number): number {
-    const b = this.b;
-    const c = b[p]!;
-    const c1 = b[p + 1];
-    if (c1 === undefined) return NO;
-    if (c >= 0xc2 && c <= 0xdf) return c1 >= 0x80 && c1 <= 0xbf ? 2 : NO;
-    const c2 = b[p + 2];
-    if (c2 === undefined || c2 < 0x80 || c2 > 0xbf) return NO;
-    if (c >= 0xe0 && c <= 0xef) {
-      const lo = c === 0xe0 ? 0xa0 : 0x80;
-      const hi = c === 0xed ? 0x9f : 0xbf;
-      return c1 >= lo && c1 <= hi ? 3 : NO;
-    }
-    const c3 = b[p + 3];
-    if (c3 === undefined || c3 < 0x80 || c3 > 0xbf) return NO;
-    if (c >= 0xf0 && c <= 0xf4) {
-      const lo = c === 0xf0 ? 0x90 : 0x80;
-      const hi = c === 0xf4 ? 0x8f : 0xbf;
-      return c1 >= lo && c1 <= hi ? 4 : NO;
-    }
-    return NO;
-  }
-
-  /** Whether the bytes at p (after an opening quote) are `lit` and a closing quote: compared four bytes at a time. */
-  key(p: number, lit: Literal): boolean {
-    const n = lit.length;
-    // Also the bounds check of the reads below: p + n is inside the body.
-    if (this.b[p + n] !== QUOTE) return false;
-    const dv = this.dv;
-    const words = lit.words;
-    for (let k = 0; k < words.length; k++) if (dv.getUint32(p + lit.at[k]!, true) !== words[k]) return false;
-    return true;
-  }
-
-  /** A signal field name at p (after the opening quote), or NO. */
-  field(p: number): number {
-    const c = this.b[p];
-    if (c === 101) return this.key(p, K_EVENT) ? F_EVENT : NO; // e
-    if (c === 99) return this.key(p, K_CUSTOMER) ? F_CUSTOMER : NO; // c
-    if (c === 116) return this.key(p, K_TIMESTAMP) ? F_TIMESTAMP : NO; // t
-    if (c === 100) return this.key(p, K_DATA) ? F_DATA : NO; // d
-    if (c === 105) return this.key(p, K_KEY) ? F_KEY : NO; // i
-    if (c === 117) return this.key(p, K_UNIT) ? F_UNIT : NO; // u
-    return NO;
-  }
-
-  /** `null` at p. */
-  nul(p: number): number {
-    const b = this.b;
-    return b[p] === 110 && b[p + 1] === 117 && b[p + 2] === 108 && b[p + 3] === 108 ? p + 4 : NO;
+    super(b);
   }
 
   /** A string of 1 to MAX_STRING units at p (or null when `optional`). */
@@ -238,24 +73,24 @@ class Scanner {
       switch (f) {
         case F_EVENT:
         case F_CUSTOMER:
-          p = this.value1(p + (f === F_EVENT ? 10 : 11));
+          p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
           p = this.limitedString(p, false);
           seen |= f;
           break;
         case F_UNIT:
         case F_KEY:
-          p = this.value1(p + (f === F_UNIT ? 7 : 15));
+          p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
           p = this.limitedString(p, true);
           break;
         case F_TIMESTAMP:
-          p = this.value1(p + 10);
+          p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
           p = this.timestamp(p);
           break;
         case F_DATA:
-          p = this.value1(p + 5);
+          p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
           p = this.data(p);
           break;
@@ -272,13 +107,6 @@ class Scanner {
       if (c === RBRACE) return seen === (F_EVENT | F_CUSTOMER) ? p : NO;
       return NO;
     }
-  }
-
-  /** From after a key's closing quote: past the colon to the value. */
-  value1(p: number): number {
-    p = this.ws(p);
-    if (this.b[p] !== COLON) return NO;
-    return this.ws(p + 1);
   }
 
   /** `data`: null, or an object whose nesting and size bound are within the limits. */
@@ -324,37 +152,12 @@ class Scanner {
     const c = b[p];
     if (c === QUOTE) return this.str(p + 1, false);
     if (c === LBRACE || c === LBRACKET) return this.container(p, level + 1);
-    if (c === MINUS || (c !== undefined && c >= 48 && c <= 57)) return this.number(p);
-    if (c === 116) return b[p + 1] === 114 && b[p + 2] === 117 && b[p + 3] === 101 ? p + 4 : NO; // true
-    if (c === 102) return b[p + 1] === 97 && b[p + 2] === 108 && b[p + 3] === 115 && b[p + 4] === 101 ? p + 5 : NO; // false
+    if (c === MINUS || (c !== undefined && c >= 48 && c <= 57)) {
+      this.numbers++;
+      return this.number(p);
+    }
+    if (c === 116 || c === 102) return this.bool(p);
     return this.nul(p);
-  }
-
-  /** A number in JSON's grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
-  number(p: number): number {
-    const b = this.b;
-    if (b[p] === MINUS) p++;
-    let c = b[p];
-    if (c === 48) p++;
-    else if (c !== undefined && c >= 49 && c <= 57) {
-      p++;
-      while ((c = b[p]) !== undefined && c >= 48 && c <= 57) p++;
-    } else return NO;
-    if (b[p] === DOT) {
-      const d = ++p;
-      while ((c = b[p]) !== undefined && c >= 48 && c <= 57) p++;
-      if (p === d) return NO;
-    }
-    c = b[p];
-    if (c === 101 || c === 69) {
-      c = b[++p];
-      if (c === 43 || c === MINUS) p++;
-      const d = p;
-      while ((c = b[p]) !== undefined && c >= 48 && c <= 57) p++;
-      if (p === d) return NO;
-    }
-    this.numbers++;
-    return p;
   }
 
   /** The whole body: `{"signals":[<signal>, ...]}`; the number of signals or NO. */
