@@ -7,7 +7,7 @@ import { createHash } from 'node:crypto';
 import { signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
 import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
-import type { PackedRows, RowsResult, RowsTask } from '../src/pipeline/rows-task.js';
+import { distinctRefs, type PackedRows, type RowsResult, type RowsTask } from '../src/pipeline/rows-task.js';
 import { packedFromBytes } from '../src/pipeline/rows-bytes.js';
 export type { PackedRows, RowsResult, RowsTask };
 
@@ -19,7 +19,7 @@ export function packed(task: RowsTask): PackedRows {
   const fast = packedFromBytes(task.body, task.meta, dedupeKey);
   if (fast) return fast;
   const r = rows(task);
-  return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys };
+  return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys, ...distinctRefs(r.customers) };
 }
 
 /** The lines as UTF-8, each followed by '\n', written straight into one buffer (no joined string to flatten and encode). */
@@ -95,12 +95,14 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
   const ids = new Array<string>(signals.length);
   const claimKeys = new Array<string | null>(signals.length);
   const billable = new Array<string>(signals.length);
+  const customers = new Array<string>(signals.length);
   for (let i = 0; i < signals.length; i++) {
     const s = signals[i]!;
     const id = prefix + i;
     const ts = s.timestamp ? parseRfc3339(s.timestamp)! : meta.receivedAtMs;
     const key = s.idempotencyKey ?? null;
     ids[i] = id;
+    customers[i] = s.customerId;
     claimKeys[i] = key === null ? null : dedupeKey(meta, key);
     const event = JSON.stringify(s.eventName);
     const customer = JSON.stringify(s.customerId);
@@ -114,5 +116,5 @@ export default function rows({ body, meta }: RowsTask): RowsResult {
     const x = exact?.[i] ?? null;
     billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}${x === null ? '' : `,"x":${JSON.stringify(x)}`}}`;
   }
-  return { lines, ids, claimKeys, billable };
+  return { lines, ids, claimKeys, billable, customers };
 }

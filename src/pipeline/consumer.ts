@@ -58,7 +58,7 @@ import type { IdempotencyClaims } from './dedupe.js';
 import { deadLetter } from '../bus/dead-letter.js';
 import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
-import { keptLines } from './lines.js';
+import { keptLines, keptRefs } from './lines.js';
 import { InOrder } from './in-order.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
@@ -72,8 +72,9 @@ export interface BillablePublisher<P extends PreparedBillable = PreparedBillable
    * A batch's `lines` (BillableLine JSON texts as UTF-8, each ending in '\n',
    * src/pipeline/lines.ts; possibly empty) made ready to publish: resolved and split. Done as
    * the batch is processed, so that a flush, once its insert returned, only publishes.
+   * `refs`: each line's customer reference (the distinct ones, and per line the index of its own).
    */
-  prepare(meta: BatchMeta, lines: Uint8Array): Promise<P>;
+  prepare(meta: BatchMeta, lines: Uint8Array, refs: { refs: readonly string[]; refOf: ArrayLike<number> }): Promise<P>;
   /** Publishes prepared batches (each as `prepare` gave it), entering the partitions in the order given. */
   publishPrepared(batches: readonly P[], timeoutMs: number): Promise<void>;
 }
@@ -218,6 +219,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       const r = await buildRows(this.pool, { body, meta }, [body.buffer as ArrayBuffer]);
       const { claims: { keep, reclaimed }, first } = await this.claims.claimBatch(r.claimKeys, r.ids, meta);
       const lines = keptLines(r.billable, keep);
+      const lineRefs = { refs: r.refs, refOf: keptRefs(r.refOf, keep) };
       // Rows may be stored already when some delivery of this batch got this far before (see 4.).
       if (m.redelivered || !first || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
@@ -227,7 +229,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       for (const k of keep) if (k) kept++;
       const rows = keptLines(r.rows, keep);
       // Resolved and split now, while an earlier flush's insert runs (published after this one's).
-      const billable = await this.billable.prepare(meta, lines);
+      const billable = await this.billable.prepare(meta, lines, lineRefs);
       return () => {
         this.buffer.rows.push(rows);
         this.buffer.rowCounts.push(kept);

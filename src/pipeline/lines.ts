@@ -18,3 +18,12 @@ export function keptLines(bytes: Uint8Array, keep: readonly boolean[]): Uint8Arr
   return Buffer.concat(parts);
 }
 
+
+/** The entries of `of` whose `keep` entry is true, in order (the references of `keptLines`'s lines); `of` itself when all are kept. */
+export function keptRefs(of: Uint16Array, keep: readonly boolean[]): Uint16Array {
+  if (keep.every(Boolean)) return of;
+  const out = new Uint16Array(of.length);
+  let n = 0;
+  for (let i = 0; i < of.length; i++) if (keep[i]) out[n++] = of[i]!;
+  return out.subarray(0, n);
+}

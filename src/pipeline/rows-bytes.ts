@@ -24,7 +24,7 @@
 import { COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, K_SIGNALS, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
 import { Rfc3339Reader } from '../shared/time.js';
 import { signalIdPrefix, type BatchMeta } from '../bus/batch.js';
-import type { PackedRows } from './rows-task.js';
+import { distinctRefs, type PackedRows } from './rows-task.js';
 
 const BACKSLASH = 92;
 /** Per signal, in `spans`: the byte ranges [start, end) of its values (start −1: absent or null). */
@@ -283,6 +283,7 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
   let bo = 0;
   const ids = new Array<string>(n);
   const claimKeys = new Array<string | null>(n);
+  const customers = new Array<string>(n);
   const put = (out: Buffer, at: number, from: number, to: number): number => {
     if (to - from < 32) {
       for (let k = from; k < to; k++) out[at++] = src[k]!;
@@ -307,13 +308,14 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     const num = String(i);
     const ts = String(times[i]);
     ids[i] = prefix + num;
+    customers[i] = textOf(src, spans[o + CUSTOMER]!, spans[o + CUSTOMER + 1]!);
     const keyStart = spans[o + KEY]!;
     const keyEnd = spans[o + KEY + 1]!;
     if (keyStart === -1) claimKeys[i] = null;
     else {
       // The key's UTF-8 bytes are the hash's input; with an escape inside, its parsed text is.
       const inner = src.subarray(keyStart + 1, keyEnd - 1);
-      claimKeys[i] = claimKeyOf(meta, inner.includes(BACKSLASH) ? (JSON.parse(src.toString('utf8', keyStart, keyEnd)) as string) : inner);
+      claimKeys[i] = claimKeyOf(meta, inner.includes(BACKSLASH) ? textOf(src, keyStart, keyEnd) : inner);
     }
     ro = fixed(rows, ro, r1);
     ro = ascii(rows, ro, num);
@@ -345,5 +347,11 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     bo = valueOr(billable, bo, spans[o + DATA]!, spans[o + DATA + 1]!, '{}');
     bo = ascii(billable, bo, '}\n');
   }
-  return { rows: rows.subarray(0, ro), billable: billable.subarray(0, bo), ids, claimKeys };
+  return { rows: rows.subarray(0, ro), billable: billable.subarray(0, bo), ids, claimKeys, ...distinctRefs(customers) };
+}
+
+/** The text of the JSON string in [start, end) (quotes included): its UTF-8 between the quotes, parsed when it holds an escape. */
+function textOf(src: Buffer, start: number, end: number): string {
+  const i = src.indexOf(BACKSLASH, start);
+  return i !== -1 && i < end ? (JSON.parse(src.toString('utf8', start, end)) as string) : src.toString('utf8', start + 1, end - 1);
 }

@@ -18,6 +18,8 @@ export interface RowsResult {
   claimKeys: (string | null)[];
   /** What the billing evaluator needs of each signal, one JSON object per signal (BillableLine). */
   billable: string[];
+  /** Each signal's customer reference (its `customerId` as sent: a service id or an externalId). */
+  customers: string[];
 }
 
 /**
@@ -33,4 +35,28 @@ export interface PackedRows {
   billable: Uint8Array;
   ids: string[];
   claimKeys: (string | null)[];
+  /**
+   * The batch's customer references, each once (a batch names each customer many times), and
+   * per signal the index of its own in `refs`: the billing partitioner resolves the references
+   * without reading them out of the billable lines.
+   */
+  refs: string[];
+  refOf: Uint16Array;
+}
+
+/** `refs` and `refOf` of PackedRows from each signal's customer reference. */
+export function distinctRefs(customers: ArrayLike<string>): { refs: string[]; refOf: Uint16Array } {
+  const index = new Map<string, number>();
+  const refs: string[] = [];
+  const refOf = new Uint16Array(customers.length);
+  for (let i = 0; i < customers.length; i++) {
+    const c = customers[i]!;
+    let k = index.get(c);
+    if (k === undefined) {
+      index.set(c, (k = refs.length));
+      refs.push(c);
+    }
+    refOf[i] = k;
+  }
+  return { refs, refOf };
 }

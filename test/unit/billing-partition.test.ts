@@ -48,6 +48,30 @@ t.test('split: by resolved customer, with k; unresolved references without it', 
   t.same(asked.at(-1), ['acme'], 'per mode');
 });
 
+t.test('prepare with the rows worker\'s references: the parts split gives, and a batch naming no customer resolved without reading its lines', async (t) => {
+  const asked: string[][] = [];
+  const resolver: CustomerResolver = async (_org, _mode, refs) => {
+    asked.push([...refs]);
+    return new Map(refs.map((r) => [r, r.startsWith('cus_') ? r : r === 'acme' ? 'cus_acme' : null]));
+  };
+  const p = new BillablePartitioner(null as unknown as Nats, resolver, 8);
+  const meta = { orgId: 'org_a', mode: 'live' as const, batchId: 'bat_1' };
+  const cs = ['acme', 'nobody', 'cus_x', 'acme', 'nobody', 'cus_y'];
+  const lines = cs.map((c, i) => JSON.stringify({ i: `s${i}`, e: 'e', c, u: null, t: 0, d: { q: i } }));
+  const bytes = Buffer.from(lines.map((l) => `${l}\n`).join(''));
+  const refs = { refs: ['acme', 'nobody', 'cus_x', 'cus_y'], refOf: Uint16Array.from([0, 1, 2, 0, 1, 3]) };
+  const given = await p.prepare(meta, bytes, refs);
+  const read = await new BillablePartitioner(null as unknown as Nats, resolver, 8).prepare(meta, bytes);
+  t.same(given.parts, read.parts, 'the same parts as references read from the lines');
+  t.equal(given.parts.reduce((n, x) => n + x.lines.length, 0), 4, 'the lines naming a customer');
+  t.same(asked[0], ['acme', 'nobody', 'cus_x', 'cus_y'], 'each reference asked once');
+  // Lines that are not JSON at all: never read when no reference names a customer.
+  asked.length = 0;
+  const none = await p.prepare(meta, Buffer.from('not json\nnot json either\n'), { refs: ['nobody', 'nobody2'], refOf: Uint16Array.from([0, 1]) });
+  t.same(none.parts, [], 'nothing to publish');
+  t.same(asked, [['nobody', 'nobody2']], 'the missing references asked again');
+});
+
 t.test('split: every line naming a customer in partitionOf of its organization, mode and customer, however often the same references come (the partitioner memoizes them); the others left out', async (t) => {
   const resolver: CustomerResolver = async (_org, _mode, refs) => new Map(refs.map((r) => [r, r.startsWith('x') ? `cus_${r}` : r.startsWith('cus_') ? r : null]));
   const line = (i: number, c: string) => JSON.stringify({ i: `s${i}`, e: 'e', c, u: null, t: 0, d: {} });

@@ -4,7 +4,7 @@
  */
 import t from 'tap';
 import rows, { packed } from '../../workers/rows.js';
-import { keptLines } from '../../src/pipeline/lines.js';
+import { keptLines, keptRefs } from '../../src/pipeline/lines.js';
 import type { BatchMeta } from '../../src/bus/batch.js';
 
 const meta: BatchMeta = { orgId: 'org_AAAAAAAAAAAAAAAAAAAA', mode: 'live', receivedAtMs: Date.UTC(2026, 0, 31), batchId: 'bat_0000abcdeXXXXXXXXXXXX' };
@@ -46,7 +46,10 @@ t.test('keptLines: the kept lines in order, the input itself when all are kept',
     const wantB = r.billable.filter((_, i) => keep[i]);
     t.equal(text(keptLines(p.billable, keep)), wantB.length === 0 ? '' : `${wantB.join('\n')}\n`, `billable, keep ${keep.join(',')}`);
     for (const line of text(keptLines(p.rows, keep)).split('\n').filter(Boolean)) JSON.parse(line);
+    // the kept lines' customer references, line for line
+    t.same([...keptRefs(p.refOf, keep)].map((k) => p.refs[k]), signals.filter((_, i) => keep[i]).map((s) => s.customerId), `refs, keep ${keep.join(',')}`);
   }
+  t.equal(keptRefs(p.refOf, [true, true, true, true]), p.refOf, 'all kept: the same array');
 });
 
 t.test('an empty batch packs to no bytes', async (t) => {

@@ -14,6 +14,7 @@ import { packedFromBytes } from '../../src/pipeline/rows-bytes.js';
 import { mayHaveSurrogates, validateBulk } from '../../src/ingress/validate.js';
 import { parseJson } from '../../src/http/json.js';
 import type { BatchMeta } from '../../src/bus/batch.js';
+import { distinctRefs } from '../../src/pipeline/rows-task.js';
 import { BatchTemplate } from '../../bench/lib/signals.js';
 
 const NOW = Date.UTC(2026, 0, 31, 12, 0, 0);
@@ -24,17 +25,20 @@ interface Packed {
   billable: string;
   ids: string[];
   claimKeys: (string | null)[];
+  refs: string[];
+  refOf: number[];
 }
 
 /** The slow path's packed form: its lines, each ending in '\n'. */
 function slow(body: Buffer, m = meta): Packed {
   const r = rows({ body, meta: m });
-  return { rows: `${r.lines.join('\n')}\n`, billable: `${r.billable.join('\n')}\n`, ids: r.ids, claimKeys: r.claimKeys };
+  const { refs, refOf } = distinctRefs(r.customers);
+  return { rows: `${r.lines.join('\n')}\n`, billable: `${r.billable.join('\n')}\n`, ids: r.ids, claimKeys: r.claimKeys, refs, refOf: [...refOf] };
 }
 
 function fast(body: Buffer, m = meta): Packed | null {
   const p = packedFromBytes(body, m, dedupeKey);
-  return p && { rows: Buffer.from(p.rows).toString('utf8'), billable: Buffer.from(p.billable).toString('utf8'), ids: p.ids, claimKeys: p.claimKeys };
+  return p && { rows: Buffer.from(p.rows).toString('utf8'), billable: Buffer.from(p.billable).toString('utf8'), ids: p.ids, claimKeys: p.claimKeys, refs: p.refs, refOf: [...p.refOf] };
 }
 
 /** Whether the slow path (the ingress's validation) accepts the body: only such bodies reach the rows worker. */
@@ -52,7 +56,7 @@ function agree(body: Buffer, m = meta): { answered: boolean; ok: boolean; detail
   const f = fast(body, m);
   if (f === null) return { answered: false, ok: true, detail: 'not sure' };
   const s = slow(body, m);
-  const ok = f.rows === s.rows && f.billable === s.billable && JSON.stringify(f.ids) === JSON.stringify(s.ids) && JSON.stringify(f.claimKeys) === JSON.stringify(s.claimKeys);
+  const ok = f.rows === s.rows && f.billable === s.billable && JSON.stringify([f.ids, f.claimKeys, f.refs, f.refOf]) === JSON.stringify([s.ids, s.claimKeys, s.refs, s.refOf]);
   return { answered: true, ok, detail: ok ? 'same' : `fast ${JSON.stringify(f).slice(0, 600)}\nslow ${JSON.stringify(s).slice(0, 600)}` };
 }
 
@@ -71,6 +75,7 @@ t.test('the bench batch and other plain bodies: answered, the slow path byte for
     ['empty containers', bulk(sig({ data: {} }), sig({ data: { a: [] } }), sig({ data: { a: {} } }))],
     ['escapes JSON.stringify writes', bulk(sig({ eventName: 'a"b\\c\n\t\r\b\f', customerId: 'x'.repeat(255), data: { 'k"\n': 'v\\"' } }))],
     ['escapes in the idempotency key (its claim is of the parsed text)', bulk(sig({ idempotencyKey: 'k"1\\\n' }))],
+    ['escapes in customer references, each reference once', bulk(sig({ customerId: 'a"b' }), sig({ customerId: 'c\\d' }), sig({ customerId: 'a"b' }), sig({ customerId: 'é' }))],
     ['UTF-8 everywhere', bulk(sig({ eventName: 'é€😀', customerId: '日本', unitId: 'ß', idempotencyKey: '😀k', data: { 'ключ': ['日本', { 'ß': 1 }], u: '\u2028\u2029\uFEFF' } }))],
     ['whitespace outside data', text(' \n\t{ "signals" : [ { "eventName" : "e" , "customerId" : "c" , "data" : {"a":[1,2]} } ] } \r\n')],
     ['fields in another order, repeated (the last counts)', text('{"signals":[{"data":{"a":1},"customerId":"c0","timestamp":"2026-01-31T11:00:00.123456Z","eventName":"e","customerId":"c"}]}')],
@@ -227,4 +232,7 @@ t.test('the pipeline form takes the fast path for plain batches', async (t) => {
   t.equal(Buffer.from(p.rows).toString(), s.rows);
   t.equal(Buffer.from(p.billable).toString(), s.billable);
   t.same(p.claimKeys, s.claimKeys);
+  t.same([p.refs, [...p.refOf]], [s.refs, s.refOf]);
+  t.equal(new Set(p.refs).size, p.refs.length, 'each reference once');
+  t.same([...p.refOf].map((k) => p.refs[k]), JSON.parse(body.toString()).signals.map((x: { customerId: string }) => x.customerId), "each signal's own reference");
 });

@@ -42,6 +42,15 @@ export interface PartitionedLines {
   lines: string[];
 }
 
+/**
+ * The customer reference (`c`) of each of a batch's billable lines, as the rows worker read
+ * them (src/pipeline/rows-task.ts): the distinct references, and per line the index of its own.
+ */
+export interface LineRefs {
+  refs: readonly string[];
+  refOf: ArrayLike<number>;
+}
+
 /** A batch's billable lines resolved and split by partition (`prepare`). */
 export interface PreparedBatch<M extends BatchRef = BatchRef> {
   meta: M;
@@ -80,11 +89,18 @@ export class BillablePartitioner {
    * text holds no raw newline), resolved and split by partition, ready to publish: the
    * pipeline prepares each batch as it processes it, while an earlier insert runs, so that
    * only the publishes wait for the insert (src/pipeline/consumer.ts). Resolving references
-   * may wait for the store.
+   * may wait for the store. `refs`: each line's customer reference as the rows worker read it
+   * (without: read from the lines).
    */
-  async prepare<M extends BatchRef>(meta: M, lines: Uint8Array): Promise<PreparedBatch<M>> {
-    const text = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength).toString('utf8').split('\n');
-    if (text.at(-1) === '') text.pop();
+  async prepare<M extends BatchRef>(meta: M, lines: Uint8Array, refs?: LineRefs): Promise<PreparedBatch<M>> {
+    if (refs) {
+      // The references first: a batch none of whose references names a customer (an
+      // organization metering customers it has not configured for billing) is never decoded.
+      const targets = await this.targets(meta.orgId, meta.mode, refs.refs);
+      if (targets.every((x) => x === null)) return { meta, parts: [] };
+      return { meta, parts: byPartition(lineTexts(lines), (i) => targets[refs.refOf[i]!] ?? null) };
+    }
+    const text = lineTexts(lines);
     return { meta, parts: text.length === 0 ? [] : await this.split(meta.orgId, meta.mode, text) };
   }
 
@@ -120,37 +136,30 @@ export class BillablePartitioner {
 
   async split(orgId: string, mode: Mode, lines: string[]): Promise<PartitionedLines[]> {
     const refs = lines.map(customerRef);
-    // Per distinct reference of the batch (a batch names each customer many times): its target,
-    // or null when it names no customer. Those known are taken now: the cache may drop them
-    // while the others are resolved (other splits, or this one's own new entries, filling it).
-    const target = new Map<string, Target | null>();
-    const missing: string[] = [];
-    for (const ref of refs) {
-      if (target.has(ref)) continue;
-      const known = this.cache.get(cacheKey(orgId, mode, ref));
-      target.set(ref, known ?? null);
-      if (!known) missing.push(ref);
-    }
-    if (missing.length > 0) {
-      for (const [ref, id] of await this.resolver(orgId, mode, missing)) {
-        if (id === null) continue;
-        // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
-        const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
-        target.set(ref, to);
-        this.remember(cacheKey(orgId, mode, ref), to);
-      }
-    }
-    const byPartition = new Map<number, string[]>();
-    lines.forEach((line, i) => {
-      const to = target.get(refs[i]!);
-      // No customer: not billed, nothing to publish.
-      if (!to) return;
-      const out = to.prefix + line.slice(1);
-      const list = byPartition.get(to.k);
-      if (list) list.push(out);
-      else byPartition.set(to.k, [out]);
+    const distinct = [...new Set(refs)];
+    const targets = await this.targets(orgId, mode, distinct);
+    const of = new Map(distinct.map((ref, i) => [ref, targets[i]!]));
+    return byPartition(lines, (i) => of.get(refs[i]!) ?? null);
+  }
+
+  /** Each of the distinct references' target, or null when it names no customer. */
+  private async targets(orgId: string, mode: Mode, refs: readonly string[]): Promise<(Target | null)[]> {
+    // Those known are taken now: the cache may drop them while the others are resolved (other
+    // batches, or this one's own new entries, filling it).
+    const out = refs.map((ref) => this.cache.get(cacheKey(orgId, mode, ref)) ?? null);
+    const missing = refs.filter((_, i) => out[i] === null);
+    if (missing.length === 0) return out;
+    const resolved = await this.resolver(orgId, mode, missing);
+    return refs.map((ref, i) => {
+      const known = out[i];
+      if (known) return known;
+      const id = resolved.get(ref);
+      if (id === null || id === undefined) return null;
+      // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
+      const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
+      this.remember(cacheKey(orgId, mode, ref), to);
+      return to;
     });
-    return [...byPartition].sort((a, b) => a[0] - b[0]).map(([partition, l]) => ({ partition, lines: l }));
   }
 
   private remember(key: string, to: Target): void {
@@ -160,6 +169,28 @@ export class BillablePartitioner {
 }
 
 const cacheKey = (orgId: string, mode: Mode, ref: string): string => `${orgId}\u0000${mode}\u0000${ref}`;
+
+/** The lines of a batch's billable bytes (each ending in '\n'). */
+function lineTexts(lines: Uint8Array): string[] {
+  const text = Buffer.from(lines.buffer, lines.byteOffset, lines.byteLength).toString('utf8').split('\n');
+  if (text.at(-1) === '') text.pop();
+  return text;
+}
+
+/** The lines with a target, each with its customer's id first, grouped by partition (in partition order, lines in order). */
+function byPartition(lines: readonly string[], targetOf: (i: number) => Target | null): PartitionedLines[] {
+  const parts = new Map<number, string[]>();
+  lines.forEach((line, i) => {
+    const to = targetOf(i);
+    // No customer: not billed, nothing to publish.
+    if (!to) return;
+    const out = to.prefix + line.slice(1);
+    const list = parts.get(to.k);
+    if (list) list.push(out);
+    else parts.set(to.k, [out]);
+  });
+  return [...parts].sort((a, b) => a[0] - b[0]).map(([partition, l]) => ({ partition, lines: l }));
+}
 
 /** The end (index after the closing quote) of the JSON string starting at `from` (a '"'), or -1. */
 export function stringEnd(line: string, from: number): number {
