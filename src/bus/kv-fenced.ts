@@ -51,6 +51,16 @@ export async function streamState(nc: NatsConnection, apiPrefix: string, stream:
   return { key: `${first_seq}.${last_seq}.${messages}`, last: last_seq, first: first_seq, created: r.created ?? '' };
 }
 
+/**
+ * A reader answering as of one state of the bucket: `label` names that state (two views with
+ * the same label answer every key alike), and `current()` says whether it is still the cache's
+ * newest (answers read under a view no longer current are not kept).
+ */
+export interface FencedView extends KvReader {
+  readonly label: string;
+  current(): boolean;
+}
+
 export class FencedKvCache {
   private readonly entries = new Map<string, KvEntry | null>();
   private label = '';
@@ -72,7 +82,7 @@ export class FencedKvCache {
   ) {}
 
   /** A reader answering as of now: the state asked (shared with calls of the same tick), the cache used under it. */
-  async view(): Promise<KvReader> {
+  async view(): Promise<FencedView> {
     if (!this.pending) {
       const p = this.state();
       this.pending = p;
@@ -107,7 +117,7 @@ export class FencedKvCache {
         }
         return out as (KvEntry | null)[];
     };
-    return { getMany, get: async (key) => (await getMany([key]))[0]! };
+    return { getMany, get: async (key) => (await getMany([key]))[0]!, label: s.key, current };
   }
 
   private remember(key: string, e: KvEntry | null): void {

@@ -740,6 +740,12 @@ t.test('references naming no customer are answered from memory while the configu
   t.equal(after.value.get('nobody-one'), made.body.id, 'a customer created since is found at once (the change empties the cache)');
   t.equal(after.value.get('nobody-two'), null);
   t.ok(after.keys.some((k) => k.includes('.xid.')), 'read again after the change');
+  const other = await readBy(() => store.resolveCustomers(org.id, 'test', ['nobody-one', 'nobody-one']));
+  t.same([...other.value], [['nobody-one', null]], "the other mode's references are its own (each once)");
+  t.equal(other.keys.length, 1, 'read in that mode');
+  const twice = await readBy(() => store.resolveCustomers(org.id, 'live', ['nobody-two', 'nobody-one', 'nobody-two']));
+  t.same([...twice.value], [['nobody-two', null], ['nobody-one', made.body.id]], 'each reference once, from memory');
+  t.same(twice.keys, [], `nothing read: ${JSON.stringify(twice.keys)}`);
 });
 
 t.test('with replicas, what the configuration caches keep is read from the stream leader, not by direct gets a follower may answer', async (t) => {

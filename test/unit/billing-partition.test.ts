@@ -112,6 +112,26 @@ t.test('split: a customer known before its batch is resolved keeps its lines whe
   t.same(ids.map((x) => [x.i, x.k]), [['s3', 'cus_a'], ['s4', 'cus_c'], ['s5', 'cus_a']], "a's lines kept, with its customer");
 });
 
+t.test('the cache of found references is bounded over organizations: the organization cached first goes first, and is asked again', async (t) => {
+  const asked: string[] = [];
+  const resolver: CustomerResolver = async (org, _mode, refs) => {
+    asked.push(...refs.map((r) => `${org}:${r}`));
+    return new Map(refs.map((r) => [r, `cus_${r}`]));
+  };
+  const line = (i: string, c: string) => JSON.stringify({ i, e: 'e', c, u: null, t: 0, d: {} });
+  const p = new BillablePartitioner(null as unknown as Nats, resolver, 4, 3);
+  await p.split('org_a', 'live', [line('s1', 'a'), line('s2', 'b')]);
+  await p.split('org_b', 'live', [line('s3', 'c'), line('s4', 'd')]);
+  asked.length = 0;
+  await p.split('org_b', 'live', [line('s5', 'c'), line('s6', 'd')]);
+  t.same(asked, [], "org_b's references are still known");
+  const parts = await p.split('org_a', 'live', [line('s7', 'a')]);
+  t.same(asked, ['org_a:a'], "org_a's went to make room, and are asked again");
+  t.equal(JSON.parse(parts[0]!.lines[0]!).k, 'cus_a', 'with the same answer');
+  await p.split('org_a', 'live', [line('s8', 'a'), line('s9', 'b')]);
+  t.same(asked, ['org_a:a', 'org_a:b'], 'at most three kept: one more asked');
+});
+
 t.test("sliceOf: a customer's pools and attributes only", async (t) => {
   const c = emptyConfig();
   const now = '2026-01-01T00:00:00Z';

@@ -34,7 +34,7 @@ import type { KV, KvEntry } from '@nats-io/kv';
 import { JetStreamApiCodes, JetStreamApiError, StorageType } from '@nats-io/jetstream';
 import type { Nats } from '../../bus/connection.js';
 import { kvReader, kvStream, type KvReader } from '../../bus/kv-read.js';
-import { FencedKvCache, streamState } from '../../bus/kv-fenced.js';
+import { FencedKvCache, streamState, type FencedView } from '../../bus/kv-fenced.js';
 import { ensure } from '../../bus/topology.js';
 import { ApiError } from '../../errors.js';
 import { billingLog as log } from '../../log.js';
@@ -453,14 +453,60 @@ export class BillingConfigStore {
    * stream's leader when the bucket is replicated), as a read of every key.
    */
   async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
-    const named = [...new Set(refs.filter((ref) => !CUSTOMER_ID.test(ref)))];
-    const found = named.length === 0 ? [] : await this.customersByRefs(orgId, mode, named, await this.view(this.resolution));
-    const byExternal = new Map(named.map((r, i) => [r, found[i]?.doc.customer.id ?? null]));
-    return new Map(refs.map((r) => [r, CUSTOMER_ID.test(r) ? r : byExternal.get(r)!]));
+    const out = new Map<string, string | null>();
+    const view = await this.view(this.resolution);
+    // The answers of the last resolutions under this very state of the bucket: the same answers
+    // a read of the keys would give, without building and looking up two keys per reference.
+    const scope = `${orgId}.${mode}`;
+    let memo = view ? this.resolved.get(scope) : undefined;
+    if (memo && memo.label !== view!.label) memo = undefined;
+    const named: string[] = [];
+    for (const r of refs) {
+      if (out.has(r)) continue;
+      const known = memo?.ids.get(r);
+      if (known !== undefined) out.set(r, known);
+      else if (CUSTOMER_ID.test(r)) out.set(r, r);
+      else {
+        out.set(r, null);
+        named.push(r);
+      }
+    }
+    if (named.length > 0) {
+      const found = await this.customersByRefs(orgId, mode, named, view);
+      named.forEach((r, i) => out.set(r, found[i]?.doc.customer.id ?? null));
+    }
+    if (view?.current()) this.remember(scope, view.label, memo, out);
+    return out;
+  }
+
+  /** Resolutions kept (`resolveCustomers`), per organization and mode, with the bucket state they hold for. */
+  private readonly resolved = new Map<string, { label: string; ids: Map<string, string | null> }>();
+  private resolvedCount = 0;
+
+  private remember(scope: string, label: string, memo: { label: string; ids: Map<string, string | null> } | undefined, answers: Map<string, string | null>): void {
+    let m = memo;
+    if (!m) {
+      const old = this.resolved.get(scope);
+      if (old) this.resolvedCount -= old.ids.size;
+      this.resolved.delete(scope);
+      this.resolved.set(scope, (m = { label, ids: new Map() }));
+    }
+    for (const [r, id] of answers) {
+      if (m.ids.size >= RESOLUTION_CACHE_MAX) break;
+      if (m.ids.has(r)) continue;
+      m.ids.set(r, id);
+      this.resolvedCount++;
+    }
+    // Bounded as the fenced caches are: past it, the least recently renewed organizations go first.
+    for (const [other, o] of this.resolved) {
+      if (this.resolvedCount <= RESOLUTION_CACHE_MAX || other === scope) break;
+      this.resolvedCount -= o.ids.size;
+      this.resolved.delete(other);
+    }
   }
 
   /** A fenced cache's reader as of now (bus/kv-fenced.ts), or undefined (no cache): read every key. */
-  private async view(cache: FencedKvCache | null): Promise<KvReader | undefined> {
+  private async view(cache: FencedKvCache | null): Promise<FencedView | undefined> {
     try {
       return cache ? await cache.view() : undefined;
     } catch (err) {

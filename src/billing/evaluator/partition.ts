@@ -73,8 +73,9 @@ interface Target {
 }
 
 export class BillablePartitioner {
-  /** `${org}\0${mode}\0${ref}` → its target, for references found (partitionOf and the prefix computed once per customer, not once per batch). */
-  private readonly cache = new Map<string, Target>();
+  /** Per `<org>.<mode>`, reference → its target, for references found (partitionOf and the prefix computed once per customer, not once per batch). */
+  private readonly cache = new Map<string, Map<string, Target>>();
+  private cached = 0;
 
   constructor(
     private readonly nats: Nats,
@@ -146,29 +147,45 @@ export class BillablePartitioner {
   private async targets(orgId: string, mode: Mode, refs: readonly string[]): Promise<(Target | null)[]> {
     // Those known are taken now: the cache may drop them while the others are resolved (other
     // batches, or this one's own new entries, filling it).
-    const out = refs.map((ref) => this.cache.get(cacheKey(orgId, mode, ref)) ?? null);
+    const scope = `${orgId}.${mode}`;
+    const known = this.cache.get(scope);
+    const out = refs.map((ref) => known?.get(ref) ?? null);
     const missing = refs.filter((_, i) => out[i] === null);
     if (missing.length === 0) return out;
     const resolved = await this.resolver(orgId, mode, missing);
     return refs.map((ref, i) => {
-      const known = out[i];
-      if (known) return known;
+      const had = out[i];
+      if (had) return had;
       const id = resolved.get(ref);
       if (id === null || id === undefined) return null;
       // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
       const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
-      this.remember(cacheKey(orgId, mode, ref), to);
+      this.remember(scope, ref, to);
       return to;
     });
   }
 
-  private remember(key: string, to: Target): void {
-    if (this.cache.size >= this.cacheMax && !this.cache.has(key)) this.cache.delete(this.cache.keys().next().value!);
-    this.cache.set(key, to);
+  private remember(scope: string, ref: string, to: Target): void {
+    let refs = this.cache.get(scope);
+    if (!refs) this.cache.set(scope, (refs = new Map()));
+    if (refs.has(ref)) return;
+    // At most cacheMax: the organizations cached first go first (emptied whole), then this one's oldest.
+    for (const [other, o] of this.cache) {
+      if (this.cached < this.cacheMax) break;
+      if (other === scope) {
+        if (refs.size > 0) {
+          refs.delete(refs.keys().next().value!);
+          this.cached--;
+        }
+        break;
+      }
+      this.cached -= o.size;
+      this.cache.delete(other);
+    }
+    refs.set(ref, to);
+    this.cached++;
   }
 }
-
-const cacheKey = (orgId: string, mode: Mode, ref: string): string => `${orgId}\u0000${mode}\u0000${ref}`;
 
 /** The lines of a batch's billable bytes (each ending in '\n'). */
 function lineTexts(lines: Uint8Array): string[] {
