@@ -314,14 +314,18 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
     const samples: { t: number; stored: number }[] = [];
     let drainSeconds: number | null = null;
     let lastChangeAt = performance.now();
-    for (let i = 1; ; i++) {
-      await sleep(Math.max(0, readyAt + i * 1000 - performance.now()));
+    // Once a second; in the last second of the drain every 50 ms, so the drain time is not
+    // rounded up to the next whole second (up to a seventh of a 7-second drain).
+    let next = readyAt + 1000;
+    let lastSecond = false;
+    for (;;) {
+      await sleep(Math.max(0, next - performance.now()));
       let stored: number;
       try {
         stored = await storedCount(svc.url, org.id);
       } catch (err) {
         if (!exitedEarly(svc)) throw err;
-        problems.push(reportCrash(svc, `drain t≈${i} s`));
+        problems.push(reportCrash(svc, `drain t≈${Math.round((performance.now() - readyAt) / 1000)} s`));
         break;
       }
       const t = (performance.now() - readyAt) / 1000;
@@ -335,6 +339,9 @@ async function backlogPhase(template: BatchTemplate, runTag: string, batches: nu
         drainSeconds = round(t, 2);
         break;
       }
+      const perMs = (stored - prev.stored) / ((t - prev.t) * 1000);
+      lastSecond ||= perMs > 0 && st.acceptedSignals - stored <= perMs * 1500;
+      next += lastSecond ? 50 : 1000;
       if (performance.now() - lastChangeAt > 60_000) {
         problems.push(`backlog: PIPELINE STUCK at ${stored} of ${st.acceptedSignals} for 60 s`);
         break;

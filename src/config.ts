@@ -84,6 +84,11 @@ export interface Config {
   maxBodyBytes: number;
   publishTimeoutMs: number;
   streamMaxBytes: number;
+  /**
+   * Back-pressure in a process running both the ingress and the pipeline (src/shared/backlog-gate.ts):
+   * while the pipeline is more than `backlogBatches` batches behind, each 202 waits up to `maxMs`.
+   */
+  ingressHold: { backlogBatches: number; maxMs: number };
   pipeline: {
     workers: number;
     flushRows: number;
@@ -310,6 +315,10 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     maxBodyBytes: r.int('MAX_BODY_BYTES', 1_000_000, 64 * 1024, 64 * 1024 * 1024),
     publishTimeoutMs: r.int('PUBLISH_TIMEOUT_MS', 5_000, 100, 120_000),
     streamMaxBytes: r.int('STREAM_MAX_BYTES', 2 * 1024 ** 3, 1024 ** 2, 1024 ** 4),
+    ingressHold: {
+      backlogBatches: r.int('INGRESS_HOLD_BACKLOG', 256, 0, 1_000_000),
+      maxMs: r.int('INGRESS_HOLD_MAX_MS', 1_000, 0, 60_000),
+    },
     pipeline: {
       workers: r.int('PIPELINE_WORKERS', Math.min(4, cores), 1, 256),
       flushRows: r.int('PIPELINE_FLUSH_ROWS', 10_000, 1, 1_000_000),

@@ -16,6 +16,7 @@ import { Nats } from './bus/connection.js';
 import { OrgRegistry, orgBucket } from './orgs/registry.js';
 import { TokenBuckets } from './ratelimit/bucket.js';
 import { SignalIngress } from './ingress/signals.js';
+import { BacklogGate } from './shared/backlog-gate.js';
 import { AdminApi } from './admin/routes.js';
 import { Server, listen } from './http/server.js';
 import { RouteTable } from './routes.js';
@@ -130,6 +131,9 @@ export async function start(cfg: Config): Promise<Running> {
       ...(cfg.webhooks.dnsServers.length > 0 ? { resolver: dnsServersResolver(cfg.webhooks.dnsServers) } : {}),
     });
 
+    // The ingress and the pipeline in one process share its cores: the ingress holds its answers while the pipeline is behind.
+    const backlog = hasIngress(cfg.role) && hasPipeline(cfg.role) ? new BacklogGate(cfg.ingressHold.backlogBatches, cfg.ingressHold.maxMs) : null;
+    if (backlog) closers.push(() => backlog.releaseAll());
     if (hasIngress(cfg.role)) {
       const redis = createRedis(cfg);
       redis.on('error', (err) => log.warn('redis error', { err: err.message }));
@@ -153,7 +157,7 @@ export async function start(cfg: Config): Promise<Running> {
       const customerStates = new CustomerStates(await billingState());
       routes.mountIngress({
         registry,
-        signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs),
+        signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs, backlog),
         maxBodyBytes: cfg.maxBodyBytes,
         admin: new AdminApi(registry),
         webhooks: new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
@@ -180,7 +184,7 @@ export async function start(cfg: Config): Promise<Running> {
       // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
       // evaluator's evaluations (workers/billing.ts) run on it.
       pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
-      pipeline = new Pipeline<PreparedBatch<BatchMeta>>(cfg, nats, store, await idempotencyClaims(nats, cfg, 'signals'), pool, partitioner);
+      pipeline = new Pipeline<PreparedBatch<BatchMeta>>(cfg, nats, store, await idempotencyClaims(nats, cfg, 'signals'), pool, partitioner, backlog);
       evaluator = new BillingEvaluator(nats, configs, await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,

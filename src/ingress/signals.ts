@@ -4,7 +4,8 @@
  * Order of a request, and why: authenticate (before the body is read) → parse and
  * validate the whole batch (a bad batch costs no tokens) → take N tokens (429 when the
  * bucket cannot cover N) → publish to JetStream and wait for the stream's ack (the batch
- * is durable before we answer) → 202. When the publish fails after the tokens were taken,
+ * is durable before we answer) → 202 (held a while when the pipeline of this process is
+ * behind: src/shared/backlog-gate.ts). When the publish fails after the tokens were taken,
  * the tokens are given back and the answer is 503: the client retries with the same
  * idempotency keys and nothing is lost or double-counted.
  */
@@ -20,7 +21,8 @@ import { fastBulkCount } from './fast-bulk.js';
 import { parseJson } from '../http/json.js';
 import type { Reply, Request } from '../http/route.js';
 import { ingressLog as log } from '../log.js';
-import { signalsAccepted } from '../metrics/index.js';
+import { ingressAnswersHeld, signalsAccepted } from '../metrics/index.js';
+import type { BacklogGate } from '../shared/backlog-gate.js';
 
 export interface AcceptedBatch {
   /** Signals accepted into the pipeline (duplicates by idempotencyKey are skipped there). */
@@ -34,6 +36,8 @@ export class SignalIngress {
     private readonly nats: Nats,
     private readonly buckets: TokenBuckets,
     private readonly publishTimeoutMs: number,
+    /** The pipeline of this process, when it has one (ROLE=all): answers wait while it is behind (src/shared/backlog-gate.ts). */
+    private readonly backlog: BacklogGate | null = null,
   ) {}
 
   async bulk(req: Request, principal: Principal): Promise<Reply> {
@@ -98,6 +102,8 @@ export class SignalIngress {
       );
     }
     signalsAccepted.inc({ mode: p.mode }, count);
+    // Durable now; while the pipeline of this process is behind, the answer (only) waits.
+    if (this.backlog && (await this.backlog.pass())) ingressAnswersHeld.inc();
     const body202: AcceptedBatch = { accepted: count, batchId };
     return { status: 202, body: body202 };
   }

@@ -66,6 +66,12 @@ export const signalsAccepted = new Counter({
   registers: [registry],
 });
 
+export const ingressAnswersHeld = new Counter({
+  name: 'usage_ingress_answers_held_total',
+  help: 'Answers (202) the ingress held because the pipeline of its process was behind (INGRESS_HOLD_BACKLOG)',
+  registers: [registry],
+});
+
 export const signalRequestsRefused = new Counter({
   name: 'usage_signal_requests_refused_total',
   help: 'Signal ingestion requests (bulk and v1) refused, by reason (the error code of the answer)',

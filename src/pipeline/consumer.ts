@@ -64,6 +64,7 @@ import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
 import { isDataError } from '../store/engine-error.js';
+import type { BacklogGate } from '../shared/backlog-gate.js';
 
 export { isDataError };
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */
@@ -153,8 +154,18 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
     /** The process's worker pool (main.ts; the billing evaluator runs on it too), of cfg.pipeline.workers threads. */
     private readonly pool: WorkerPool,
     private readonly billable: BillablePublisher<P>,
+    /** The ingress of this process, told how far behind the pipeline is (src/shared/backlog-gate.ts); null: none. */
+    private readonly backlog: BacklogGate | null = null,
   ) {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
+  }
+
+  /** Messages of the stream the consumer had not delivered yet, as the last delivery said. */
+  private undelivered = 0;
+
+  /** Tells the ingress of this process how many batches the pipeline is behind: undelivered, and held (taken, not yet stored). */
+  private reportBacklog(): void {
+    this.backlog?.report(this.undelivered + this.held.size);
   }
 
   async start(): Promise<void> {
@@ -187,6 +198,8 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       // A redelivery of a message this process still holds: the held copy's ack settles it.
       if (this.held.has(m.seq)) continue;
       this.held.set(m.seq, m);
+      this.undelivered = m.info.pending;
+      this.reportBacklog();
       this.waiting.push(m);
       this.startWaiting();
     }
@@ -313,6 +326,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       else await this.settleFailed(batch.msgs, err);
     } finally {
       for (const m of batch.msgs) this.held.delete(m.seq);
+      this.reportBacklog();
     }
   }
 

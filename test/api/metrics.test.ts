@@ -97,7 +97,7 @@ t.test('the dashboard reads metrics, every panel has a query', async (t) => {
     t.ok((p.targets ?? []).length > 0, `${p.title}: has a query`);
     for (const q of p.targets ?? []) t.ok(metricNames(q.expr).length > 0, `${p.title}: ${q.expr} reads a metric`);
   }
-  for (const m of ['usage_http_requests_total', 'usage_signals_accepted_total', 'usage_signal_requests_refused_total', 'usage_http_rate_limited_total', 'usage_jetstream_publish_duration_seconds_bucket', 'usage_jetstream_consumer_pending_messages', 'usage_pipeline_insert_rows_sum', 'usage_pipeline_insert_duration_seconds_bucket', 'usage_signal_freshness_seconds_bucket', 'billing_evaluation_lag_seconds_bucket', 'billing_events_total', 'billing_webhook_delivery_attempts_total', 'billing_webhook_delivery_duration_seconds_bucket', 'process_cpu_seconds_total']) {
+  for (const m of ['usage_http_requests_total', 'usage_signals_accepted_total', 'usage_ingress_answers_held_total', 'usage_signal_requests_refused_total', 'usage_http_rate_limited_total', 'usage_jetstream_publish_duration_seconds_bucket', 'usage_jetstream_consumer_pending_messages', 'usage_pipeline_insert_rows_sum', 'usage_pipeline_insert_duration_seconds_bucket', 'usage_signal_freshness_seconds_bucket', 'billing_evaluation_lag_seconds_bucket', 'billing_events_total', 'billing_webhook_delivery_attempts_total', 'billing_webhook_delivery_duration_seconds_bucket', 'process_cpu_seconds_total']) {
     t.ok(DASHBOARD_METRICS.includes(m), `the dashboard shows ${m}`);
   }
 });

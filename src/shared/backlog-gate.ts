@@ -1,0 +1,63 @@
+/**
+ * Back-pressure from the pipeline to the ingress of the same process (ROLE=all).
+ *
+ * The two share the process and the machine's cores. A producer that sends faster than the
+ * pipeline stores would otherwise be answered at the ingress's own pace: the stream's backlog
+ * (and every signal's freshness) grows without bound until the stream is full, and each
+ * batch accepted beyond what the pipeline keeps up with takes CPU the pipeline needs. So while
+ * the pipeline of this process is more than `limit` batches behind (in the stream and not yet
+ * stored), the ingress holds each 202 — the batch is durable already; only the answer waits —
+ * until the pipeline is back under the limit, or at most the hold time. A producer with a
+ * bounded number of requests in flight (every SDK, every bench producer) then sends at the
+ * rate the whole service sustains, and the backlog stays near the limit. Nothing is refused:
+ * the status, the body and the rate limiter's 429 contract are unchanged (spec 7.2).
+ *
+ * An ingress without a pipeline in its process (ROLE=ingress) has no gate: nothing reports
+ * to it, so it never holds.
+ */
+export class BacklogGate {
+  private pending = 0;
+  private readonly waiters = new Set<() => void>();
+
+  constructor(
+    /** Batches behind beyond which answers are held (0: never). */
+    readonly limit: number,
+    /** The longest one answer is held (ms). */
+    readonly holdMaxMs: number,
+  ) {}
+
+  /** The pipeline's count of batches behind: in the stream not yet taken, and taken not yet stored. */
+  report(batchesBehind: number): void {
+    this.pending = batchesBehind;
+    if (!this.behind() && this.waiters.size > 0) this.releaseAll();
+  }
+
+  /** Answers being held now. */
+  get holding(): number {
+    return this.waiters.size;
+  }
+
+  behind(): boolean {
+    return this.limit > 0 && this.holdMaxMs > 0 && this.pending > this.limit;
+  }
+
+  /** Resolves at once when the pipeline keeps up; otherwise once it is back under the limit, or after the hold time. True when it held. */
+  async pass(): Promise<boolean> {
+    if (!this.behind()) return false;
+    await new Promise<void>((resolve) => {
+      const done = (): void => {
+        clearTimeout(timer);
+        this.waiters.delete(done);
+        resolve();
+      };
+      const timer = setTimeout(done, this.holdMaxMs);
+      this.waiters.add(done);
+    });
+    return true;
+  }
+
+  /** Releases every held answer (the process stops). */
+  releaseAll(): void {
+    for (const release of [...this.waiters]) release();
+  }
+}
