@@ -85,7 +85,7 @@ export interface PreparedBillable {
   meta: BatchMeta;
 }
 
-const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.js', import.meta.url).href, 'packed');
+const buildRows = workerTask<RowsTask, PackedRows>(new URL('../../workers/rows.js', import.meta.url).href, 'packedMoved');
 
 /** Batches processed at once (held by the loop) with `threads` workers; the pool queues twice as many tasks. */
 export const maxInflight = (threads: number): number => Math.max(4, threads * 4);

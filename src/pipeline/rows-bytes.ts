@@ -314,8 +314,7 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     if (keyStart === -1) claimKeys[i] = null;
     else {
       // The key's UTF-8 bytes are the hash's input; with an escape inside, its parsed text is.
-      const inner = src.subarray(keyStart + 1, keyEnd - 1);
-      claimKeys[i] = claimKeyOf(meta, inner.includes(BACKSLASH) ? textOf(src, keyStart, keyEnd) : inner);
+      claimKeys[i] = claimKeyOf(meta, hasEscape(src, keyStart, keyEnd) ? textOf(src, keyStart, keyEnd) : src.subarray(keyStart + 1, keyEnd - 1));
     }
     ro = fixed(rows, ro, r1);
     ro = ascii(rows, ro, num);
@@ -350,8 +349,13 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
   return { rows: rows.subarray(0, ro), billable: billable.subarray(0, bo), ids, claimKeys, ...distinctRefs(customers) };
 }
 
+/** Whether the JSON string in [start, end) (quotes included) holds an escape. */
+function hasEscape(src: Buffer, start: number, end: number): boolean {
+  for (let i = start + 1; i < end - 1; i++) if (src[i] === BACKSLASH) return true;
+  return false;
+}
+
 /** The text of the JSON string in [start, end) (quotes included): its UTF-8 between the quotes, parsed when it holds an escape. */
 function textOf(src: Buffer, start: number, end: number): string {
-  const i = src.indexOf(BACKSLASH, start);
-  return i !== -1 && i < end ? (JSON.parse(src.toString('utf8', start, end)) as string) : src.toString('utf8', start + 1, end - 1);
+  return hasEscape(src, start, end) ? (JSON.parse(src.toString('utf8', start, end)) as string) : src.toString('utf8', start + 1, end - 1);
 }

@@ -236,3 +236,17 @@ t.test('the pipeline form takes the fast path for plain batches', async (t) => {
   t.equal(new Set(p.refs).size, p.refs.length, 'each reference once');
   t.same([...p.refOf].map((k) => p.refs[k]), JSON.parse(body.toString()).signals.map((x: { customerId: string }) => x.customerId), "each signal's own reference");
 });
+
+t.test('through the worker pool (packedMoved): the same result, its byte arrays moved', async (t) => {
+  const { createWorkerPool, workerTask } = await import('../../src/shared/worker-pool.js');
+  const pool = createWorkerPool(1, 4);
+  t.teardown(() => pool.destroy());
+  const run = workerTask<{ body: Uint8Array; meta: BatchMeta }, ReturnType<typeof packed>>(new URL('../../workers/rows.ts', import.meta.url).href, 'packedMoved');
+  const template = new BatchTemplate({ keyed: (i) => i % 2 === 0, baseTimeMs: NOW - 1_000 });
+  for (const body of [Buffer.from(template.render((i) => `k-${i}`)), withData('{ "n" : 1.0 }')]) {
+    const copy = new Uint8Array(body);
+    const got = await run(pool, { body: copy, meta }, [copy.buffer as ArrayBuffer]);
+    const want = packed({ body, meta });
+    t.same([Buffer.from(got.rows).toString(), Buffer.from(got.billable).toString(), got.ids, got.claimKeys, got.refs, [...got.refOf]], [Buffer.from(want.rows).toString(), Buffer.from(want.billable).toString(), want.ids, want.claimKeys, want.refs, [...want.refOf]]);
+  }
+});
