@@ -93,6 +93,11 @@ export const maxInflight = (threads: number): number => Math.max(4, threads * 4)
 /** How often held messages are marked in progress: four times per ack wait (at least 1 s, config.ts). */
 export const keepAlivePeriod = (ackWaitMs: number): number => Math.max(100, Math.floor(ackWaitMs / 4));
 
+/** How long the stream's count of undelivered messages, as a delivery gave it, is taken as current (ms). */
+const UNDELIVERED_FRESH_MS = 1_000;
+/** While behind, a flush waits for a flush's worth at most this many PIPELINE_FLUSH_MS. */
+export const BEHIND_FLUSH_WAITS = 5;
+
 
 interface Buffered<P extends PreparedBillable> {
   msgs: JsMsg[];
@@ -160,8 +165,18 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
   }
 
-  /** Messages of the stream the consumer had not delivered yet, as the last delivery said. */
-  private undelivered = 0;
+  /** Messages of the stream the consumer had not delivered yet, as the last delivery said, and when it said so. */
+  private undeliveredCount = 0;
+  private undeliveredAt = 0;
+
+  /**
+   * Messages of the stream not delivered yet, as a recent delivery said: one that came more
+   * than UNDELIVERED_FRESH_MS ago no longer counts (another process may have taken them, or
+   * the server hands this one nothing more until it acks).
+   */
+  private get undelivered(): number {
+    return performance.now() - this.undeliveredAt <= UNDELIVERED_FRESH_MS ? this.undeliveredCount : 0;
+  }
 
   /** Tells the ingress of this process how many batches the pipeline is behind: undelivered, and held (taken, not yet stored). */
   private reportBacklog(): void {
@@ -198,7 +213,8 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       // A redelivery of a message this process still holds: the held copy's ack settles it.
       if (this.held.has(m.seq)) continue;
       this.held.set(m.seq, m);
-      this.undelivered = m.info.pending;
+      this.undeliveredCount = m.info.pending;
+      this.undeliveredAt = performance.now();
       this.reportBacklog();
       this.waiting.push(m);
       this.startWaiting();
@@ -270,6 +286,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       };
     } catch (err) {
       this.held.delete(m.seq);
+      this.reportBacklog();
       log.error('batch could not be processed; will be redelivered', { err, seq: m.seq, deliveries: m.info.deliveryCount });
       try {
         m.nak(Math.min(30_000, 1_000 * 2 ** Math.min(5, m.info.deliveryCount)));
@@ -303,11 +320,14 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
 
   private idleTimer: NodeJS.Timeout | null = null;
 
-  /** PIPELINE_FLUSH_MS; while behind it waits for a flush's worth (the idle flush still comes when no batch does). */
-  private armTimer(): void {
+  /**
+   * PIPELINE_FLUSH_MS after the first buffered batch; while behind it waits longer for a
+   * flush's worth, at most BEHIND_FLUSH_WAITS times as long (the idle flush may come sooner).
+   */
+  private armTimer(waited = 1): void {
     this.timer = setTimeout(() => {
       this.timer = null;
-      if (this.behind() && !this.stopping && this.buffer.rowTotal < this.flushRows()) this.armTimer();
+      if (waited < BEHIND_FLUSH_WAITS && this.behind() && !this.stopping && this.buffer.rowTotal < this.flushRows()) this.armTimer(waited + 1);
       else void this.flush();
     }, this.cfg.pipeline.flushMs);
   }
@@ -411,5 +431,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
     while (this.flushing || this.buffer.msgs.length > 0) await this.flush();
     if (this.keepAlive) clearInterval(this.keepAlive);
     this.keepAlive = null;
+    this.undeliveredCount = 0;
+    this.reportBacklog();
   }
 }

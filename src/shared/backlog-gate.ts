@@ -15,8 +15,12 @@
  * An ingress without a pipeline in its process (ROLE=ingress) has no gate: nothing reports
  * to it, so it never holds.
  */
+/** A report older than this no longer holds answers (ms). */
+export const REPORT_FRESH_MS = 2_000;
+
 export class BacklogGate {
   private pending = 0;
+  private reportedAt = 0;
   private readonly waiters = new Set<() => void>();
 
   constructor(
@@ -24,11 +28,14 @@ export class BacklogGate {
     readonly limit: number,
     /** The longest one answer is held (ms). */
     readonly holdMaxMs: number,
+    /** A report older than this no longer holds answers (ms). */
+    private readonly freshMs = REPORT_FRESH_MS,
   ) {}
 
   /** The pipeline's count of batches behind: in the stream not yet taken, and taken not yet stored. */
   report(batchesBehind: number): void {
     this.pending = batchesBehind;
+    this.reportedAt = performance.now();
     if (!this.behind() && this.waiters.size > 0) this.releaseAll();
   }
 
@@ -37,8 +44,9 @@ export class BacklogGate {
     return this.waiters.size;
   }
 
+  /** Behind as the pipeline last reported, if that was recent (a pipeline far behind reports at every delivery and every flush). */
   behind(): boolean {
-    return this.limit > 0 && this.holdMaxMs > 0 && this.pending > this.limit;
+    return this.limit > 0 && this.holdMaxMs > 0 && this.pending > this.limit && performance.now() - this.reportedAt <= this.freshMs;
   }
 
   /** Resolves at once when the pipeline keeps up; otherwise once it is back under the limit, or after the hold time. True when it held. */

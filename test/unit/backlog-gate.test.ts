@@ -2,7 +2,7 @@
  * The ingress's back-pressure gate (src/shared/backlog-gate.ts): an answer passes at once while
  * the pipeline keeps up, and is held while it is more than `limit` batches behind — until a
  * report says it is back under the limit, or at most the hold time; never with a limit or hold
- * time of 0; and nothing is kept of an answer once it passed.
+ * time of 0, nor on a report too old; and nothing is kept of an answer once it passed.
  */
 import t from 'tap';
 import { BacklogGate } from '../../src/shared/backlog-gate.js';
@@ -64,4 +64,13 @@ t.test('releaseAll: every held answer goes (the process stops)', async (t) => {
   g.releaseAll();
   t.same(await all, [true, true]);
   t.equal(g.holding, 0);
+});
+
+t.test('a report that is not renewed stops holding answers (a pipeline that stopped reporting is not taken as behind)', async (t) => {
+  const g = new BacklogGate(1, 60_000, 50);
+  g.report(5);
+  t.equal(g.behind(), true, 'just reported');
+  await tick(80);
+  t.equal(g.behind(), false, 'the report is 80 ms old, older than 50');
+  t.equal(await g.pass(), false, 'not held');
 });

@@ -475,7 +475,7 @@ export class BillingConfigStore {
       const found = await this.customersByRefs(orgId, mode, named, view);
       named.forEach((r, i) => out.set(r, found[i]?.doc.customer.id ?? null));
     }
-    if (view?.current()) this.remember(scope, view.label, memo, out);
+    if (view?.current()) this.remember(scope, view.label, out);
     return out;
   }
 
@@ -483,27 +483,31 @@ export class BillingConfigStore {
   private readonly resolved = new Map<string, { label: string; ids: Map<string, string | null> }>();
   private resolvedCount = 0;
 
-  private remember(scope: string, label: string, memo: { label: string; ids: Map<string, string | null> } | undefined, answers: Map<string, string | null>): void {
-    let m = memo;
-    if (!m) {
-      const old = this.resolved.get(scope);
-      if (old) this.resolvedCount -= old.ids.size;
-      this.resolved.delete(scope);
-      this.resolved.set(scope, (m = { label, ids: new Map() }));
+  private remember(scope: string, label: string, answers: Map<string, string | null>): void {
+    // The memo as it is now (not as the call found it: another call may have replaced or dropped it meanwhile).
+    let m = this.resolved.get(scope);
+    this.resolved.delete(scope);
+    if (m && m.label !== label) {
+      this.resolvedCount -= m.ids.size;
+      m = undefined;
     }
+    m ??= { label, ids: new Map() };
+    // Most recently used last (the order organizations are dropped in).
+    this.resolved.set(scope, m);
     for (const [r, id] of answers) {
       if (m.ids.size >= RESOLUTION_CACHE_MAX) break;
       if (m.ids.has(r)) continue;
       m.ids.set(r, id);
       this.resolvedCount++;
     }
-    // Bounded as the fenced caches are: past it, the least recently renewed organizations go first.
+    // Bounded as the fenced caches are: past it, the least recently used organizations go first.
     for (const [other, o] of this.resolved) {
       if (this.resolvedCount <= RESOLUTION_CACHE_MAX || other === scope) break;
       this.resolvedCount -= o.ids.size;
       this.resolved.delete(other);
     }
   }
+
 
   /** A fenced cache's reader as of now (bus/kv-fenced.ts), or undefined (no cache): read every key. */
   private async view(cache: FencedKvCache | null): Promise<FencedView | undefined> {
