@@ -1,10 +1,9 @@
 /**
  * The pipeline's flushes while it is behind (src/pipeline/consumer.ts): a flush may wait for
  * PIPELINE_FLUSH_ROWS_BEHIND rows, but never indefinitely. Found by a review: a batch buffered
- * while the consumer said more were pending, then a second batch whose processing failed
- * after the idle flush had given up (a batch in flight), left the first one buffered forever
- * (the flush timer kept waiting for a flush's worth that no delivery would bring: another
- * process had taken the rest). The real Pipeline runs here with a fake consumer, worker pool,
+ * while behind, then a second batch whose processing failed after the idle flush had given up
+ * (a batch in flight), left the first one buffered forever (the flush timer kept waiting for a
+ * flush's worth that no delivery would bring: another process had taken the rest). The real Pipeline runs here with a fake consumer, worker pool,
  * claim log, store and billable publisher, so the moment of each insert and ack is observed.
  */
 import t from 'tap';
@@ -42,7 +41,8 @@ function harness() {
   const msg = (seq: number, pending: number) => ({
     seq,
     data: Buffer.from(`{"signals":[{"eventName":"e","customerId":"c","idempotencyKey":"k${seq}"}]}`),
-    headers: { get: (k: string) => ({ [batch.H_ORG]: 'org_A', [batch.H_MODE]: 'live', [batch.H_RECEIVED_AT]: String(Date.now()), [batch.H_BATCH]: `bat_${seq}` })[k] },
+    // accepted 5 s ago: the pipeline is behind (BEHIND_LAG_MS)
+    headers: { get: (k: string) => ({ [batch.H_ORG]: 'org_A', [batch.H_MODE]: 'live', [batch.H_RECEIVED_AT]: String(Date.now() - 5_000), [batch.H_BATCH]: `bat_${seq}` })[k] },
     info: { pending, deliveryCount: 1 },
     redelivered: false,
     ack: () => note(`ack ${seq}`),
@@ -79,7 +79,7 @@ t.test('behind, a batch buffered and the next one failing: the first is still st
   t.teardown(() => h.pipeline.stop());
   h.failing.add(2);
   const start = performance.now();
-  h.push(h.msg(1, 5)); // 5 more pending in the stream: behind
+  h.push(h.msg(1, 5)); // accepted 5 s ago: behind
   await new Promise((r) => setTimeout(r, 2));
   h.push(h.msg(2, 5));
   t.ok(await until(() => h.events.some((e) => e.what === 'ack 1'), 3_000), `batch 1 stored and acked: ${JSON.stringify(h.events.map((e) => e.what))}`);
@@ -95,7 +95,7 @@ t.test('behind with batches coming: one insert of a flush\'s worth, not one per 
   const h = harness();
   await h.pipeline.start();
   t.teardown(() => h.pipeline.stop());
-  // 30 one-signal batches, each delivery saying more wait: below the 1,000 rows of a flush while behind,
+  // 30 one-signal batches accepted 5 s ago: below the 1,000 rows of a flush while behind,
   // so they go together when the longest wait ends (or on the idle flush once they stop coming).
   for (let seq = 1; seq <= 30; seq++) {
     h.push(h.msg(seq, 100));
