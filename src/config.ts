@@ -92,8 +92,6 @@ export interface Config {
   pipeline: {
     workers: number;
     flushRows: number;
-    /** Rows of a flush while the pipeline is behind (the stream holds batches it has not taken): larger inserts cost the engine less per row. */
-    flushRowsBehind: number;
     flushMs: number;
     flushIdleMs: number;
     maxAckPending: number;
@@ -324,7 +322,6 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     pipeline: {
       workers: r.int('PIPELINE_WORKERS', Math.min(4, cores), 1, 256),
       flushRows: r.int('PIPELINE_FLUSH_ROWS', 10_000, 1, 1_000_000),
-      flushRowsBehind: r.int('PIPELINE_FLUSH_ROWS_BEHIND', 50_000, 1, 1_000_000),
       flushMs: r.int('PIPELINE_FLUSH_MS', 200, 1, 60_000),
       flushIdleMs: r.int('PIPELINE_FLUSH_IDLE_MS', 10, 1, 60_000),
       maxAckPending: r.int('PIPELINE_MAX_ACK_PENDING', 256, 1, 100_000),

@@ -95,10 +95,6 @@ export const keepAlivePeriod = (ackWaitMs: number): number => Math.max(100, Math
 
 /** How long the stream's count of undelivered messages, as a delivery gave it, is taken as current (ms). */
 const UNDELIVERED_FRESH_MS = 1_000;
-/** While behind, a flush waits for a flush's worth at most this many PIPELINE_FLUSH_MS. */
-export const BEHIND_FLUSH_WAITS = 5;
-/** The pipeline is behind when its oldest buffered batch was accepted longer ago than this (ms). */
-export const BEHIND_LAG_MS = 1_000;
 
 
 interface Buffered<P extends PreparedBillable> {
@@ -237,25 +233,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
 
   /** Back-pressure: two flushes' worth of rows wait while a flush runs. */
   private bufferFull(): boolean {
-    return this.buffer.rowTotal >= 2 * this.flushRows() && this.flushing !== null;
-  }
-
-  /**
-   * The rows of a flush: PIPELINE_FLUSH_ROWS; while the pipeline is behind (its oldest buffered
-   * batch was accepted more than BEHIND_LAG_MS ago), PIPELINE_FLUSH_ROWS_BEHIND if larger. An
-   * insert of 50,000 rows costs the engine about a quarter less CPU per row than one of 10,000
-   * (bench/insert-formats.js --rows), and signals that have waited are late already: a pipeline
-   * behind catches up sooner with larger inserts. Keeping up, inserts stay small and frequent,
-   * for freshness.
-   */
-  private flushRows(): number {
-    const { flushRows, flushRowsBehind } = this.cfg.pipeline;
-    return this.behind() ? Math.max(flushRows, flushRowsBehind) : flushRows;
-  }
-
-  private behind(): boolean {
-    const oldest = this.buffer.billable[0];
-    return oldest !== undefined && Date.now() - oldest.meta.receivedAtMs > BEHIND_LAG_MS;
+    return this.buffer.rowTotal >= 2 * this.cfg.pipeline.flushRows && this.flushing !== null;
   }
 
   /** A message's part of the buffer, or null (nothing to buffer): added by `order`, in the order the messages came. */
@@ -308,12 +286,17 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
    * keep coming and the buffer grows into large inserts).
    */
   private scheduleFlush(): void {
-    if (this.buffer.rowTotal >= this.flushRows()) {
+    if (this.buffer.rowTotal >= this.cfg.pipeline.flushRows) {
       void this.flush();
       return;
     }
     if (this.buffer.msgs.length === 0) return;
-    if (!this.timer) this.armTimer();
+    if (!this.timer) {
+      this.timer = setTimeout(() => {
+        this.timer = null;
+        void this.flush();
+      }, this.cfg.pipeline.flushMs);
+    }
     if (this.idleTimer) clearTimeout(this.idleTimer);
     this.idleTimer = setTimeout(() => {
       this.idleTimer = null;
@@ -322,18 +305,6 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
   }
 
   private idleTimer: NodeJS.Timeout | null = null;
-
-  /**
-   * PIPELINE_FLUSH_MS after the first buffered batch; while behind it waits longer for a
-   * flush's worth, at most BEHIND_FLUSH_WAITS times as long (the idle flush may come sooner).
-   */
-  private armTimer(waited = 1): void {
-    this.timer = setTimeout(() => {
-      this.timer = null;
-      if (waited < BEHIND_FLUSH_WAITS && this.behind() && !this.stopping && this.buffer.rowTotal < this.flushRows()) this.armTimer(waited + 1);
-      else void this.flush();
-    }, this.cfg.pipeline.flushMs);
-  }
 
   /** Inserts what is buffered and acks its messages; one flush runs at a time. */
   flush(): Promise<void> {

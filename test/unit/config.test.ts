@@ -69,7 +69,6 @@ t.test('defaults', async (t) => {
     pipeline: {
       workers: Math.min(4, Math.max(1, os.availableParallelism())),
       flushRows: 10_000,
-      flushRowsBehind: 50_000,
       flushMs: 200,
       flushIdleMs: 10,
       maxAckPending: 256,
