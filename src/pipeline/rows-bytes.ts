@@ -21,7 +21,7 @@
  * - a timestamp that is not an RFC 3339 date-time, any field the signals do not have, and
  *   anything that is not a `{"signals":[…]}` body.
  */
-import { COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, K_SIGNALS, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
+import { COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
 import { Rfc3339Reader } from '../shared/time.js';
 import { signalIdPrefix, type BatchMeta } from '../bus/batch.js';
 import { distinctRefs, type PackedRows } from './rows-task.js';
@@ -56,36 +56,8 @@ class RowsScanner extends JsonBytes {
     super(text);
   }
 
-  /** The whole body; the number of signals or NO. */
-  body(): number {
-    const b = this.b;
-    let p = this.ws(0);
-    if (b[p] !== LBRACE) return NO;
-    p = this.ws(p + 1);
-    if (b[p] !== QUOTE || !this.key(p + 1, K_SIGNALS)) return NO;
-    p = this.value1(p + 9);
-    if (p === NO || b[p] !== LBRACKET) return NO;
-    p = this.ws(p + 1);
-    for (;;) {
-      p = this.signal(p);
-      if (p === NO) return NO;
-      p = this.ws(p);
-      const c = b[p++];
-      if (c === COMMA) {
-        p = this.ws(p);
-        continue;
-      }
-      if (c === RBRACKET) break;
-      return NO;
-    }
-    p = this.ws(p);
-    if (b[p] !== RBRACE) return NO;
-    p = this.ws(p + 1);
-    return p === b.length ? this.count : NO;
-  }
-
   /** One signal object at p: its spans and time recorded as signal `count`. */
-  signal(p: number): number {
+  override signal(p: number): number {
     const b = this.b;
     if (b[p] !== LBRACE) return NO;
     const i = this.count;
@@ -257,7 +229,7 @@ const bytes = (s: string): Buffer => Buffer.from(s, 'utf8');
 export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (meta: BatchMeta, key: Uint8Array | string) => string): PackedRows | null {
   const src = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   const scanner = new RowsScanner(src, meta.receivedAtMs);
-  const n = scanner.body();
+  const n = scanner.signals(Number.MAX_SAFE_INTEGER);
   if (n === NO || n === 0) return null;
   const { spans, times } = scanner;
   const prefix = signalIdPrefix(meta.batchId);
@@ -284,20 +256,8 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
   const ids = new Array<string>(n);
   const claimKeys = new Array<string | null>(n);
   const customers = new Array<string>(n);
-  const put = (out: Buffer, at: number, from: number, to: number): number => {
-    if (to - from < 32) {
-      for (let k = from; k < to; k++) out[at++] = src[k]!;
-      return at;
-    }
-    return at + src.copy(out, at, from, to);
-  };
-  const fixed = (out: Buffer, at: number, part: Buffer): number => {
-    if (part.length < 32) {
-      for (let k = 0; k < part.length; k++) out[at++] = part[k]!;
-      return at;
-    }
-    return at + part.copy(out, at);
-  };
+  const put = (out: Buffer, at: number, from: number, to: number): number => copy(src, from, to, out, at);
+  const fixed = (out: Buffer, at: number, part: Buffer): number => copy(part, 0, part.length, out, at);
   const ascii = (out: Buffer, at: number, text: string): number => {
     for (let k = 0; k < text.length; k++) out[at++] = text.charCodeAt(k);
     return at;
@@ -347,6 +307,15 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     bo = ascii(billable, bo, '}\n');
   }
   return { rows: rows.subarray(0, ro), billable: billable.subarray(0, bo), ids, claimKeys, ...distinctRefs(customers) };
+}
+
+/** Copies [from, to) of `src` into `out` at `at`; the position after it. Short runs byte by byte (a native copy costs more than it saves there). */
+function copy(src: Buffer, from: number, to: number, out: Buffer, at: number): number {
+  if (to - from < 32) {
+    for (let k = from; k < to; k++) out[at++] = src[k]!;
+    return at;
+  }
+  return at + src.copy(out, at, from, to);
 }
 
 /** Whether the JSON string in [start, end) (quotes included) holds an escape. */

@@ -45,7 +45,7 @@ export function literal(s: string): Literal {
   if (b.length % 4 !== 0) at.push(b.length - 4);
   return { length: b.length, at, words: at.map((i) => b.readUInt32LE(i)) };
 }
-export const K_SIGNALS = literal('signals');
+const K_SIGNALS = literal('signals');
 const K_EVENT = literal('eventName');
 const K_CUSTOMER = literal('customerId');
 const K_UNIT = literal('unitId');
@@ -65,7 +65,7 @@ const STR_CLASS = new Uint8Array(256).map((_, c) => (c === QUOTE ? END : c === B
 /** Not sure: the reader stops and the slow path decides. */
 export const NO = -1;
 
-export class JsonBytes {
+export abstract class JsonBytes {
   /** Length in UTF-16 units of the last string read by `str`. */
   units = 0;
   /**
@@ -78,6 +78,38 @@ export class JsonBytes {
 
   constructor(readonly b: Uint8Array) {
     this.dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
+  }
+
+  /** One signal object at p (each reader's own). */
+  abstract signal(p: number): number;
+
+  /** The whole body, `{"signals":[<signal>, ...]}`: the number of its signals (at most `max`), or NO. */
+  signals(max: number): number {
+    const b = this.b;
+    let p = this.ws(0);
+    if (b[p] !== LBRACE) return NO;
+    p = this.ws(p + 1);
+    if (b[p] !== QUOTE || !this.key(p + 1, K_SIGNALS)) return NO;
+    p = this.value1(p + 9);
+    if (p === NO || b[p] !== LBRACKET) return NO;
+    p = this.ws(p + 1);
+    let count = 0;
+    for (;;) {
+      p = this.signal(p);
+      if (p === NO || ++count > max) return NO;
+      p = this.ws(p);
+      const c = b[p++];
+      if (c === COMMA) {
+        p = this.ws(p);
+        continue;
+      }
+      if (c === RBRACKET) break;
+      return NO;
+    }
+    p = this.ws(p);
+    if (b[p] !== RBRACE) return NO;
+    p = this.ws(p + 1);
+    return p === b.length ? count : NO;
   }
 
   ws(p: number): number {
