@@ -96,7 +96,6 @@ export const keepAlivePeriod = (ackWaitMs: number): number => Math.max(100, Math
 /** How long the stream's count of undelivered messages, as a delivery gave it, is taken as current (ms). */
 const UNDELIVERED_FRESH_MS = 1_000;
 
-
 interface Buffered<P extends PreparedBillable> {
   msgs: JsMsg[];
   /** Per message: its billable signals, resolved and split by partition, with its metadata. */
