@@ -21,12 +21,11 @@
  * - a timestamp that is not an RFC 3339 date-time, any field the signals do not have, and
  *   anything that is not a `{"signals":[…]}` body.
  */
-import { COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
+import { BACKSLASH, COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
 import { Rfc3339Reader } from '../shared/time.js';
 import { signalIdPrefix, type BatchMeta } from '../bus/batch.js';
 import { distinctRefs, type PackedRows } from './rows-task.js';
 
-const BACKSLASH = 92;
 /** Per signal, in `spans`: the byte ranges [start, end) of its values (start −1: absent or null). */
 const EVENT = 0;
 const CUSTOMER = 2;
@@ -274,7 +273,7 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     if (keyStart === -1) claimKeys[i] = null;
     else {
       // The key's UTF-8 bytes are the hash's input; with an escape inside, its parsed text is.
-      claimKeys[i] = claimKeyOf(meta, hasEscape(src, keyStart, keyEnd) ? textOf(src, keyStart, keyEnd) : src.subarray(keyStart + 1, keyEnd - 1));
+      claimKeys[i] = claimKeyOf(meta, hasEscape(src, keyStart, keyEnd) ? parsedText(src, keyStart, keyEnd) : src.subarray(keyStart + 1, keyEnd - 1));
     }
     ro = fixed(rows, ro, r1);
     ro = ascii(rows, ro, num);
@@ -326,5 +325,8 @@ function hasEscape(src: Buffer, start: number, end: number): boolean {
 
 /** The text of the JSON string in [start, end) (quotes included): its UTF-8 between the quotes, parsed when it holds an escape. */
 function textOf(src: Buffer, start: number, end: number): string {
-  return hasEscape(src, start, end) ? (JSON.parse(src.toString('utf8', start, end)) as string) : src.toString('utf8', start + 1, end - 1);
+  return hasEscape(src, start, end) ? parsedText(src, start, end) : src.toString('utf8', start + 1, end - 1);
 }
+
+/** The JSON string in [start, end) (quotes included), parsed. */
+const parsedText = (src: Buffer, start: number, end: number): string => JSON.parse(src.toString('utf8', start, end)) as string;
