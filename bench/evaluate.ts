@@ -15,7 +15,7 @@
 import { Args } from './lib/args.js';
 import { customerDoc } from './lib/billing-seed.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, round } from './lib/report.js';
-import { configsOf, evaluateGroup, groupCapPeriods, scopeOf, unitsOf, type UnitText } from '../src/billing/evaluator/group.js';
+import { configsOf, evaluateGroup, groupCapPeriods, scopeOf, unitsOf, type GroupLookups, type UnitText } from '../src/billing/evaluator/group.js';
 import { ZERO_PERIOD, type BillingState, type PeriodTotal } from '../src/billing/evaluator/evaluate.js';
 import type { BillingConfig } from '../src/billing/model.js';
 import { pinnedConfig } from '../src/billing/evaluator/consumer.js';
@@ -70,7 +70,8 @@ function makeGroup(seq: number): { pinJson: string; units: UnitText[]; signals: 
 function run(g: { pinJson: string; units: UnitText[] }): number {
   const configs = configsOf({ pinJson: g.pinJson });
   const units = unitsOf({ units: g.units });
-  const refs = groupCapPeriods({ configs, units });
+  const lookups: GroupLookups = new Map();
+  const refs = groupCapPeriods({ configs, units }, lookups);
   const states: Record<string, BillingState> = {};
   for (const u of units) {
     const scope = scopeOf(u.orgId, u.mode);
@@ -81,7 +82,7 @@ function run(g: { pinJson: string; units: UnitText[] }): number {
   }
   const periods: Record<string, PeriodTotal> = {};
   for (const r of refs) periods[r.key] = r.key.length % 2 === 0 ? ZERO_PERIOD : { used: '4321', reached: false };
-  const out = evaluateGroup({ configs, units, states, periods });
+  const out = evaluateGroup({ configs, units, states, periods }, lookups);
   return out.units.reduce((n, u) => n + u.costs, 0);
 }
 

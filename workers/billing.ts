@@ -6,7 +6,7 @@
  * with the customers' states and those periods' totals (or gave up), so the pin and the
  * messages are copied here and parsed once.
  */
-import { configsOf, unitsOf, evaluateGroup, groupCapPeriods, type AskingTask, type GroupOutput, type WorkerAnswer } from '../src/billing/evaluator/group.js';
+import { configsOf, unitsOf, evaluateGroup, groupCapPeriods, type AskingTask, type GroupLookups, type GroupOutput, type WorkerAnswer } from '../src/billing/evaluator/group.js';
 
 export async function evaluateAsking(input: AskingTask): Promise<GroupOutput> {
   const { port } = input;
@@ -14,10 +14,11 @@ export async function evaluateAsking(input: AskingTask): Promise<GroupOutput> {
     const configs = configsOf(input);
     const units = unitsOf(input);
     const answer = new Promise<WorkerAnswer>((resolve) => port.once('message', resolve));
-    port.postMessage(groupCapPeriods({ configs, units }));
+    const lookups: GroupLookups = new Map();
+    port.postMessage(groupCapPeriods({ configs, units }, lookups));
     const got = await answer;
     if ('error' in got) throw new Error(`billing evaluation abandoned: ${got.error}`);
-    return evaluateGroup({ configs, units, states: got.states, periods: got.periods });
+    return evaluateGroup({ configs, units, states: got.states, periods: got.periods }, lookups);
   } finally {
     port.close();
   }

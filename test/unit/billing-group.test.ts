@@ -11,7 +11,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { capPeriods, evaluate, type BillableSignal, type BillingState, type EmittedEvent, type PeriodTotal } from '../../src/billing/evaluator/evaluate.js';
-import { configsOf, evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupUnit } from '../../src/billing/evaluator/group.js';
+import { configsOf, evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupLookups, type GroupUnit } from '../../src/billing/evaluator/group.js';
 import { billedCustomers, formGroup, GROUP_CUSTOMERS, GROUP_MESSAGES, pinnedConfig, readPin } from '../../src/billing/evaluator/consumer.js';
 import { capKey, emptyConfig, type BillingConfig } from '../../src/billing/model.js';
 import { renderRows } from '../../src/billing/evaluator/rows-body.js';
@@ -87,14 +87,16 @@ t.test('a group evaluates like its messages one after another, whatever the spli
       let untouched = true;
       for (let at = 0, c = 0; at < us.length; c++) {
         const group = us.slice(at, (at += cuts[c % cuts.length]!));
-        const refs = groupCapPeriods({ configs, units: group });
+        // Every other group as the worker evaluates it: one set of lookups for its listing and its evaluation (each signal resolved once).
+        const lookups: GroupLookups | undefined = c % 2 === 0 ? new Map() : undefined;
+        const refs = groupCapPeriods({ configs, units: group }, lookups);
         t.equal(new Set(refs.map((r) => r.key)).size, refs.length);
         const periods: Record<string, PeriodTotal> = {};
         for (const r of refs) periods[r.key] = totals[r.key] ?? { used: '0', reached: false };
         const before: Record<string, BillingState> = {};
         for (const u of group) before[scopeOf(u.orgId, u.mode)] = states[scopeOf(u.orgId, u.mode)] ?? empty();
         const given = JSON.stringify({ before, periods });
-        const out = evaluateGroup({ configs, units: group, states: before, periods });
+        const out = evaluateGroup({ configs, units: group, states: before, periods }, lookups);
         untouched &&= JSON.stringify({ before, periods }) === given;
         Object.assign(states, out.states);
         Object.assign(totals, out.periods);

@@ -8,7 +8,7 @@
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { RENDER_COLUMNS, readRows, renderRows, type TableLines } from '../../src/billing/evaluator/rows-body.js';
+import { RENDER_COLUMNS, arrayLine, readRows, renderRows, type TableLines } from '../../src/billing/evaluator/rows-body.js';
 import { BILLING_COLUMNS, schemaStatements } from '../../src/store/schema.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from '../../src/billing/evaluator/evaluate.js';
 
@@ -90,4 +90,23 @@ t.test("BILLING_COLUMNS are the billing tables' columns, as created", async (t) 
     t.same(columns, names, table);
   }
   for (const [part, columns] of Object.entries(RENDER_COLUMNS)) t.equal(columns[0], 'signal_id', `${part}: signal_id first`);
+});
+
+t.test('a row line is written value by value exactly as JSON.stringify writes the array of its values', async (t) => {
+  const value = fc.oneof(
+    fc.string({ unit: 'binary', maxLength: 12 }),
+    fc.string({ unit: fc.constantFrom('"', '\\', '\u0000', '\u001f', '\u007f', '\u2028', '\ud800', '\udfff', 'a', 'é', '😀'), maxLength: 6 }),
+    fc.double(),
+    fc.integer(),
+    fc.constantFrom(null, undefined, true, false, -0, Number.MAX_SAFE_INTEGER, 1e21, 5e-7),
+  );
+  fc.assert(
+    fc.property(fc.array(value, { minLength: 1, maxLength: 8 }), (values) => {
+      const columns = values.map((_, i) => `c${i}`);
+      const row = Object.fromEntries(values.map((v, i) => [`c${i}`, v]));
+      return arrayLine(row, columns) === `${JSON.stringify(values.map((v) => v ?? null))}\n`;
+    }),
+    { numRuns: 5_000 },
+  );
+  t.equal(arrayLine({ a: 'x"y', b: '\ud800' }, ['a', 'b', 'missing']), '["x\\"y","\\ud800",null]\n', 'escapes, a lone surrogate, a missing column');
 });

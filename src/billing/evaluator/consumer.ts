@@ -118,7 +118,7 @@ import { busEvent, eventMessage } from '../../bus/events.js';
 import type { BillingConfig, CreditCap, CreditPool, Customer, OrderLineAttribute, Plan, Unit } from '../model.js';
 import { parseDecimal, sum, toCanonicalString } from '../decimal.js';
 import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
-import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
+import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupLookups, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
 import { CustomerStates, formerStateKey, type CustomerEntry, type ReadStates } from './customer-state.js';
 import { StateCache, knownOf, type Known, type ReadKnown } from './state-cache.js';
@@ -724,7 +724,8 @@ export class BillingEvaluator {
     let out: GroupOutput;
     if (inline) {
       const task = { configs, units };
-      out = evaluateGroup({ ...task, ...(await before(priced.some((s) => Object.keys(s.config.caps).length > 0) ? groupCapPeriods(task) : [])) });
+      const lookups: GroupLookups = new Map();
+      out = evaluateGroup({ ...task, ...(await before(priced.some((s) => Object.keys(s.config.caps).length > 0) ? groupCapPeriods(task, lookups) : [])) }, lookups);
     } else out = await this.evaluateAsking(forWorker({ configs, units }, texts, pinJson), before);
     const events = out.units.reduce((n, u) => n + u.events.length, 0);
     const fault: FaultContext = { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode, events };

@@ -257,6 +257,42 @@ export interface Lookups {
   decimals: Map<string, Dec>;
   /** The same decimals in canonical form. */
   decimalTexts: Map<string, string>;
+  /** Each attribute's decimals, parsed once per configuration. */
+  attrNumbers: WeakMap<OrderLineAttribute, AttrNumbers>;
+  /** Each signal's resolution (`resolve`), once: capPeriods and evaluate of one group share their lookups (group.ts). */
+  resolved: WeakMap<BillableSignal, Resolved | null>;
+  /** Per cap (its key): the last period found and its period key (`periodKeyOf`). */
+  periodKeys: Map<string, { period: Period; key: string }>;
+}
+
+/** An attribute's decimals: unit price (and its canonical text), credits per unit, included quantity. */
+interface AttrNumbers {
+  unitPrice: Dec;
+  unitPriceText: string;
+  creditsPerUnit: Dec | null;
+  included: Dec | null;
+}
+
+/** A signal's customer, attribute, quantity (or why it is not priced) and unit. */
+interface Resolved {
+  customer: Customer;
+  attr: OrderLineAttribute;
+  quantity: QuantityResult;
+  unit: Unit | null;
+}
+
+function attrNumbers(l: Lookups, attr: OrderLineAttribute): AttrNumbers {
+  let n = l.attrNumbers.get(attr);
+  if (!n) {
+    n = {
+      unitPrice: configDecimal(l, attr.unitPrice, 12),
+      unitPriceText: configText(l, attr.unitPrice, 12),
+      creditsPerUnit: attr.creditsPerUnit === null ? null : configDecimal(l, attr.creditsPerUnit, 12),
+      included: attr.includedQuantity === null ? null : configDecimal(l, attr.includedQuantity, 12),
+    };
+    l.attrNumbers.set(attr, n);
+  }
+  return n;
 }
 
 /** A decimal of the configuration in canonical form (`toCanonicalString(configDecimal(…))`), once per configuration. */
@@ -302,17 +338,34 @@ export function lookups(config: BillingConfig): Lookups {
     if (!currencies) units.set(unitId, (currencies = new Map()));
     currencies.set(currency, { key, cap });
   }
-  return { byExternalId, attributeOf, poolOf, capChains: new Map(), capsAt, lastPeriod: new Map(), decimals: new Map(), decimalTexts: new Map() };
+  return {
+    byExternalId,
+    attributeOf,
+    poolOf,
+    capChains: new Map(),
+    capsAt,
+    lastPeriod: new Map(),
+    decimals: new Map(),
+    decimalTexts: new Map(),
+    attrNumbers: new WeakMap(),
+    resolved: new WeakMap(),
+    periodKeys: new Map(),
+  };
 }
 
 /** A signal's customer, attribute, quantity (or why it is not priced) and unit; null when it names no customer or attribute. */
-function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): { customer: Customer; attr: OrderLineAttribute; quantity: QuantityResult; unit: Unit | null } | null {
+function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): Resolved | null {
+  let r = l.resolved.get(s);
+  if (r !== undefined) return r;
+  r = null;
   const customer = own(config.customers, s.customerId) ?? l.byExternalId.get(s.customerId);
-  if (!customer) return null;
-  const attr = l.attributeOf.get(`${customer.id}\u0000${s.eventName}`);
-  if (!attr) return null;
-  const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
-  return { customer, attr, quantity: quantityOf(attr, s.data, s.exact), unit };
+  const attr = customer ? l.attributeOf.get(`${customer.id}\u0000${s.eventName}`) : undefined;
+  if (customer && attr) {
+    const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
+    r = { customer, attr, quantity: quantityOf(attr, s.data, s.exact), unit };
+  }
+  l.resolved.set(s, r);
+  return r;
 }
 
 /** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
@@ -347,9 +400,13 @@ function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, t
   return hits;
 }
 
-/** periodKey with the cap's hash computed once per thread (memoCapHash). */
-function periodKeyOf(orgId: string, mode: Mode, cap: string, period: Pick<Period, 'startMs' | 'endMs'>): string {
-  return keyOfPeriod(orgId, mode, memoCapHash(cap), period);
+/** periodKey with the cap's hash computed once per thread (memoCapHash), and the key of the cap's last period found kept (lookups are of one organization and mode). */
+function periodKeyOf(l: Lookups, orgId: string, mode: Mode, cap: string, period: Period): string {
+  const last = l.periodKeys.get(cap);
+  if (last && last.period === period) return last.key;
+  const key = keyOfPeriod(orgId, mode, memoCapHash(cap), period);
+  l.periodKeys.set(cap, { period, key });
+  return key;
 }
 
 /**
@@ -367,7 +424,7 @@ export function capPeriods(input: CapPeriodsInput, l: Lookups = lookups(input.co
     if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
     if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
     for (const h of capsHit(l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
-      const key = periodKeyOf(input.orgId, input.mode, h.key, h.period);
+      const key = periodKeyOf(l, input.orgId, input.mode, h.key, h.period);
       if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
     }
   }
@@ -389,76 +446,71 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
   const spent = new Map<string, { used: Dec; reached: boolean }>();
   const consumedOf = (poolId: string): Dec => consumed.get(poolId) ?? (state.consumed[poolId] !== undefined ? big(state.consumed[poolId]!) : ZERO);
   const usageOf = (attrId: string): Dec => usages.get(attrId) ?? (state.usage[attrId] !== undefined ? big(state.usage[attrId]!) : ZERO);
+  /** What the events of a signal share (built only for a signal that fires one). */
+  const commonOf = (s: BillableSignal, customer: Customer, attr: OrderLineAttribute) => ({
+    organizationId: scope,
+    customerId: customer.id,
+    customerName: customer.name,
+    planId: attr.planId,
+    planName: own(config.plans, attr.planId)?.name ?? null,
+    orderLineAttributeId: attr.id,
+    signalId: s.id,
+    at,
+  });
 
   for (const s of input.signals) {
     const r = resolve(config, l, s);
     if (!r) continue;
     const { customer, attr, unit } = r;
-    const row: PricedSignalRow = {
+    const unitId = unit ? unit.externalId : s.unitId;
+    if (!r.quantity.ok) {
+      out.unpriced.push(unpricedRow(orgId, live, s, customer, unitId, attr, r.quantity.reason, r.quantity.detail));
+      continue;
+    }
+    const quantity = r.quantity.quantity;
+    const n = attrNumbers(l, attr);
+    const cost = mul(quantity, n.unitPrice);
+
+    // The credits drawn, worked out before anything is recorded (see 3. above).
+    const pool = attr.creditsCurrencyId !== null && n.creditsPerUnit !== null ? poolOf.get(`${customer.id}\u0000${attr.id}`) : undefined;
+    let credits: Dec | null = null;
+    let consumedBefore: Dec = ZERO;
+    let c: ReturnType<typeof consume> | null = null;
+    if (pool) {
+      credits = mul(quantity, n.creditsPerUnit!);
+      consumedBefore = consumedOf(pool.id);
+      c = consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits);
+    }
+    const unstorable = !fitsStored(cost) ? (['cost', cost] as const) : credits && !fitsStored(credits) ? (['credits', credits] as const) : c && !fitsStored(c.after.balance) ? ([`balance of pool ${pool!.id} after the draw`, c.after.balance] as const) : null;
+    if (unstorable) {
+      const [what, v] = unstorable;
+      out.unpriced.push(unpricedRow(orgId, live, s, customer, unitId, attr, 'AMOUNT_OUT_OF_RANGE', `the ${what} (${integerDigitsOf(v)} integer digits, ${decimalPlaces(v)} decimal places) would not fit the stored ${STORED_DECIMAL}`));
+      continue;
+    }
+    out.costs.push({
       org_id: orgId,
       livemode: live,
       signal_id: s.id,
       created_at: s.ts,
       event_name: s.eventName,
       customer_id: customer.id,
-      unit_id: unit ? unit.externalId : s.unitId,
+      unit_id: unitId,
       plan_id: attr.planId,
       order_line_attribute_id: attr.id,
-    };
-    const notPriced = (reason: UnpricedReason, detail: string): void => void out.unpriced.push({ ...row, reason, detail });
-    if (!r.quantity.ok) {
-      notPriced(r.quantity.reason, r.quantity.detail);
-      continue;
-    }
-    const quantity = r.quantity.quantity;
-    const plan = own(config.plans, attr.planId);
-    const unitPrice = configDecimal(l, attr.unitPrice, 12);
-    const cost = mul(quantity, unitPrice);
-
-    // The credits drawn, worked out before anything is recorded (see 3. above).
-    const pool = attr.creditsCurrencyId !== null && attr.creditsPerUnit !== null ? poolOf.get(`${customer.id}\u0000${attr.id}`) : undefined;
-    let draw: { credits: Dec; consumedBefore: Dec; c: ReturnType<typeof consume> } | null = null;
-    if (pool) {
-      const credits = mul(quantity, configDecimal(l, attr.creditsPerUnit!, 12));
-      const consumedBefore = consumedOf(pool.id);
-      draw = { credits, consumedBefore, c: consume({ total: pool.total, balance: sub(pool.total, consumedBefore) }, credits) };
-    }
-    const amounts: [string, Dec | undefined][] = [['cost', cost], ['credits', draw?.credits], [`balance of pool ${pool?.id} after the draw`, draw?.c.after.balance]];
-    const unstorable = amounts.find(([, v]) => v !== undefined && !fitsStored(v));
-    if (unstorable) {
-      const [what, v] = unstorable as [string, Dec];
-      notPriced('AMOUNT_OUT_OF_RANGE', `the ${what} (${integerDigitsOf(v)} integer digits, ${decimalPlaces(v)} decimal places) would not fit the stored ${STORED_DECIMAL}`);
-      continue;
-    }
-    out.costs.push({
-      ...row,
-      quantity: toCanonicalString(quantity),
-      unit_price: configText(l, attr.unitPrice, 12),
+      quantity: quantity === ONE ? '1' : toCanonicalString(quantity),
+      unit_price: n.unitPriceText,
       cost_amount: toCanonicalString(cost),
       currency: attr.currency,
     });
 
-    const common = {
-      organizationId: scope,
-      customerId: customer.id,
-      customerName: customer.name,
-      planId: attr.planId,
-      planName: plan?.name ?? null,
-      orderLineAttributeId: attr.id,
-      signalId: s.id,
-      at,
-    };
-
     // Included quantity.
     const usageBefore = usageOf(attr.id);
-    const included = attr.includedQuantity === null ? null : configDecimal(l, attr.includedQuantity, 12);
-    const usage = addUsage(usageBefore, quantity, included);
+    const usage = addUsage(usageBefore, quantity, n.included);
     usages.set(attr.id, usage.after);
-    if (usage.crossed) out.events.push(overageUsageEvent({ ...common, usage }));
+    if (usage.crossed) out.events.push(overageUsageEvent({ ...commonOf(s, customer, attr), usage }));
 
     // Credits.
-    if (!pool || !draw || attr.creditsCurrencyId === null) continue;
-    const { credits, consumedBefore, c } = draw;
+    if (!pool || !credits || !c || attr.creditsCurrencyId === null) continue;
     consumed.set(pool.id, add(consumedBefore, credits));
     out.consumption.push({
       org_id: orgId,
@@ -466,7 +518,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
       signal_id: s.id,
       created_at: s.ts,
       customer_id: customer.id,
-      unit_id: unit ? unit.externalId : s.unitId,
+      unit_id: unitId,
       order_line_attribute_id: attr.id,
       pool_id: pool.id,
       credits_currency_id: pool.creditsCurrencyId,
@@ -488,22 +540,24 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
         }),
       );
     }
-    if (c.creditOverage) out.events.push(overageCreditEvent({ ...common, creditsCurrencyId: pool.creditsCurrencyId, consumption: c }));
+    if (c.creditOverage) out.events.push(overageCreditEvent({ ...commonOf(s, customer, attr), creditsCurrencyId: pool.creditsCurrencyId, consumption: c }));
 
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
     for (const h of capsHit(l, customer, unit, attr.creditsCurrencyId, s.ts)) {
-      const pk = periodKeyOf(orgId, mode, h.key, h.period);
+      const pk = periodKeyOf(l, orgId, mode, h.key, h.period);
       let slot = spent.get(pk);
       if (!slot) {
         const given = Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null;
         if (given === null) throw new Error(`cap period ${pk} was not supplied (capPeriods lists every period a batch touches)`);
         slot = { used: big(given.used), reached: given.reached };
+        spent.set(pk, slot);
       }
       const amount = configDecimal(l, h.cap.amount, 6);
       const step = spendAgainstCap({ amount, usedBefore: slot.used, spend: credits, alreadyReached: slot.reached });
-      spent.set(pk, { used: step.usedAfter, reached: slot.reached || step.reached });
+      slot.used = step.usedAfter;
       if (step.reached) {
+        slot.reached = true;
         out.events.push(
           creditCapReachedEvent({
             organizationId: scope,
@@ -524,10 +578,31 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
   return out;
 }
 
+/** A signal an attribute applies to that is not priced, and why. */
+function unpricedRow(orgId: string, live: boolean, s: BillableSignal, customer: Customer, unitId: string | null, attr: OrderLineAttribute, reason: UnpricedReason, detail: string): UnpricedRow {
+  return {
+    org_id: orgId,
+    livemode: live,
+    signal_id: s.id,
+    created_at: s.ts,
+    event_name: s.eventName,
+    customer_id: customer.id,
+    unit_id: unitId,
+    plan_id: attr.planId,
+    order_line_attribute_id: attr.id,
+    reason,
+    detail,
+  };
+}
+
 /** A record's own entry: ids are the caller's (a unit may be called "constructor" or "__proto__"). */
 function own<T>(record: Record<string, T>, key: string): T | undefined {
   return Object.hasOwn(record, key) ? record[key] : undefined;
 }
+
+/** The quantity of a counted signal (decimals are immutable: one for all). */
+const ONE: Dec = decimalFromInteger(1);
+const COUNT: QuantityResult = Object.freeze({ ok: true as const, quantity: ONE });
 
 /** A stored running total: exact, any number of places. */
 function big(s: string): Dec {
@@ -539,7 +614,7 @@ function big(s: string): Dec {
  * none. `exact`: texts of numbers a double does not keep, by path.
  */
 export function quantityOf(attr: OrderLineAttribute, data: Record<string, unknown>, exact?: Record<string, string> | false): QuantityResult {
-  if (attr.quantity.kind === 'count') return { ok: true, quantity: decimalFromInteger(1) };
+  if (attr.quantity.kind === 'count') return COUNT;
   const path = attr.quantity.path;
   let v: unknown = data;
   for (const part of path.split('.')) {

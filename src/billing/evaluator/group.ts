@@ -108,10 +108,16 @@ const priced = (config: BillingConfig | undefined): config is BillingConfig => !
 /** A cap period a group touches, with the scope (`scopeOf`) of its cap. */
 export type ScopedCapPeriodRef = CapPeriodRef & { scope: string };
 
+/**
+ * The lookups of each scope's configuration (evaluate.ts `lookups`) for one group: built once
+ * and shared by `groupCapPeriods` and `evaluateGroup` of the same configurations and units,
+ * so each signal is resolved once. Never shared between groups.
+ */
+export type GroupLookups = Map<string, Lookups>;
+
 /** The cap periods the group's units touch, each once, in first-touch order. */
-export function groupCapPeriods(input: GroupCapPeriodsInput): ScopedCapPeriodRef[] {
+export function groupCapPeriods(input: GroupCapPeriodsInput, lookupsOf: GroupLookups = new Map()): ScopedCapPeriodRef[] {
   const out = new Map<string, ScopedCapPeriodRef>();
-  const lookupsOf = new Map<string, Lookups>();
   for (const u of input.units) {
     const config = input.configs[scopeOf(u.orgId, u.mode)];
     if (!priced(config) || Object.keys(config.caps).length === 0) continue;
@@ -123,12 +129,11 @@ export function groupCapPeriods(input: GroupCapPeriodsInput): ScopedCapPeriodRef
   return [...out.values()];
 }
 
-export function evaluateGroup(input: GroupInput): GroupOutput {
+export function evaluateGroup(input: GroupInput, lookupsOf: GroupLookups = new Map()): GroupOutput {
   const states: Record<string, BillingState> = { ...input.states };
   const totals: Record<string, PeriodTotal> = { ...input.periods };
   const touched: Record<string, PeriodTotal> = {};
   const units: UnitOutput[] = [];
-  const lookupsOf = new Map<string, Lookups>();
   for (const u of input.units) {
     const scope = scopeOf(u.orgId, u.mode);
     const config = input.configs[scope];

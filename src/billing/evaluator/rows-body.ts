@@ -51,9 +51,24 @@ export const RENDER_COLUMNS: Record<Part, readonly string[]> = {
 const V2 = '{"v":2,';
 const V3 = '{"v":3,';
 
-function arrayLine(row: object, columns: readonly string[]): string {
+/** A string value needing an escape in JSON text (JSON.stringify also escapes lone surrogates). */
+const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
+
+/** A row value as JSON.stringify writes it inside an array (undefined as null). */
+function jsonValue(v: unknown): string {
+  if (typeof v === 'string') return NEEDS_ESCAPE.test(v) ? JSON.stringify(v) : `"${v}"`;
+  if (v === null || v === undefined) return 'null';
+  if (typeof v === 'boolean') return v ? 'true' : 'false';
+  if (typeof v === 'number') return Number.isFinite(v) ? String(v) : 'null';
+  return JSON.stringify(v) ?? 'null';
+}
+
+/** `JSON.stringify(columns.map((c) => row[c] ?? null))` and a newline, written value by value. */
+export function arrayLine(row: object, columns: readonly string[]): string {
   const r = row as Record<string, unknown>;
-  return `${JSON.stringify(columns.map((c) => r[c] ?? null))}\n`;
+  let line = '[';
+  for (let i = 0; i < columns.length; i++) line += (i === 0 ? '' : ',') + jsonValue(r[columns[i]!]);
+  return `${line}]\n`;
 }
 
 /** The body for these rows, or null when there are none. */
