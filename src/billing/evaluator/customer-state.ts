@@ -121,6 +121,7 @@ export class CustomerStates {
       scopes.map(async (s, i) => {
         const mine = entries.slice(at, (at += ids[i]!.length));
         const former = formers[i]!;
+        const owned = former ? ownedIds(s.config) : undefined;
         const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
         const customers = new Map<string, { start: CustomerState; revision: number }>();
         let newest = 0;
@@ -131,7 +132,7 @@ export class CustomerStates {
             const stored = e.value as CustomerEntry;
             newest = Math.max(newest, stored.seq);
             start = stored.seq === seq ? stored.before : stored.after;
-          } else start = former ? sliceOf(former, s.config, id) : { consumed: {}, usage: {} };
+          } else start = former ? sliceOf(former, s.config, id, owned) : { consumed: {}, usage: {} };
           customers.set(id, { start, revision: e.revision });
           Object.assign(state.consumed, start.consumed);
           Object.assign(state.usage, start.usage);
@@ -148,8 +149,9 @@ export class CustomerStates {
    */
   writesOf(orgId: string, mode: Mode, config: BillingConfig, seq: number, read: ReadStates, after: BillingState): (KvWrite & { entry: CustomerEntry })[] {
     const out: (KvWrite & { entry: CustomerEntry })[] = [];
+    const owned = ownedIds(config);
     for (const [id, { start, revision }] of read.customers) {
-      const next = sliceOf(after, config, id);
+      const next = sliceOf(after, config, id, owned);
       if (sameState(start, next)) continue;
       const entry: CustomerEntry = { seq, before: start, after: next };
       out.push({ key: customerStateKey(orgId, mode, id), value: JSON.stringify(entry), revision, entry });
@@ -166,11 +168,29 @@ export class CustomerStates {
   }
 }
 
+/** Per customer id, the ids of its pools and its attributes, in the configuration's order. */
+type OwnedIds = Map<string, { pools: string[]; attributes: string[] }>;
+
+/** Every customer's pool and attribute ids of `config`, listed once (a group's configuration names hundreds of customers). */
+function ownedIds(config: BillingConfig): OwnedIds {
+  const out: OwnedIds = new Map();
+  const of = (id: string) => {
+    let o = out.get(id);
+    if (!o) out.set(id, (o = { pools: [], attributes: [] }));
+    return o;
+  };
+  for (const p of Object.values(config.pools)) of(p.customerId).pools.push(p.id);
+  for (const a of Object.values(config.attributes)) of(a.customerId).attributes.push(a.id);
+  return out;
+}
+
 /** One customer's part of a (merged or former) state: its pools' consumption, its attributes' usage. */
-export function sliceOf(state: Pick<BillingState, 'consumed' | 'usage'>, config: BillingConfig, customerId: string): CustomerState {
+export function sliceOf(state: Pick<BillingState, 'consumed' | 'usage'>, config: BillingConfig, customerId: string, owned: OwnedIds = ownedIds(config)): CustomerState {
   const out: CustomerState = { consumed: {}, usage: {} };
-  for (const p of Object.values(config.pools)) if (p.customerId === customerId && Object.hasOwn(state.consumed, p.id)) out.consumed[p.id] = state.consumed[p.id]!;
-  for (const a of Object.values(config.attributes)) if (a.customerId === customerId && Object.hasOwn(state.usage, a.id)) out.usage[a.id] = state.usage[a.id]!;
+  const mine = owned.get(customerId);
+  if (!mine) return out;
+  for (const id of mine.pools) if (Object.hasOwn(state.consumed, id)) out.consumed[id] = state.consumed[id]!;
+  for (const id of mine.attributes) if (Object.hasOwn(state.usage, id)) out.usage[id] = state.usage[id]!;
   return out;
 }
 
