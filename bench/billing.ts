@@ -35,7 +35,8 @@ import path from 'node:path';
 import { Args } from './lib/args.js';
 import { seed, seedId } from './lib/billing-seed.js';
 import { CpuMeter, LatencyHistogram, appendHistory, fmt, hostInfo, pidsByName, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
-import { OPERATOR_TOKEN, createUnlimitedOrg, http, type BenchOrg } from './lib/api.js';
+import { OPERATOR_TOKEN, createUnlimitedOrg, type BenchOrg } from './lib/api.js';
+import { Poster } from './lib/post.js';
 import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService, type BenchService as Service } from '../harness/service.js';
 
 const args = new Args('node dist/bench/billing.js [options]', {
@@ -144,6 +145,8 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
   let accepted = 0;
   let refused = 0;
   let n = 0;
+  // Open loop: as many connections as requests may be in flight at once.
+  const poster = new Poster(svc.url, RATE > 0 ? 256 : IN_FLIGHT);
   const post = async (): Promise<void> => {
     const o = orgs[Math.floor(Math.random() * orgs.length)]!;
     const b = n++;
@@ -151,7 +154,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
       const c = Math.floor(Math.random() * o.ids.length);
       return { eventName: 'tokens', customerId: i % 2 === 0 ? `ext-${c + 1}` : o.ids[c]!, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
     });
-    const r = await http(`${svc.url}/api/v2/signals/bulk`, 'POST', o.org.liveKey, { signals });
+    const r = await poster.post('/api/v2/signals/bulk', { authorization: `Bearer ${o.org.liveKey}`, 'content-type': 'application/json' }, JSON.stringify({ signals }));
     if (r.status === 202) accepted++;
     else refused++;
   };
@@ -172,6 +175,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     };
     await Promise.all(Array.from({ length: IN_FLIGHT }, producer));
   }
+  poster.close();
   const sent = performance.now();
   // Until the pipeline has published every accepted batch's billable parts and billing has
   // evaluated them all (the billable stream empty and every stored part evaluated).

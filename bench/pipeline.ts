@@ -48,6 +48,7 @@ import {
   type Percentiles,
 } from './lib/report.js';
 import { OPERATOR_TOKEN, createUnlimitedOrg, http } from './lib/api.js';
+import { Poster } from './lib/post.js';
 import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService, type BenchService as Service } from '../harness/service.js';
 
 /** Issue 13: end to end (ROLE=all) ≥ 0.6 × the raw engine insert; the pipeline alone ≥ 0.8 ×. */
@@ -100,6 +101,8 @@ function newProducerState(): ProducerState {
 /** Keeps `inFlight` POSTs going while `more(batchNumber)` says so. */
 async function produce(svcUrl: string, key: string, template: BatchTemplate, runTag: string, more: (n: number) => boolean, st: ProducerState): Promise<void> {
   let next = 0;
+  const poster = new Poster(svcUrl, inFlight);
+  const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
   const one = async (): Promise<void> => {
     while (more(next)) {
       const n = next++;
@@ -107,13 +110,8 @@ async function produce(svcUrl: string, key: string, template: BatchTemplate, run
       const t0 = performance.now();
       let status: string;
       try {
-        const res = await fetch(`${svcUrl}/api/v2/signals/bulk`, {
-          method: 'POST',
-          headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
-          body,
-          signal: AbortSignal.timeout(30_000),
-        });
-        const text = await res.text();
+        const res = await poster.post('/api/v2/signals/bulk', headers, body);
+        const text = res.text;
         status = String(res.status);
         st.latency.record(performance.now() - t0);
         if (res.status === 202) {
@@ -132,7 +130,11 @@ async function produce(svcUrl: string, key: string, template: BatchTemplate, run
       st.statuses.set(status, (st.statuses.get(status) ?? 0) + 1);
     }
   };
-  await Promise.all(Array.from({ length: inFlight }, one));
+  try {
+    await Promise.all(Array.from({ length: inFlight }, one));
+  } finally {
+    poster.close();
+  }
 }
 
 // ---------------------------------------------------------------- sampling
@@ -457,6 +459,8 @@ async function freshnessPhase(template: BatchTemplate, runTag: string, rate: num
     svc = await startService({ role: 'all', operatorToken: OPERATOR_TOKEN, iso, env: { STREAM_MAX_BYTES: String(streamMaxBytes(bodyBytes)) } });
     const org = await createUnlimitedOrg(svc.url, OPERATOR_TOKEN);
     const url = svc.url;
+    // Open loop: as many connections as requests may be in flight at once.
+    const poster = new Poster(url, 256);
     const total = Math.max(1, Math.round(rate * freshnessSeconds));
     const interval = 1000 / rate;
     console.log(`[freshness] ROLE=all, open loop: ${fmt(total)} batches at ${rate} batches/s (${fmt(rate * SIGNALS_PER_BATCH)} signals/s) for ${freshnessSeconds} s; stored count read every ${FRESHNESS_POLL_MS} ms`);
@@ -501,8 +505,8 @@ async function freshnessPhase(template: BatchTemplate, runTag: string, rate: num
       const p: Promise<void> = (async () => {
         let status = 'error';
         try {
-          const res = await fetch(`${url}/api/v2/signals/bulk`, { method: 'POST', headers: { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body, signal: AbortSignal.timeout(30_000) });
-          const text = await res.text();
+          const res = await poster.post('/api/v2/signals/bulk', { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body);
+          const text = res.text;
           status = String(res.status);
           const now = performance.now();
           post.record(now - scheduledAt);
@@ -519,6 +523,7 @@ async function freshnessPhase(template: BatchTemplate, runTag: string, rate: num
       inflight.add(p);
     }
     await Promise.all([...inflight]);
+    poster.close();
     sending = false;
     await poller;
     await sleep(2_000);
