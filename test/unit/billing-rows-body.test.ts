@@ -8,7 +8,7 @@
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { RENDER_COLUMNS, arrayLine, readRows, renderRows, type TableLines } from '../../src/billing/evaluator/rows-body.js';
+import { RENDER_COLUMNS, arrayLine, readRows, renderRows, scannedArrayId, type TableLines } from '../../src/billing/evaluator/rows-body.js';
 import { BILLING_COLUMNS, schemaStatements } from '../../src/store/schema.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from '../../src/billing/evaluator/evaluate.js';
 
@@ -109,4 +109,32 @@ t.test('a row line is written value by value exactly as JSON.stringify writes th
     { numRuns: 5_000 },
   );
   t.equal(arrayLine({ a: 'x"y', b: '\ud800' }, ['a', 'b', 'missing']), '["x\\"y","\\ud800",null]\n', 'escapes, a lone surrogate, a missing column');
+});
+
+t.test('a line read without parsing: the same signal id as JSON.parse, or no answer (then JSON.parse decides)', async (t) => {
+  const scalar = fc.oneof(
+    fc.string({ unit: fc.constantFrom('a', 'Z', '0', '_', '-', ' ', 'é', '\u2028', '\ud800', '\u007f'), maxLength: 8 }).map((s) => JSON.stringify(s)),
+    fc.string({ unit: 'binary', maxLength: 6 }).map((s) => JSON.stringify(s)),
+    fc.double().map((x) => JSON.stringify(x)),
+    fc.integer().map(String),
+    fc.constantFrom('true', 'false', 'null', '0', '-0', '1e5', '1E-5', '-1.25e+3', '01', '1.', '-', '.5', '"\\u0041"', '"a\\"b"', '[]', '{}', '[1]', 'tru', 'nul', '"', '"\t"', ' 1', '1 '),
+  );
+  const lineArb = fc.tuple(fc.array(scalar, { minLength: 0, maxLength: 6 }), fc.constantFrom('', ' ', ',', ']', 'x'), fc.boolean()).map(([values, junk, wrap]) => (wrap ? `[${values.join(',')}]${junk}` : `${values.join(',')}${junk}`));
+  fc.assert(
+    fc.property(lineArb, fc.integer({ min: 1, max: 6 }), fc.integer({ min: 0, max: 5 }), (line, arity, at) => {
+      const quick = scannedArrayId(line, arity, at);
+      if (quick === null) return true;
+      const row = JSON.parse(line) as unknown;
+      return Array.isArray(row) && row.length === arity && row[at] === quick;
+    }),
+    { numRuns: 20_000 },
+  );
+  // The lines this version renders are read without parsing.
+  const rendered = arrayLine({ org_id: 'org_1', livemode: true, signal_id: 'sig_A-1', created_at: 1_700_000_000_000, unit_id: null, quantity: '0.5' }, ['signal_id', 'org_id', 'livemode', 'created_at', 'unit_id', 'quantity']).slice(0, -1);
+  t.equal(scannedArrayId(rendered, 6, 0), 'sig_A-1');
+  t.equal(scannedArrayId(rendered, 5, 0), null, 'one value more than the columns');
+  t.equal(scannedArrayId(rendered, 7, 0), null, 'one value fewer');
+  t.equal(scannedArrayId('["a\\u0062",1]', 2, 0), null, 'an escape: JSON.parse decides');
+  t.equal(scannedArrayId('[1,"x"]', 2, 0), null, 'the id is not a string');
+  t.equal(scannedArrayId('["x",1][', 2, 0), null, 'text after the array');
 });

@@ -139,8 +139,77 @@ function objectId(line: string): string {
 }
 
 /** The signal id of a JSONCompactEachRow line holding one array of `arity` values. */
-function arrayId(line: string, arity: number, at: number): string {
+export function arrayId(line: string, arity: number, at: number): string {
+  const quick = scannedArrayId(line, arity, at);
+  if (quick !== null) return idOf(quick, line);
   const row = JSON.parse(line) as unknown;
   if (!Array.isArray(row) || row.length !== arity) throw new Error(`billing rows body: a line that is not one row of ${arity} values: ${line.slice(0, 120)}`);
   return idOf(row[at], line);
+}
+
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const COMMA = 0x2c;
+const CLOSE = 0x5d;
+
+/**
+ * The value at `at` of a line that is exactly one JSON array of `arity` values, read without
+ * parsing it, when the line is in the form this version renders (arrayLine): no whitespace, no
+ * nested array or object, strings without escapes, numbers in JSON's grammar, true, false,
+ * null. Null where the line is anything else — an escape, a space, a nested value, a syntax
+ * error — and then JSON.parse decides (the same answer, or the same refusal: every line this
+ * reads, JSON.parse reads as the same array). The value at `at` must be a string here.
+ */
+export function scannedArrayId(line: string, arity: number, at: number): string | null {
+  const n = line.length;
+  if (n < 2 || line.charCodeAt(0) !== 0x5b) return null;
+  let i = 1;
+  let id: string | null = null;
+  for (let k = 0; ; k++) {
+    if (i >= n) return null;
+    const c = line.charCodeAt(i);
+    if (c === QUOTE) {
+      const start = ++i;
+      for (;;) {
+        if (i >= n) return null;
+        const d = line.charCodeAt(i);
+        if (d === QUOTE) break;
+        if (d === BACKSLASH || d < 0x20) return null;
+        i++;
+      }
+      if (k === at) id = line.slice(start, i);
+      i++;
+    } else {
+      if (k === at) return null; // the signal id is a string
+      const end = scalarEnd(line, i);
+      if (end < 0) return null;
+      i = end;
+    }
+    if (i >= n) return null;
+    const sep = line.charCodeAt(i++);
+    if (sep === CLOSE) return i === n && k + 1 === arity ? id : null;
+    if (sep !== COMMA || k + 1 >= arity) return null;
+  }
+}
+
+/** Where a number, true, false or null starting at `i` ends (JSON's grammar), or -1. */
+function scalarEnd(line: string, i: number): number {
+  for (const word of ['true', 'false', 'null']) if (line.startsWith(word, i)) return i + word.length;
+  const n = line.length;
+  const digit = (j: number): boolean => j < n && line.charCodeAt(j) >= 0x30 && line.charCodeAt(j) <= 0x39;
+  if (i < n && line.charCodeAt(i) === 0x2d) i++;
+  if (!digit(i)) return -1;
+  if (line.charCodeAt(i) === 0x30) i++;
+  else while (digit(i)) i++;
+  if (i < n && line.charCodeAt(i) === 0x2e) {
+    if (!digit(++i)) return -1;
+    while (digit(i)) i++;
+  }
+  if (i < n && (line.charCodeAt(i) | 0x20) === 0x65) {
+    i++;
+    if (i < n && (line.charCodeAt(i) === 0x2b || line.charCodeAt(i) === 0x2d)) i++;
+    if (!digit(i)) return -1;
+    while (digit(i)) i++;
+  }
+  return i;
 }
