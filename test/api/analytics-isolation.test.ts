@@ -144,8 +144,10 @@ t.test('the engine host killed from outside under ingestion loses and doubles no
     const back = await waitFor(async () => hosts(svc), (h) => h.some((x) => x.generation > host.generation), 20_000);
     t.ok(back.some((x) => x.generation > host.generation), 'a new host serves');
     const servingMs = Date.now() - killedAt;
-    const after = await waitFor(stored, (n) => n >= seen + 3_000, 30_000);
-    t.ok(after >= seen + 3_000, 'ingestion continues');
+    // 3,000 more rows, or every row the producer has left to send (a late poll may see the kill's threshold with fewer left).
+    const want = Math.min(seen + 3_000, expected);
+    const after = await waitFor(stored, (n) => n >= want, 30_000);
+    t.ok(after >= want, `ingestion continues (${want - seen} more rows wanted)`);
     t.comment(`after the kill: host serving again within ${servingMs} ms, ${after - seen} more rows stored within ${Date.now() - killedAt} ms (observed by polling)`);
   }
   await producer;
