@@ -154,6 +154,13 @@ const BATCHES = 60;
 const PER = 40;
 const GRANTED = '600';
 
+/**
+ * Tests of what no store mode changes (the pin's spill into parts, the consumers' ack wait):
+ * run once, in the embedded mode; the server-mode file (test/server-store/billing-crash.test.ts)
+ * skips them rather than repeat 90 s of the same NATS-only work.
+ */
+const storeIndependent = process.env.TEST_STORE === 'server' ? { skip: 'store-independent: runs in test/api/billing-crash.test.ts (embedded store)' } : {};
+
 t.test('kill -9 of the evaluating process after its events, then of the replay after its period writes', async (t) => {
   const iso = isolation('billcrash');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
@@ -395,7 +402,7 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   t.match(pools.creditPools, [{ totalCredits: '110', consumedCredits: '17', balance: '93' }]);
 });
 
-t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existing one included', async (t) => {
+t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existing one included', storeIndependent, async (t) => {
   const iso = isolation('billackwait');
   t.teardown(() => cleanup(iso));
   const ackWaits = async (): Promise<number[]> => {
@@ -704,7 +711,7 @@ async function eachBilledOnce(t: Test, s: { ingress: ServiceProcess; org: TestOr
   }
 }
 
-t.test('a group whose pin would not fit in one NATS message pins its first part, and the rest after: each customer billed once', async (t) => {
+t.test('a group whose pin would not fit in one NATS message pins its first part, and the rest after: each customer billed once', storeIndependent, async (t) => {
   const s = await bigCustomers(t, 'billhalf');
   // One message per customer: one group of five by the group limits (64 messages, 448 customers), not by its pin's size.
   const seqs = await queueBillable(s.iso, s.org.id, s.k, 'big', s.customers.map((id, b) => oneEach([id], b)));
@@ -719,7 +726,7 @@ t.test('a group whose pin would not fit in one NATS message pins its first part,
   await eachBilledOnce(t, s);
 });
 
-t.test('one message whose pin does not fit in one NATS message: the pin is written in parts, read back after a crash, and removed once committed', async (t) => {
+t.test('one message whose pin does not fit in one NATS message: the pin is written in parts, read back after a crash, and removed once committed', storeIndependent, async (t) => {
   const s = await bigCustomers(t, 'billspill');
   const [seq] = await queueBillable(s.iso, s.org.id, s.k, 'big', [oneEach(s.customers, 0)]);
   const env = { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT };
