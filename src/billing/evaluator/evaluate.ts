@@ -487,21 +487,13 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
       out.unpriced.push(unpricedRow(orgId, live, s, customer, unitId, attr, 'AMOUNT_OUT_OF_RANGE', `the ${what} (${integerDigitsOf(v)} integer digits, ${decimalPlaces(v)} decimal places) would not fit the stored ${STORED_DECIMAL}`));
       continue;
     }
-    out.costs.push({
-      org_id: orgId,
-      livemode: live,
-      signal_id: s.id,
-      created_at: s.ts,
-      event_name: s.eventName,
-      customer_id: customer.id,
-      unit_id: unitId,
-      plan_id: attr.planId,
-      order_line_attribute_id: attr.id,
-      quantity: quantity === ONE ? '1' : toCanonicalString(quantity),
-      unit_price: n.unitPriceText,
-      cost_amount: toCanonicalString(cost),
-      currency: attr.currency,
-    });
+    // The row's own fields set on the shared part (no copy of it, as a spread would make).
+    const costRow = pricedRow(orgId, live, s, customer, unitId, attr) as CostRow;
+    costRow.quantity = quantity === ONE ? '1' : toCanonicalString(quantity);
+    costRow.unit_price = n.unitPriceText;
+    costRow.cost_amount = toCanonicalString(cost);
+    costRow.currency = attr.currency;
+    out.costs.push(costRow);
 
     // Included quantity.
     const usageBefore = usageOf(attr.id);
@@ -578,8 +570,8 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
   return out;
 }
 
-/** A signal an attribute applies to that is not priced, and why. */
-function unpricedRow(orgId: string, live: boolean, s: BillableSignal, customer: Customer, unitId: string | null, attr: OrderLineAttribute, reason: UnpricedReason, detail: string): UnpricedRow {
+/** What a cost row and an unpriced row both say of their signal and its attribute. */
+function pricedRow(orgId: string, live: boolean, s: BillableSignal, customer: Customer, unitId: string | null, attr: OrderLineAttribute): PricedSignalRow {
   return {
     org_id: orgId,
     livemode: live,
@@ -590,9 +582,15 @@ function unpricedRow(orgId: string, live: boolean, s: BillableSignal, customer: 
     unit_id: unitId,
     plan_id: attr.planId,
     order_line_attribute_id: attr.id,
-    reason,
-    detail,
   };
+}
+
+/** A signal an attribute applies to that is not priced, and why. */
+function unpricedRow(orgId: string, live: boolean, s: BillableSignal, customer: Customer, unitId: string | null, attr: OrderLineAttribute, reason: UnpricedReason, detail: string): UnpricedRow {
+  const row = pricedRow(orgId, live, s, customer, unitId, attr) as UnpricedRow;
+  row.reason = reason;
+  row.detail = detail;
+  return row;
 }
 
 /** A record's own entry: ids are the caller's (a unit may be called "constructor" or "__proto__"). */
