@@ -22,6 +22,7 @@
  */
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import { BILLING_COLUMNS, compactColumns, type BillingTable } from '../../store/schema.js';
+import { BACKSLASH, COMMA, LBRACKET, MINUS, QUOTE, RBRACKET } from '../../shared/json-bytes.js';
 
 /** The lines of one table: JSONEachRow objects (`columns` null), or JSONCompactEachRow arrays in `columns` order; each line's signal id. */
 export interface TableLines {
@@ -139,7 +140,7 @@ function objectId(line: string): string {
 }
 
 /** The signal id of a JSONCompactEachRow line holding one array of `arity` values. */
-export function arrayId(line: string, arity: number, at: number): string {
+function arrayId(line: string, arity: number, at: number): string {
   const quick = scannedArrayId(line, arity, at);
   if (quick !== null) return idOf(quick, line);
   const row = JSON.parse(line) as unknown;
@@ -147,10 +148,8 @@ export function arrayId(line: string, arity: number, at: number): string {
   return idOf(row[at], line);
 }
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-const COMMA = 0x2c;
-const CLOSE = 0x5d;
+/** The literals a value may be besides a string or a number. */
+const WORDS = ['true', 'false', 'null'] as const;
 
 /**
  * The value at `at` of a line that is exactly one JSON array of `arity` values, read without
@@ -162,7 +161,7 @@ const CLOSE = 0x5d;
  */
 export function scannedArrayId(line: string, arity: number, at: number): string | null {
   const n = line.length;
-  if (n < 2 || line.charCodeAt(0) !== 0x5b) return null;
+  if (n < 2 || line.charCodeAt(0) !== LBRACKET) return null;
   let i = 1;
   let id: string | null = null;
   for (let k = 0; ; k++) {
@@ -187,17 +186,17 @@ export function scannedArrayId(line: string, arity: number, at: number): string 
     }
     if (i >= n) return null;
     const sep = line.charCodeAt(i++);
-    if (sep === CLOSE) return i === n && k + 1 === arity ? id : null;
+    if (sep === RBRACKET) return i === n && k + 1 === arity ? id : null;
     if (sep !== COMMA || k + 1 >= arity) return null;
   }
 }
 
 /** Where a number, true, false or null starting at `i` ends (JSON's grammar), or -1. */
 function scalarEnd(line: string, i: number): number {
-  for (const word of ['true', 'false', 'null']) if (line.startsWith(word, i)) return i + word.length;
+  for (const word of WORDS) if (line.startsWith(word, i)) return i + word.length;
   const n = line.length;
   const digit = (j: number): boolean => j < n && line.charCodeAt(j) >= 0x30 && line.charCodeAt(j) <= 0x39;
-  if (i < n && line.charCodeAt(i) === 0x2d) i++;
+  if (i < n && line.charCodeAt(i) === MINUS) i++;
   if (!digit(i)) return -1;
   if (line.charCodeAt(i) === 0x30) i++;
   else while (digit(i)) i++;
@@ -207,7 +206,7 @@ function scalarEnd(line: string, i: number): number {
   }
   if (i < n && (line.charCodeAt(i) | 0x20) === 0x65) {
     i++;
-    if (i < n && (line.charCodeAt(i) === 0x2b || line.charCodeAt(i) === 0x2d)) i++;
+    if (i < n && (line.charCodeAt(i) === 0x2b || line.charCodeAt(i) === MINUS)) i++;
     if (!digit(i)) return -1;
     while (digit(i)) i++;
   }
