@@ -7,10 +7,10 @@
  * (bench/lib/billing-seed.ts: every signal priced, drawing credits, counted against a
  * monthly cap), --signals signals each (a 500-signal batch split over 8 partitions), half
  * naming their customer by externalId. The pin holds the documents of the customers the
- * group names, as the evaluator's pin does. Prints CPU µs per signal and the per-group time
+ * group names, as the evaluator's pin does: a group names only its partition's share of each organization's customers (--partitions, 8). Prints CPU µs per signal and the per-group time
  * (hdr-histogram p50/p99/p999); no NATS, no engine.
  *
- *   node dist/bench/evaluate.js [--groups N (400)] [--messages N (16)] [--signals N (62)] [--orgs N (100)] [--customers N (100)]
+ *   node dist/bench/evaluate.js [--groups N (400)] [--messages N (16)] [--signals N (62)] [--orgs N (100)] [--customers N (100)] [--partitions N (8)]
  */
 import { Args } from './lib/args.js';
 import { customerDoc } from './lib/billing-seed.js';
@@ -27,12 +27,14 @@ const args = new Args('node dist/bench/evaluate.js [options]', {
   signals: { help: 'signals per message (default 62: a 500-signal batch over 8 partitions)' },
   orgs: { help: 'organizations (default 100)' },
   customers: { help: 'customers per organization (default 100)' },
+  partitions: { help: 'billing partitions the customers are spread over (default 8, the service default): a group names only its partition\'s share of each organization' },
 });
 const GROUPS = args.num('groups', 400, 1, 1_000_000);
 const MESSAGES = args.num('messages', 16, 1, 1_000);
 const SIGNALS = args.num('signals', 62, 1, 10_000);
 const ORGS = args.num('orgs', 100, 1, 10_000);
 const CUSTOMERS = args.num('customers', 100, 1, 100_000);
+const PARTITIONS = args.num('partitions', 8, 1, 1_024);
 const WARMUP = 50;
 
 const orgIds = Array.from({ length: ORGS }, (_, o) => `org_bench${String(o).padStart(8, '0')}`);
@@ -50,7 +52,8 @@ function makeGroup(seq: number): { pinJson: string; units: UnitText[]; signals: 
     if (!config) configs.set(orgId, (config = { customers: {}, plans: { [planOf(orgId)]: { id: planOf(orgId), name: 'Bench', createdAt: '2024-01-01T00:00:00.000Z' } }, attributes: {}, pools: {}, caps: {} } as unknown as BillingConfig));
     const lines: string[] = [];
     for (let i = 0; i < SIGNALS; i++) {
-      const c = pick(CUSTOMERS) + 1;
+      // A customer of this group's partition (the customers c ≡ 1 mod PARTITIONS, standing for those hashed to it).
+      const c = pick(Math.ceil(CUSTOMERS / PARTITIONS)) * PARTITIONS + 1;
       const doc = customerDoc(orgId, c, planOf(orgId));
       config.customers[doc.customer.id] = doc.customer;
       Object.assign(config.attributes, doc.attributes);
@@ -87,7 +90,7 @@ function run(g: { pinJson: string; units: UnitText[] }): number {
 }
 
 async function main(): Promise<void> {
-  printHeader('billing evaluation: the worker task of a group, in process', hostInfo(), { groups: GROUPS, messages: MESSAGES, signals: SIGNALS, orgs: ORGS, customers: CUSTOMERS });
+  printHeader('billing evaluation: the worker task of a group, in process', hostInfo(), { groups: GROUPS, messages: MESSAGES, signals: SIGNALS, orgs: ORGS, customers: CUSTOMERS, partitions: PARTITIONS });
   const made = Array.from({ length: 20 }, (_, i) => makeGroup(1 + i * MESSAGES));
   const pinBytes = Math.round(made.reduce((n, g) => n + Buffer.byteLength(g.pinJson), 0) / made.length);
   let costs = 0;
@@ -109,7 +112,7 @@ async function main(): Promise<void> {
   console.log(`  per signal     ${cpuUsPerSignal} µs CPU (${round((wallMs * 1000) / signals, 2)} µs wall), ${round(signals / (wallMs / 1000), 0)} signals/s on one thread`);
   console.log(`  pin            ${pinBytes} bytes per group on average (the configuration of the customers it names)`);
   console.log(`  per group (ms) p50 ${group.p50} p99 ${group.p99} p999 ${group.p999} max ${group.max} (${MESSAGES * SIGNALS} signals)`);
-  appendHistory({ bench: 'evaluate', at: new Date().toISOString(), host: hostInfo(), params: { groups: GROUPS, messages: MESSAGES, signals: SIGNALS, orgs: ORGS, customers: CUSTOMERS }, cpuUsPerSignal, pinBytes, signalsPerSec: round(signals / (wallMs / 1000), 0), groupMs: group });
+  appendHistory({ bench: 'evaluate', at: new Date().toISOString(), host: hostInfo(), params: { groups: GROUPS, messages: MESSAGES, signals: SIGNALS, orgs: ORGS, customers: CUSTOMERS, partitions: PARTITIONS }, cpuUsPerSignal, pinBytes, signalsPerSec: round(signals / (wallMs / 1000), 0), groupMs: group });
 }
 
 await main();

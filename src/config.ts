@@ -24,6 +24,12 @@ export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
 export const MAX_BILLING_PARTITIONS = 256;
 /** BILLING_PARTITIONS' default (README, Benchmarks 2026-11-24 14:00: why 8). */
 export const DEFAULT_BILLING_PARTITIONS = 8;
+/**
+ * BILLING_INLINE_SIGNALS' default: a group of up to this many signals (about 20 ms of CPU at
+ * ~9 µs a signal) is evaluated on the evaluator's thread rather than on a worker (README,
+ * Benchmarks 2026-11-25 07:30: the hop's waits cost more than the work).
+ */
+export const DEFAULT_BILLING_INLINE_SIGNALS = 2_048;
 
 export type Role = 'all' | 'ingress' | 'pipeline' | 'dispatcher';
 export const ROLES: readonly Role[] = ['all', 'ingress', 'pipeline', 'dispatcher'];
@@ -106,6 +112,12 @@ export interface Config {
      * partitions run in parallel. Fixed by the first start (existing partitions win).
      */
     partitions: number;
+    /**
+     * Groups of at most this many signals are evaluated on the evaluator's own thread, larger
+     * ones on a worker thread (src/billing/evaluator/consumer.ts, step 4): 0 sends every group
+     * to a worker.
+     */
+    inlineSignals: number;
     /**
      * Test-only fault hook of the billing evaluator (src/billing/evaluator/fault.ts): the point
      * of the commit order where it acts, null (the default) for none.
@@ -330,6 +342,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     billing: {
       ackWaitMs: r.int('BILLING_ACK_WAIT_MS', 60_000, 1_000, 3_600_000),
       partitions: r.int('BILLING_PARTITIONS', DEFAULT_BILLING_PARTITIONS, 1, MAX_BILLING_PARTITIONS),
+      inlineSignals: r.int('BILLING_INLINE_SIGNALS', DEFAULT_BILLING_INLINE_SIGNALS, 0, 1_000_000),
       faultPoint: r.optional('BILLING_FAULT_POINT') === null ? null : r.oneOf<BillingFaultPoint>('BILLING_FAULT_POINT', 'after-pin', BILLING_FAULT_POINTS),
       faultAction: r.oneOf('BILLING_FAULT_ACTION', 'kill', ['kill', 'pause', 'stall'] as const),
       faultPauseMs: r.int('BILLING_FAULT_PAUSE_MS', 5_000, 10, 600_000),

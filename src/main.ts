@@ -189,6 +189,7 @@ export async function start(cfg: Config): Promise<Running> {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
         partitions,
+        inlineSignals: cfg.billing.inlineSignals,
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs, cfg.billing.faultReleaseFile),
       });
       // What a former version left on the single billing lane goes first into the partitions.

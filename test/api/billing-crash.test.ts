@@ -240,7 +240,8 @@ t.test('a process stalled past the ack wait between its pin and its reads: its g
   const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
   // A signals batch the stalled process had already pulled comes back to the other within 3 s.
-  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT };
+  // BILLING_INLINE_SIGNALS: the 80-signal group below on a worker, as larger groups are by default.
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', BILLING_INLINE_SIGNALS: '64', ...ACK_WAIT };
   // Stalled (main thread blocked, as by a long GC on a starved CPU) until the test releases
   // it: its held messages come back to the other process, its heartbeat lapses (members.ts).
   const release = join(mkdtempSync(join(tmpdir(), 'billstall-')), 'release');

@@ -11,7 +11,8 @@ import { Kvm } from '@nats-io/kv';
 import { NATS_URL, createOrg, http, ok, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 import { topology } from '../../src/bus/topology.js';
 
-const { iso, svc } = useService(t, 'billing');
+// Groups of more than 64 signals on a worker (the default bound is 2,048): both evaluation paths are tested here.
+const { iso, svc } = useService(t, 'billing', { BILLING_INLINE_SIGNALS: '64' });
 const CUR = '9a1c2b1e-0000-4000-8000-00000000abcd';
 
 interface Setup {
@@ -97,8 +98,8 @@ t.test('many concurrent signals draining one pool: one depletion, exact balance'
 });
 
 t.test('a group larger than the inline bound is evaluated on a worker, in one task: the same exact results', async (t) => {
-  // 200 signals of one customer in one batch: one partition message, more than INLINE_SIGNALS
-  // (64), so a worker lists its cap periods, asks for the totals and states, and evaluates.
+  // 200 signals of one customer in one batch: one partition message, more than this service's
+  // BILLING_INLINE_SIGNALS (64), so a worker lists its cap periods, asks for the totals and states, and evaluates.
   const s = await setup({ granted: '100', included: '50', capAmount: '150', capFrequency: 'DAILY', capFrom: '2026-04-01T00:00:00Z' });
   const signals = Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-04-0${1 + (i % 2)}T00:00:${String(i % 60).padStart(2, '0')}Z`, idempotencyKey: `w-${i}` }));
   await ok(sendBatch(svc.url, s.org.live, { signals }), [202]);

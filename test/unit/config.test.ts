@@ -53,7 +53,7 @@ t.test('defaults', async (t) => {
     clickhousePassword: '',
     clickhouseDatabase: 'billing',
     analytics: { database: 'analytics', timeoutMs: 30_000, engineSessions: 8, maxMemoryBytes: 2 * 1024 ** 3, rateLimited: false, user: null, password: '' },
-    billing: { ackWaitMs: 60_000, partitions: 8, faultPoint: null, faultAction: 'kill', faultPauseMs: 5_000, faultReleaseFile: null },
+    billing: { ackWaitMs: 60_000, partitions: 8, inlineSignals: 2_048, faultPoint: null, faultAction: 'kill', faultPauseMs: 5_000, faultReleaseFile: null },
     webhooks: {
       encryptionKey: null, allowHttp: false, allowedNetworks: [], timeoutMs: 10_000, retryScheduleMs: [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000],
       caFile: null, extraCaPem: [], dnsServers: [], dispatcherAckWaitMs: 30_000,
@@ -120,8 +120,8 @@ t.test('values are read', async (t) => {
   t.equal(loadConfig(base, []).analytics.engineSessions, 8, 'eight analytics sessions by default');
   t.equal(cfg.logLevel, 'debug');
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '0.001' }, []).defaultLimits.refillPerSecond, 0.001, 'the minimum refill rate is accepted');
-  t.same(loadConfig({ ...base, BILLING_ACK_WAIT_MS: '2000', BILLING_PARTITIONS: '4', BILLING_FAULT_POINT: 'before-state-write', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '3000' }, []).billing, { ackWaitMs: 2_000, partitions: 4, faultPoint: 'before-state-write', faultAction: 'pause', faultPauseMs: 3_000, faultReleaseFile: null }, 'billing settings are read');
-  t.same(loadConfig({ ...base, BILLING_FAULT_POINT: 'before-states', BILLING_FAULT_ACTION: 'stall', BILLING_FAULT_RELEASE_FILE: '/tmp/release' }, []).billing, { ackWaitMs: 60_000, partitions: 8, faultPoint: 'before-states', faultAction: 'stall', faultPauseMs: 5_000, faultReleaseFile: '/tmp/release' }, 'the stall and its release file are read');
+  t.same(loadConfig({ ...base, BILLING_ACK_WAIT_MS: '2000', BILLING_PARTITIONS: '4', BILLING_INLINE_SIGNALS: '0', BILLING_FAULT_POINT: 'before-state-write', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '3000' }, []).billing, { ackWaitMs: 2_000, partitions: 4, inlineSignals: 0, faultPoint: 'before-state-write', faultAction: 'pause', faultPauseMs: 3_000, faultReleaseFile: null }, 'billing settings are read');
+  t.same(loadConfig({ ...base, BILLING_FAULT_POINT: 'before-states', BILLING_FAULT_ACTION: 'stall', BILLING_FAULT_RELEASE_FILE: '/tmp/release' }, []).billing, { ackWaitMs: 60_000, partitions: 8, inlineSignals: 2_048, faultPoint: 'before-states', faultAction: 'stall', faultPauseMs: 5_000, faultReleaseFile: '/tmp/release' }, 'the stall and its release file are read');
   t.equal(loadConfig({ ...base, DEFAULT_REFILL_PER_SECOND: '1000000000' }, []).defaultLimits.refillPerSecond, 1e9, 'the maximum refill rate is accepted');
   t.equal(loadConfig(base, []).engineHostFault, null, 'no engine host fault by default');
   t.equal(loadConfig({ ...base, ENGINE_HOST_FAULT: 'lose-insert' }, []).engineHostFault, 'lose-insert', 'the test-only engine host fault is read');
@@ -219,6 +219,7 @@ t.test('each bad value gives one message naming the variable', async (t) => {
     [{ BILLING_ACK_WAIT_MS: '999' }, 'BILLING_ACK_WAIT_MS=999: must be between 1000 and 3600000'],
     [{ BILLING_ACK_WAIT_MS: '2s' }, 'BILLING_ACK_WAIT_MS="2s": must be a whole number between 1000 and 3600000'],
     [{ BILLING_PARTITIONS: '0' }, 'BILLING_PARTITIONS=0: must be between 1 and 256'],
+    [{ BILLING_INLINE_SIGNALS: '1000001' }, 'BILLING_INLINE_SIGNALS=1000001: must be between 0 and 1000000'],
     [{ BILLING_FAULT_POINT: 'somewhere' }, 'BILLING_FAULT_POINT="somewhere": must be one of before-states, after-pin, after-events, before-state-write, after-state-write'],
     [{ BILLING_FAULT_ACTION: 'crash' }, 'BILLING_FAULT_ACTION="crash": must be one of kill, pause, stall'],
     [{ BILLING_FAULT_PAUSE_MS: '5' }, 'BILLING_FAULT_PAUSE_MS=5: must be between 10 and 600000'],

@@ -75,7 +75,7 @@
  *     there is no later group: the key comes from elsewhere, and the partition stops with an
  *     error rather than guess).
  *  4. Evaluate (group.ts: each message as alone, in order, from the state the ones before it
- *     left) in a piscina worker, or on the main thread for a group of at most INLINE_SIGNALS
+ *     left) in a piscina worker, or on the main thread for a group of at most `inlineSignals`
  *     signals, where the hop costs more than the work: pure and deterministic, so a replay,
  *     from the same state, period totals and pinned documents, computes the same rows and events.
  *  5. Publish each message's cost, credit-consumption and unpriced rows to `<P>_BILLING_ROWS`
@@ -128,8 +128,6 @@ import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
 
 const WORKER_FILE = new URL('../../../workers/billing.js', import.meta.url).href;
 const evaluateTask = workerTask<AskingTask, GroupOutput>(WORKER_FILE, 'evaluateAsking');
-/** Groups with at most this many signals are evaluated on the main thread (see evaluate). */
-const INLINE_SIGNALS = 64;
 /** At most this many messages in a group. */
 export const GROUP_MESSAGES = 64;
 /**
@@ -238,6 +236,17 @@ export interface EvaluatorOptions {
   ackWaitMs: number;
   /** Partitions in use (ensureBillingStreams). */
   partitions: number;
+  /**
+   * Groups of at most this many signals are evaluated on this thread, larger ones on a worker
+   * (BILLING_INLINE_SIGNALS, config.ts). A worker's evaluation hands the group over four times
+   * (task, cap periods asked, states answered, result), and on a loaded machine each handover
+   * waits for a thread to be scheduled and for the other thread's queue: a 500-signal step
+   * spent ~150 ms of wall time in handovers around ~9 ms of evaluation (README, Benchmarks).
+   * Inline, the pin's documents are used as they are (no JSON copy to parse on the other
+   * side) and the step runs in one thread's turns; the bound keeps one group from holding the
+   * event loop (which also answers the ingress) for more than about 20 ms.
+   */
+  inlineSignals: number;
   fault?: FaultHook;
 }
 
@@ -363,7 +372,7 @@ export class BillingEvaluator {
   /**
    * The pure steps (group.ts) of a group on the worker pool, in one task (workers/billing.ts
    * evaluateAsking): the worker posts the cap periods the group touches, `before` reads what
-   * the evaluation starts from, the worker evaluates. A group of at most INLINE_SIGNALS
+   * the evaluation starts from, the worker evaluates. A group of at most `inlineSignals`
    * signals is evaluated on this thread instead (step): the hop to a worker (and the copies
    * there and back) costs more than the work.
    */
@@ -677,7 +686,7 @@ export class BillingEvaluator {
     const priced = pin.scopes.filter((s) => Object.keys(s.config.attributes).length > 0);
     const signals = group.reduce((n, h) => n + h.unit.customers.length, 0);
     // On this thread (a small group): parsed here; for a worker: the texts, parsed there.
-    const inline = signals <= INLINE_SIGNALS;
+    const inline = signals <= this.opts.inlineSignals;
     const units: GroupUnit[] = inline ? group.map((h) => ({ orgId: h.unit.orgId, mode: h.unit.mode, evaluatedAt: h.unit.evaluatedAt, signals: signalsOf(h) })) : [];
     const texts: UnitText[] = inline ? [] : group.map(({ unit: { orgId, mode, evaluatedAt, text } }) => ({ orgId, mode, evaluatedAt, text }));
 
