@@ -92,9 +92,10 @@ export interface Config {
   streamMaxBytes: number;
   /**
    * Back-pressure in a process running both the ingress and the pipeline (src/shared/backlog-gate.ts):
-   * while the pipeline is more than `backlogBatches` batches behind, each 202 waits up to `maxMs`.
+   * while the pipeline is more than `backlogBatches` batches behind, or the billing evaluator's
+   * oldest uncommitted message was stored more than `billingLagMs` ago, each 202 waits up to `maxMs`.
    */
-  ingressHold: { backlogBatches: number; maxMs: number };
+  ingressHold: { backlogBatches: number; maxMs: number; billingLagMs: number };
   pipeline: {
     workers: number;
     flushRows: number;
@@ -330,6 +331,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     ingressHold: {
       backlogBatches: r.int('INGRESS_HOLD_BACKLOG', 256, 0, 1_000_000),
       maxMs: r.int('INGRESS_HOLD_MAX_MS', 1_000, 0, 60_000),
+      billingLagMs: r.int('INGRESS_HOLD_BILLING_LAG_MS', 500, 0, 3_600_000),
     },
     pipeline: {
       workers: r.int('PIPELINE_WORKERS', Math.min(4, cores), 1, 256),

@@ -132,7 +132,7 @@ export async function start(cfg: Config): Promise<Running> {
     });
 
     // The ingress and the pipeline in one process share its cores: the ingress holds its answers while the pipeline is behind.
-    const backlog = hasIngress(cfg.role) && hasPipeline(cfg.role) ? new BacklogGate(cfg.ingressHold.backlogBatches, cfg.ingressHold.maxMs) : null;
+    const backlog = hasIngress(cfg.role) && hasPipeline(cfg.role) ? new BacklogGate(cfg.ingressHold.backlogBatches, cfg.ingressHold.maxMs, undefined, cfg.ingressHold.billingLagMs) : null;
     if (backlog) closers.push(() => backlog.releaseAll());
     if (hasIngress(cfg.role)) {
       const redis = createRedis(cfg);
@@ -190,6 +190,7 @@ export async function start(cfg: Config): Promise<Running> {
         ackWaitMs: cfg.billing.ackWaitMs,
         partitions,
         inlineSignals: cfg.billing.inlineSignals,
+        ...(backlog ? { lag: (ms: number) => backlog.reportBillingLag(ms) } : {}),
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs, cfg.billing.faultReleaseFile),
       });
       // What a former version left on the single billing lane goes first into the partitions.

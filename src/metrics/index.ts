@@ -68,7 +68,7 @@ export const signalsAccepted = new Counter({
 
 export const ingressAnswersHeld = new Counter({
   name: 'usage_ingress_answers_held_total',
-  help: 'Answers (202) the ingress held because the pipeline of its process was behind (INGRESS_HOLD_BACKLOG)',
+  help: 'Answers (202) the ingress held because the pipeline of its process was behind (INGRESS_HOLD_BACKLOG) or its billing evaluator lagged (INGRESS_HOLD_BILLING_LAG_MS)',
   registers: [registry],
 });
 

@@ -12,6 +12,11 @@
  * rate the whole service sustains, and the backlog stays near the limit. Nothing is refused:
  * the status, the body and the rate limiter's 429 contract are unchanged (spec 7.2).
  *
+ * The billing evaluator of the same process reports too: while the oldest billable message it
+ * has not committed was stored more than `billingLagMs` ago, answers are held the same way, so
+ * producers send at the rate billing keeps up with rather than let billing's lag grow with the
+ * length of a burst (a credit cap enforced late is a cap overrun).
+ *
  * An ingress without a pipeline in its process (ROLE=ingress) has no gate: nothing reports
  * to it, so it never holds.
  */
@@ -21,6 +26,8 @@ export const REPORT_FRESH_MS = 2_000;
 export class BacklogGate {
   private pending = 0;
   private reportedAt = 0;
+  private billingLag = 0;
+  private billingReportedAt = 0;
   private readonly waiters = new Set<() => void>();
 
   constructor(
@@ -30,6 +37,8 @@ export class BacklogGate {
     readonly holdMaxMs: number,
     /** A report older than this no longer holds answers (ms). */
     private readonly freshMs = REPORT_FRESH_MS,
+    /** Billing lag (ms) beyond which answers are held (0: never). */
+    readonly billingLagMs = 0,
   ) {}
 
   /** The pipeline's count of batches behind: in the stream not yet taken, and taken not yet stored. */
@@ -39,17 +48,28 @@ export class BacklogGate {
     if (!this.behind() && this.waiters.size > 0) this.releaseAll();
   }
 
+  /** The billing evaluator's lag: how long ago the oldest billable message it has not committed was stored (0: none waiting). */
+  reportBillingLag(ms: number): void {
+    this.billingLag = ms;
+    this.billingReportedAt = performance.now();
+    if (!this.behind() && this.waiters.size > 0) this.releaseAll();
+  }
+
   /** Answers being held now. */
   get holding(): number {
     return this.waiters.size;
   }
 
-  /** Behind as the pipeline last reported, if that was recent (a pipeline far behind reports at every delivery and every flush). */
+  /** Behind as the pipeline or billing last reported, if that was recent (a pipeline far behind reports at every delivery and every flush; billing every 100 ms and at every commit). */
   behind(): boolean {
-    return this.limit > 0 && this.holdMaxMs > 0 && this.pending > this.limit && performance.now() - this.reportedAt <= this.freshMs;
+    if (this.holdMaxMs <= 0) return false;
+    const now = performance.now();
+    const pipeline = this.limit > 0 && this.pending > this.limit && now - this.reportedAt <= this.freshMs;
+    const billing = this.billingLagMs > 0 && this.billingLag > this.billingLagMs && now - this.billingReportedAt <= this.freshMs;
+    return pipeline || billing;
   }
 
-  /** Resolves at once when the pipeline keeps up; otherwise once it is back under the limit, or after the hold time. True when it held. */
+  /** Resolves at once when the pipeline and billing keep up; otherwise once they are back under their limits, or after the hold time. True when it held. */
   async pass(): Promise<boolean> {
     if (!this.behind()) return false;
     await new Promise<void>((resolve) => {

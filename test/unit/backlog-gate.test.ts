@@ -2,7 +2,8 @@
  * The ingress's back-pressure gate (src/shared/backlog-gate.ts): an answer passes at once while
  * the pipeline keeps up, and is held while it is more than `limit` batches behind — until a
  * report says it is back under the limit, or at most the hold time; never with a limit or hold
- * time of 0, nor on a report too old; and nothing is kept of an answer once it passed.
+ * time of 0, nor on a report too old; and nothing is kept of an answer once it passed. The same
+ * for the billing evaluator's lag against its own limit.
  */
 import t from 'tap';
 import { BacklogGate } from '../../src/shared/backlog-gate.js';
@@ -73,4 +74,37 @@ t.test('a report that is not renewed stops holding answers (a pipeline that stop
   await tick(80);
   t.equal(g.behind(), false, 'the report is 80 ms old, older than 50');
   t.equal(await g.pass(), false, 'not held');
+});
+
+t.test('billing lag: held while the oldest uncommitted billable message is older than the limit, whatever the pipeline says', async (t) => {
+  const g = new BacklogGate(10, 60_000, 2_000, 500);
+  g.report(0);
+  g.reportBillingLag(500);
+  t.equal(g.behind(), false, 'at the limit');
+  g.reportBillingLag(501);
+  t.equal(g.behind(), true, 'past it, the pipeline keeping up');
+  let passed: boolean | null = null;
+  const p = g.pass().then((held) => (passed = held));
+  await tick(20);
+  t.equal(passed, null, 'held');
+  g.report(0);
+  await tick(5);
+  t.equal(passed, null, 'a pipeline report under its limit does not release while billing lags');
+  g.reportBillingLag(120);
+  await p;
+  t.equal(passed, true, 'released once billing is back under the limit');
+  g.report(11);
+  g.reportBillingLag(0);
+  t.equal(g.behind(), true, 'a pipeline behind still holds with billing idle');
+});
+
+t.test('billing lag: never held with a billing limit of 0 or on a report that is not renewed', async (t) => {
+  const off = new BacklogGate(10, 60_000, 2_000, 0);
+  off.reportBillingLag(3_600_000);
+  t.equal(off.behind(), false, 'limit 0: billing never holds');
+  const g = new BacklogGate(10, 60_000, 50, 100);
+  g.reportBillingLag(5_000);
+  t.equal(g.behind(), true, 'just reported');
+  await tick(80);
+  t.equal(g.behind(), false, 'a billing report 80 ms old, older than 50, holds nothing (an evaluator that stopped)');
 });

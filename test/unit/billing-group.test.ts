@@ -168,6 +168,11 @@ t.test('a group takes the held messages while each was delivered right after the
   t.equal(formGroup(same).length, 10, 'customers counted once');
   const huge = [held(1, 1, false, Array.from({ length: GROUP_CUSTOMERS * 2 }, (_, j) => `c-${j}`)), held(2, 2)];
   t.equal(formGroup(huge).length, 1, 'a message over the limit alone still forms a group');
+  const sized = Array.from({ length: 10 }, (_, i) => held(i + 1, i + 1, false, Array.from({ length: 62 }, () => `c-${i}`)));
+  t.equal(formGroup(sized, 200).length, 3, 'at most maxSignals billed signals: 3 × 62, a fourth would make 248');
+  t.equal(formGroup(sized, 186).length, 3, 'exactly maxSignals fits');
+  t.equal(formGroup(sized, 10).length, 1, 'a first message over maxSignals still forms a group, alone');
+  t.equal(formGroup(sized).length, 10, 'no bound by default');
 });
 
 t.test('a pin of the former one-message form is read as a group of one', async (t) => {

@@ -65,7 +65,7 @@ t.test('defaults', async (t) => {
     maxBodyBytes: 1_000_000,
     publishTimeoutMs: 5_000,
     streamMaxBytes: 2 * 1024 ** 3,
-    ingressHold: { backlogBatches: 256, maxMs: 1_000 },
+    ingressHold: { backlogBatches: 256, maxMs: 1_000, billingLagMs: 500 },
     pipeline: {
       workers: Math.min(4, Math.max(1, os.availableParallelism())),
       flushRows: 10_000,
@@ -265,9 +265,10 @@ t.test('METRICS_TOKEN: optional; when set, at least 16 printable characters with
   t.equal(loadConfig({ ROLE: 'dispatcher', METRICS_TOKEN: 'm'.repeat(16) }, []).metricsToken, 'm'.repeat(16), 'any role');
 });
 
-t.test('INGRESS_HOLD_BACKLOG and INGRESS_HOLD_MAX_MS: whole numbers, 0 turns the hold off', async (t) => {
-  t.same(loadConfig({ ...base, INGRESS_HOLD_BACKLOG: '0', INGRESS_HOLD_MAX_MS: '0' }, []).ingressHold, { backlogBatches: 0, maxMs: 0 });
-  t.same(loadConfig({ ...base, INGRESS_HOLD_BACKLOG: '1000', INGRESS_HOLD_MAX_MS: '60000' }, []).ingressHold, { backlogBatches: 1000, maxMs: 60_000 });
+t.test('INGRESS_HOLD_BACKLOG, INGRESS_HOLD_MAX_MS and INGRESS_HOLD_BILLING_LAG_MS: whole numbers, 0 turns the hold off', async (t) => {
+  t.same(loadConfig({ ...base, INGRESS_HOLD_BACKLOG: '0', INGRESS_HOLD_MAX_MS: '0', INGRESS_HOLD_BILLING_LAG_MS: '0' }, []).ingressHold, { backlogBatches: 0, maxMs: 0, billingLagMs: 0 });
+  t.same(loadConfig({ ...base, INGRESS_HOLD_BACKLOG: '1000', INGRESS_HOLD_MAX_MS: '60000', INGRESS_HOLD_BILLING_LAG_MS: '3600000' }, []).ingressHold, { backlogBatches: 1000, maxMs: 60_000, billingLagMs: 3_600_000 });
+  t.equal(problems({ ...base, INGRESS_HOLD_BILLING_LAG_MS: '3600001' }).filter((p) => p.startsWith('INGRESS_HOLD_BILLING_LAG_MS')).length, 1, 'over an hour');
   t.equal(problems({ ...base, INGRESS_HOLD_BACKLOG: '-1' }).filter((p) => p.startsWith('INGRESS_HOLD_BACKLOG')).length, 1, 'negative');
   t.equal(problems({ ...base, INGRESS_HOLD_MAX_MS: '60001' }).filter((p) => p.startsWith('INGRESS_HOLD_MAX_MS')).length, 1, 'over a minute');
   t.equal(problems({ ...base, INGRESS_HOLD_MAX_MS: 'soon' }).filter((p) => p.startsWith('INGRESS_HOLD_MAX_MS')).length, 1, 'not a number');

@@ -141,6 +141,8 @@ export const GROUP_HELD = 2 * GROUP_MESSAGES;
 const FETCH_EXPIRES_MS = 2_000;
 /** How long a process waits before looking again when older messages of a partition are held elsewhere. */
 const WAIT_MS = 25;
+/** How often the billing lag is reported (EvaluatorOptions.lag), besides after each commit. */
+const LAG_REPORT_MS = 100;
 /** State keys a lane keeps at most (state-cache.ts): a customer's state and its cap periods, for a few thousand customers. */
 const STATE_CACHE_KEYS = 8_192;
 
@@ -238,7 +240,8 @@ export interface EvaluatorOptions {
   partitions: number;
   /**
    * Groups of at most this many signals are evaluated on this thread, larger ones on a worker
-   * (BILLING_INLINE_SIGNALS, config.ts). A worker's evaluation hands the group over four times
+   * (BILLING_INLINE_SIGNALS, config.ts), and groups are formed of at most this many (formGroup;
+   * 0: no bound, every group on a worker). A worker's evaluation hands the group over four times
    * (task, cap periods asked, states answered, result), and on a loaded machine each handover
    * waits for a thread to be scheduled and for the other thread's queue: a 500-signal step
    * spent ~150 ms of wall time in handovers around ~9 ms of evaluation (README, Benchmarks).
@@ -247,6 +250,13 @@ export interface EvaluatorOptions {
    * event loop (which also answers the ingress) for more than about 20 ms.
    */
   inlineSignals: number;
+  /**
+   * Told the billing lag of this process (ms: how long ago the oldest billable message it holds
+   * and has not committed was stored; 0 when it holds none) every LAG_REPORT_MS and after each
+   * commit: the ingress of the same process holds its answers while it is too long
+   * (src/shared/backlog-gate.ts).
+   */
+  lag?: (ms: number) => void;
   fault?: FaultHook;
 }
 
@@ -404,12 +414,26 @@ export class BillingEvaluator {
     });
   }
 
+  private lagTimer: NodeJS.Timeout | null = null;
+
+  /** Reports the billing lag (EvaluatorOptions.lag): the oldest held message's stored time, over all lanes. */
+  private reportLag(): void {
+    if (!this.opts.lag) return;
+    let oldest = Infinity;
+    for (const lane of this.lanes) {
+      const h = lane.held[0];
+      if (h && h.unit.evaluatedAt < oldest) oldest = h.unit.evaluatedAt;
+    }
+    this.opts.lag(oldest === Infinity ? 0 : Math.max(0, Date.now() - oldest));
+  }
+
   private get fault(): FaultHook {
     return this.opts.fault ?? FaultHook.off;
   }
 
   /** One lane per partition, each evaluated by its own loop; pulling starts with `assign` (all partitions unless `membership`). */
   async start(membership = false): Promise<void> {
+    if (this.opts.lag) this.lagTimer = setInterval(() => this.reportLag(), LAG_REPORT_MS);
     for (let k = 0; k < this.opts.partitions; k++) {
       const lane = new Lane();
       this.lanes.push(lane);
@@ -551,7 +575,10 @@ export class BillingEvaluator {
           const started = performance.now();
           const moved = await this.step(lane, k);
           attempt = 0;
-          if (moved) billingGroupSeconds.observe((performance.now() - started) / 1000);
+          if (moved) {
+            billingGroupSeconds.observe((performance.now() - started) / 1000);
+            this.reportLag();
+          }
           else {
             billingWaits.inc();
             await lane.next(WAIT_MS);
@@ -642,7 +669,10 @@ export class BillingEvaluator {
       }
       pinned = { pin: current, revision: pinRevision };
     } else {
-      group = formGroup(lane.held);
+      // At most inlineSignals signals, so that the group is evaluated on this thread (unless
+      // its first message alone is larger): a worker's evaluation costs a loaded step its
+      // handovers, and the workers, rarely used, run it with cold code (EvaluatorOptions).
+      group = formGroup(lane.held, this.opts.inlineSignals > 0 ? this.opts.inlineSignals : Infinity);
       // Delivered right after the last message this process committed: nothing of the
       // partition lies between (the rule of formGroup); otherwise the stream says.
       const first = group[0]!.m;
@@ -913,6 +943,8 @@ export class BillingEvaluator {
   async stop(): Promise<void> {
     this.stopping = true;
     this.pulling.clear();
+    if (this.lagTimer) clearInterval(this.lagTimer);
+    this.opts.lag?.(0);
     await Promise.all([...this.loops, ...this.pullers.values()]);
     // What is held and not evaluated goes back now rather than after its ack wait: whoever
     // takes it still evaluates the partition oldest first (its group starts at the oldest
@@ -988,10 +1020,12 @@ function forWorker<T extends GroupCapPeriodsInput>(task: T, units: UnitText[], p
 /**
  * The group the held messages (in sequence order) start: the first, then each next one while
  * it was delivered right after the one before it (consecutive delivery sequences, neither
- * redelivered), up to GROUP_MESSAGES messages and GROUP_CUSTOMERS customers.
+ * redelivered), up to GROUP_MESSAGES messages, GROUP_CUSTOMERS customers and `maxSignals`
+ * billed signals (the first message is taken whatever its size).
  */
-export function formGroup<H extends { m: Pick<JsMsg, 'redelivered' | 'info'>; unit: { orgId: string; mode: Mode; customers: readonly string[] } }>(held: readonly H[]): H[] {
+export function formGroup<H extends { m: Pick<JsMsg, 'redelivered' | 'info'>; unit: { orgId: string; mode: Mode; customers: readonly string[] } }>(held: readonly H[], maxSignals = Infinity): H[] {
   const group = [held[0]!];
+  let signals = held[0]!.unit.customers.length;
   const customers = new Set<string>();
   const count = (h: H): number => {
     let n = 0;
@@ -1006,9 +1040,10 @@ export function formGroup<H extends { m: Pick<JsMsg, 'redelivered' | 'info'>; un
     const prev = held[i - 1]!;
     const h = held[i]!;
     if (prev.m.redelivered || h.m.redelivered || h.m.info.deliverySequence !== prev.m.info.deliverySequence + 1) break;
-    if (customers.size + count(h) > GROUP_CUSTOMERS) break;
+    if (customers.size + count(h) > GROUP_CUSTOMERS || signals + h.unit.customers.length > maxSignals) break;
     take(h);
     group.push(h);
+    signals += h.unit.customers.length;
   }
   return group;
 }
