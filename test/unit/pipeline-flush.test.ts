@@ -14,7 +14,7 @@ import * as batch from '../../src/bus/batch.js';
 const FLUSH_MS = 50;
 const cfg = { publishTimeoutMs: 1000, pipeline: { workers: 1, maxAckPending: 256, ackWaitMs: 30_000, flushRows: 10, flushMs: FLUSH_MS, flushIdleMs: 10 } };
 
-function harness() {
+function harness(opts: { holdInserts?: boolean } = {}) {
   const queue: unknown[] = [];
   let wake: (() => void) | null = null;
   const push = (m: unknown): void => {
@@ -61,10 +61,21 @@ function harness() {
       return { claims: { keep: keys.map(() => true), reclaimed: false }, first: true };
     },
   };
-  const store = { insertSignals: async (b: Buffer) => note(`insert ${b.toString().split('\n').length - 1}`), existingSignalIds: async () => new Set() };
-  const billable = { prepare: async (meta: unknown) => ({ meta }), publishPrepared: async () => undefined };
+  /** Inserts held until the test releases them (holdInserts). */
+  const held: (() => void)[] = [];
+  const store = {
+    insertSignals: async (b: Buffer) => {
+      note(`insert ${b.toString().split('\n').length - 1}`);
+      if (opts.holdInserts) await new Promise<void>((r) => held.push(r));
+    },
+    existingSignalIds: async () => new Set(),
+  };
+  const billable = {
+    prepare: async (meta: unknown) => ({ meta }),
+    publishPrepared: async (prepared: { meta: { batchId: string } }[]) => note(`publish ${prepared.map((p) => p.meta.batchId.slice(4)).join(',')}`),
+  };
   const pipeline = new Pipeline(cfg as never, nats as never, store as never, claims as never, pool as never, billable as never, null);
-  return { pipeline, push, msg, failing, events };
+  return { pipeline, push, msg, failing, events, held };
 }
 
 const until = async (f: () => boolean, ms: number): Promise<boolean> => {
@@ -86,4 +97,36 @@ t.test('behind, a batch buffered and the next one failing: the first is still st
   const acked = h.events.find((e) => e.what === 'ack 1')!.at - start;
   t.ok(acked <= 4 * FLUSH_MS, `within a flush interval and a little (${Math.round(acked)} ms)`);
   t.ok(h.events.some((e) => e.what === 'nak 2'), 'the failed batch was given back');
+});
+
+t.test('behind: a second flush inserts while the first one\'s insert runs, and publishes after it', async (t) => {
+  const h = harness({ holdInserts: true });
+  await h.pipeline.start();
+  t.teardown(async () => {
+    for (const r of h.held) r();
+    await h.pipeline.stop();
+  });
+  const what = (): string[] => h.events.map((e) => e.what);
+  const inserts = (): string[] => what().filter((w) => w.startsWith('insert'));
+  for (let i = 1; i <= 10; i++) h.push(h.msg(i, 0));
+  t.ok(await until(() => inserts().length === 1, 3_000), 'a flush of 10 rows (PIPELINE_FLUSH_ROWS) started; its insert is held');
+  // Fewer than two flushes' worth waiting: no second flush, not even at the flush timer.
+  for (let i = 11; i <= 15; i++) h.push(h.msg(i, 0));
+  await new Promise((r) => setTimeout(r, 3 * FLUSH_MS));
+  t.same(inserts(), ['insert 10'], `5 rows waiting: they wait for the running flush (${JSON.stringify(what())})`);
+  // Two flushes' worth waiting (the pipeline is behind): a second flush inserts now.
+  for (let i = 16; i <= 40; i++) h.push(h.msg(i, 0));
+  t.ok(await until(() => inserts().length === 2, 3_000), `a second insert runs beside the first: ${JSON.stringify(inserts())}`);
+  t.equal(h.held.length, 2, 'both inserts in flight');
+  t.notOk(what().some((w) => w.startsWith('publish') || w.startsWith('ack')), 'nothing published or acked yet');
+  // The second insert ends first: it publishes only after the first flush has.
+  h.held[1]!();
+  await new Promise((r) => setTimeout(r, 30));
+  t.notOk(what().some((w) => w.startsWith('publish') || w.startsWith('ack')), 'the second flush waits for the first to publish');
+  h.held[0]!();
+  t.ok(await until(() => what().filter((w) => w.startsWith('ack')).length >= 20, 3_000), 'both flushes acked');
+  const publishes = what().filter((w) => w.startsWith('publish'));
+  t.match(publishes[0], /^publish 1,2,3,4,5,6,7,8,9,10$/, 'the first flush published first');
+  t.match(publishes[1], /^publish 11,/, 'then the second');
+  t.ok(what().indexOf(publishes[0]!) < what().indexOf('ack 11'), "the second flush's messages acked after the first flush published");
 });
