@@ -93,7 +93,7 @@ export interface Config {
   /**
    * Back-pressure in a process running both the ingress and the pipeline (src/shared/backlog-gate.ts):
    * while the pipeline is more than `backlogBatches` batches behind, or the billing evaluator's
-   * oldest uncommitted message was stored more than `billingLagMs` ago, each 202 waits up to `maxMs`.
+   * oldest uncommitted message was received more than `billingLagMs` ago, each 202 waits up to `maxMs`.
    */
   ingressHold: { backlogBatches: number; maxMs: number; billingLagMs: number };
   pipeline: {

@@ -27,7 +27,8 @@
  *     directory's lock until then (src/store/engine-host).
  *  5. Rows of many messages are inserted together (flush by PIPELINE_FLUSH_ROWS or after
  *     PIPELINE_FLUSH_MS): ClickHouse wants few large inserts. While the pipeline is behind, two
- *     flushes insert at once (MAX_FLUSHES); each publishes (6) after the one started before it.
+ *     flushes insert at once (MAX_FLUSHES); each publishes (6) after the one started before it
+ *     (a flush whose insert failed settles at once: billing order is best effort, see `order`).
  *  6. After the insert returned, each message's billable signals (those it owns by step 3,
  *     whether or not an earlier delivery already stored them) are published to the billable
  *     partitions of their customers with Nats-Msg-Id = <batch id>.p<k> (stored once;

@@ -13,7 +13,8 @@
  * the status, the body and the rate limiter's 429 contract are unchanged (spec 7.2).
  *
  * The billing evaluator of the same process reports too: while the oldest billable message it
- * has not committed was stored more than `billingLagMs` ago, answers are held the same way, so
+ * holds and has not committed was received more than `billingLagMs` ago (over its partitions
+ * that are moving: a stopped one is left out), answers are held the same way, so
  * producers send at the rate billing keeps up with rather than let billing's lag grow with the
  * length of a burst (a credit cap enforced late is a cap overrun).
  *
@@ -48,7 +49,7 @@ export class BacklogGate {
     if (!this.behind() && this.waiters.size > 0) this.releaseAll();
   }
 
-  /** The billing evaluator's lag: how long ago the oldest billable message it has not committed was stored (0: none waiting). */
+  /** The billing evaluator's lag: how long ago it received the oldest billable message it has not committed (0: none waiting). */
   reportBillingLag(ms: number): void {
     this.billingLag = ms;
     this.billingReportedAt = performance.now();

@@ -139,10 +139,14 @@ export const GROUP_CUSTOMERS = 448;
 export const GROUP_HELD = 2 * GROUP_MESSAGES;
 /** How long a fetch of a partition's messages waits for them at most (its idle heartbeat is half of it). */
 const FETCH_EXPIRES_MS = 2_000;
+/** Fetch loops per partition (startPullers). */
+const PULLERS = 2;
 /** How long a process waits before looking again when older messages of a partition are held elsewhere. */
 const WAIT_MS = 25;
 /** How often the billing lag is reported (EvaluatorOptions.lag), besides after each commit. */
 const LAG_REPORT_MS = 100;
+/** A lane holding messages that has committed nothing for this long no longer counts in the billing lag reported (reportLag). */
+const STUCK_MS = 10_000;
 /** State keys a lane keeps at most (state-cache.ts): a customer's state and its cap periods, for a few thousand customers. */
 const STATE_CACHE_KEYS = 8_192;
 
@@ -251,10 +255,10 @@ export interface EvaluatorOptions {
    */
   inlineSignals: number;
   /**
-   * Told the billing lag of this process (ms: how long ago the oldest billable message it holds
-   * and has not committed was stored; 0 when it holds none) every LAG_REPORT_MS and after each
-   * commit: the ingress of the same process holds its answers while it is too long
-   * (src/shared/backlog-gate.ts).
+   * Told the billing lag of this process (ms: how long ago it received the oldest billable
+   * message it holds and has not committed, over the partitions that are moving: reportLag; 0
+   * when none) every LAG_REPORT_MS and after each commit: the ingress of the same process holds
+   * its answers while it is too long (src/shared/backlog-gate.ts).
    */
   lag?: (ms: number) => void;
   fault?: FaultHook;
@@ -278,6 +282,8 @@ interface Held {
   m: JsMsg;
   seq: number;
   batchId: string;
+  /** When this process received it (performance.now(): the billing lag it reports, on this host's clock alone). */
+  receivedAt: number;
   unit: UnitText & { customers: string[] };
   signals?: BillableSignal[];
 }
@@ -313,6 +319,8 @@ class Lane {
   lastDelivery: number | null = null;
   /** The partition's state keys as of this lane's last commit (used while `pin` is: state-cache.ts). */
   readonly states = new StateCache(STATE_CACHE_KEYS);
+  /** When this lane last committed a group (performance.now()): a lane that stops moving is left out of the billing lag reported. */
+  progressAt = 0;
 
   forget(): void {
     this.pin = null;
@@ -353,7 +361,7 @@ export class BillingEvaluator {
   /** The partitions this process pulls from. */
   private readonly pulling = new Set<number>();
   /** The running fetch loop of each partition (it ends at its fetch's end once the partition is given up). */
-  private readonly pullers = new Map<number, Promise<void>>();
+  private readonly pullers = new Map<number, Set<Promise<void>>>();
   private readonly loops: Promise<void>[] = [];
   private readonly customers: CustomerStates;
   /** Reads of the state bucket: direct gets, a group's keys in one round (bus/kv-read.ts). */
@@ -416,15 +424,25 @@ export class BillingEvaluator {
 
   private lagTimer: NodeJS.Timeout | null = null;
 
-  /** Reports the billing lag (EvaluatorOptions.lag): the oldest held message's stored time, over all lanes. */
+  /**
+   * Reports the billing lag (EvaluatorOptions.lag): how long ago this process received the
+   * oldest message it holds, over the lanes that are moving — on this host's clock only (the
+   * stream's timestamps are the NATS server's: a skew between the hosts would read as lag, or
+   * hide it). A lane that has committed nothing for STUCK_MS while holding messages (a message
+   * it cannot read, a partition stopped until an operator acts, a group waiting for a dead
+   * holder's ack wait) is left out: holding the producers cannot help it, and would slow every
+   * answer for as long as it lasts.
+   */
   private reportLag(): void {
-    if (!this.opts.lag) return;
+    if (!this.opts.lag || this.stopping) return;
+    const now = performance.now();
     let oldest = Infinity;
     for (const lane of this.lanes) {
       const h = lane.held[0];
-      if (h && h.unit.evaluatedAt < oldest) oldest = h.unit.evaluatedAt;
+      if (!h || now - Math.max(lane.progressAt, h.receivedAt) > STUCK_MS) continue;
+      if (h.receivedAt < oldest) oldest = h.receivedAt;
     }
-    this.opts.lag(oldest === Infinity ? 0 : Math.max(0, Date.now() - oldest));
+    this.opts.lag(oldest === Infinity ? 0 : now - oldest);
   }
 
   private get fault(): FaultHook {
@@ -449,14 +467,20 @@ export class BillingEvaluator {
   async assign(partitions: readonly number[]): Promise<void> {
     this.pulling.clear();
     for (const k of partitions) if (this.lanes[k]) this.pulling.add(k);
-    for (const k of this.pulling) {
-      if (this.pullers.has(k) || this.stopping) continue;
-      // Two fetch loops, half an expiry apart (pull): one fetch that ends late leaves the other pulling.
-      const lane = this.lanes[k]!;
-      const done = Promise.all([this.pull(k, lane, 0), this.pull(k, lane, FETCH_EXPIRES_MS / 2)])
-        .then(() => undefined)
-        .finally(() => this.pullers.delete(k));
-      this.pullers.set(k, done);
+    for (const k of this.pulling) if (!this.stopping) this.startPullers(k);
+  }
+
+  /**
+   * Two fetch loops for partition k, half an expiry apart (pull): one fetch that ends late
+   * leaves the other pulling. Tops up to two: a loop that ended (k given up for a moment and
+   * given back) is replaced, the one still running kept.
+   */
+  private startPullers(k: number): void {
+    let running = this.pullers.get(k);
+    if (!running) this.pullers.set(k, (running = new Set()));
+    for (let i = running.size; i < PULLERS; i++) {
+      const loop: Promise<void> = this.pull(k, this.lanes[k]!, running.size === 0 ? 0 : FETCH_EXPIRES_MS / 2).finally(() => running.delete(loop));
+      running.add(loop);
     }
   }
 
@@ -551,7 +575,7 @@ export class BillingEvaluator {
     try {
       const { orgId, mode, batchId } = headersOf(m);
       const text = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString('utf8');
-      h = { m, seq: m.seq, batchId, unit: { orgId, mode, text, customers: billedCustomers(text), evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) } };
+      h = { m, seq: m.seq, batchId, receivedAt: performance.now(), unit: { orgId, mode, text, customers: billedCustomers(text), evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) } };
     } catch (err) {
       // Not a billable message this version can read: it is logged and left to its ack
       // wait (an operator's matter); the partition waits for it, as for any older message.
@@ -590,6 +614,7 @@ export class BillingEvaluator {
           const moved = await this.step(lane, k);
           attempt = 0;
           if (moved) {
+            lane.progressAt = performance.now();
             billingGroupSeconds.observe((performance.now() - started) / 1000);
             this.reportLag();
           }
@@ -959,7 +984,7 @@ export class BillingEvaluator {
     this.pulling.clear();
     if (this.lagTimer) clearInterval(this.lagTimer);
     this.opts.lag?.(0);
-    await Promise.all([...this.loops, ...this.pullers.values()]);
+    await Promise.all([...this.loops, ...[...this.pullers.values()].flatMap((running) => [...running])]);
     // What is held and not evaluated goes back now rather than after its ack wait: whoever
     // takes it still evaluates the partition oldest first (its group starts at the oldest
     // uncommitted message, one of these, so it waits for their redelivery).
