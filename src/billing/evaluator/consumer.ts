@@ -360,7 +360,7 @@ export class BillingEvaluator {
   private readonly lanes: Lane[] = [];
   /** The partitions this process pulls from. */
   private readonly pulling = new Set<number>();
-  /** The running fetch loop of each partition (it ends at its fetch's end once the partition is given up). */
+  /** The running fetch loops of each partition (startPullers; each ends at its fetch's end once the partition is given up). */
   private readonly pullers = new Map<number, Set<Promise<void>>>();
   private readonly loops: Promise<void>[] = [];
   private readonly customers: CustomerStates;
