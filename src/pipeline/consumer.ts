@@ -243,9 +243,14 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
     }
   }
 
+  /** Two flushes' worth of rows wait: the pipeline is behind. */
+  private behind(): boolean {
+    return this.buffer.rowTotal >= 2 * this.cfg.pipeline.flushRows;
+  }
+
   /** Back-pressure: two flushes' worth of rows wait while MAX_FLUSHES flushes run. */
   private bufferFull(): boolean {
-    return this.buffer.rowTotal >= 2 * this.cfg.pipeline.flushRows && this.flushes.size >= MAX_FLUSHES;
+    return this.behind() && this.flushes.size >= MAX_FLUSHES;
   }
 
   /** A message's part of the buffer, or null (nothing to buffer): added by `order`, in the order the messages came. */
@@ -325,7 +330,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
    * when a running one ends, and the next starts then.
    */
   flush(): Promise<void> {
-    if (this.flushes.size >= MAX_FLUSHES || (this.flushes.size > 0 && this.buffer.rowTotal < 2 * this.cfg.pipeline.flushRows)) return Promise.race(this.flushes);
+    if (this.flushes.size >= MAX_FLUSHES || (this.flushes.size > 0 && !this.behind())) return Promise.race(this.flushes);
     if (this.timer) {
       clearTimeout(this.timer);
       this.timer = null;

@@ -46,13 +46,18 @@ export class BacklogGate {
   report(batchesBehind: number): void {
     this.pending = batchesBehind;
     this.reportedAt = performance.now();
-    if (!this.behind() && this.waiters.size > 0) this.releaseAll();
+    this.releaseIfCaughtUp();
   }
 
   /** The billing evaluator's lag: how long ago it received the oldest billable message it has not committed (0: none waiting). */
   reportBillingLag(ms: number): void {
     this.billingLag = ms;
     this.billingReportedAt = performance.now();
+    this.releaseIfCaughtUp();
+  }
+
+  /** After a report: every held answer goes once neither the pipeline nor billing is behind. */
+  private releaseIfCaughtUp(): void {
     if (!this.behind() && this.waiters.size > 0) this.releaseAll();
   }
 
