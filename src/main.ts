@@ -27,6 +27,7 @@ import { ensureSignalStream } from './ingress/stream.js';
 import { uWS } from './http/wrap.js';
 import { isMain } from './is-main.js';
 import { missingNodeFlags } from './shared/node-flags.js';
+import { restoreFastStringPrototype } from './shared/fast-prototypes.js';
 import { ConcurrencySlots } from './ratelimit/slots.js';
 import { AnalyticsService } from './analytics/service.js';
 import { createWorkerPool } from './shared/worker-pool.js';
@@ -55,6 +56,8 @@ export interface Running {
 }
 
 export async function start(cfg: Config): Promise<Running> {
+  // Every module is loaded by now, ioredis included (it slows String.prototype down: fast-prototypes.ts).
+  restoreFastStringPrototype();
   configureLog({ level: cfg.logLevel, role: cfg.role });
   const missing = missingNodeFlags();
   if (missing.length > 0) log.warn('started without the service\'s Node options (src/shared/node-flags.ts): it runs, with more CPU per signal; start it with them', { missing });
