@@ -225,9 +225,10 @@ const DIGITS_19 = /\d{19}/;
 const bytes = (s: string): Uint8Array => plain(Buffer.from(s, 'utf8'));
 
 /**
- * TypedArray methods called through these, not looked up on the array: optimized code looked
- * `set` up on every call (the generic LoadIC, ~4% of the rows worker's time), a known
- * function's `call` it does not.
+ * TypedArray methods called through these, not looked up on the array: V8's optimized code for
+ * packedFromBytes looked `set` up on every call through the generic LoadIC (its
+ * --print-opt-code listing; ~4% of the rows worker's time), a known function's `call` it does
+ * not.
  */
 const setBytes = Uint8Array.prototype.set;
 const subBytes = Uint8Array.prototype.subarray;
