@@ -135,7 +135,7 @@ export async function start(cfg: Config): Promise<Running> {
     });
 
     // The ingress and the pipeline in one process share its cores: the ingress holds its answers while the pipeline is behind.
-    const backlog = hasIngress(cfg.role) && hasPipeline(cfg.role) ? new BacklogGate(cfg.ingressHold.backlogBatches, cfg.ingressHold.maxMs, undefined, cfg.ingressHold.billingLagMs) : null;
+    const backlog = hasIngress(cfg.role) && hasPipeline(cfg.role) ? new BacklogGate(cfg.ingressHold.backlogBatches, cfg.ingressHold.maxMs, { billingLagMs: cfg.ingressHold.billingLagMs }) : null;
     if (backlog) closers.push(() => backlog.releaseAll());
     if (hasIngress(cfg.role)) {
       const redis = createRedis(cfg);

@@ -31,16 +31,21 @@ export class BacklogGate {
   private billingReportedAt = 0;
   private readonly waiters = new Set<() => void>();
 
+  /** A report older than this no longer holds answers (ms). */
+  private readonly freshMs: number;
+  /** Billing lag (ms) beyond which answers are held (0: never). */
+  readonly billingLagMs: number;
+
   constructor(
     /** Batches behind beyond which answers are held (0: never). */
     readonly limit: number,
     /** The longest one answer is held (ms). */
     readonly holdMaxMs: number,
-    /** A report older than this no longer holds answers (ms). */
-    private readonly freshMs = REPORT_FRESH_MS,
-    /** Billing lag (ms) beyond which answers are held (0: never). */
-    readonly billingLagMs = 0,
-  ) {}
+    opts: { freshMs?: number; billingLagMs?: number } = {},
+  ) {
+    this.freshMs = opts.freshMs ?? REPORT_FRESH_MS;
+    this.billingLagMs = opts.billingLagMs ?? 0;
+  }
 
   /** The pipeline's count of batches behind: in the stream not yet taken, and taken not yet stored. */
   report(batchesBehind: number): void {

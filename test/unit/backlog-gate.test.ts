@@ -68,7 +68,7 @@ t.test('releaseAll: every held answer goes (the process stops)', async (t) => {
 });
 
 t.test('a report that is not renewed stops holding answers (a pipeline that stopped reporting is not taken as behind)', async (t) => {
-  const g = new BacklogGate(1, 60_000, 50);
+  const g = new BacklogGate(1, 60_000, { freshMs: 50 });
   g.report(5);
   t.equal(g.behind(), true, 'just reported');
   await tick(80);
@@ -77,7 +77,7 @@ t.test('a report that is not renewed stops holding answers (a pipeline that stop
 });
 
 t.test('billing lag: held while the oldest uncommitted billable message is older than the limit, whatever the pipeline says', async (t) => {
-  const g = new BacklogGate(10, 60_000, 2_000, 500);
+  const g = new BacklogGate(10, 60_000, { freshMs: 2_000, billingLagMs: 500 });
   g.report(0);
   g.reportBillingLag(500);
   t.equal(g.behind(), false, 'at the limit');
@@ -99,10 +99,10 @@ t.test('billing lag: held while the oldest uncommitted billable message is older
 });
 
 t.test('billing lag: never held with a billing limit of 0 or on a report that is not renewed', async (t) => {
-  const off = new BacklogGate(10, 60_000, 2_000, 0);
+  const off = new BacklogGate(10, 60_000, { freshMs: 2_000, billingLagMs: 0 });
   off.reportBillingLag(3_600_000);
   t.equal(off.behind(), false, 'limit 0: billing never holds');
-  const g = new BacklogGate(10, 60_000, 50, 100);
+  const g = new BacklogGate(10, 60_000, { freshMs: 50, billingLagMs: 100 });
   g.reportBillingLag(5_000);
   t.equal(g.behind(), true, 'just reported');
   await tick(80);
