@@ -409,7 +409,15 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
     } else {
       log.error('insert failed; batches will be redelivered', { err, messages: msgs.length });
     }
-    for (const m of msgs) m.nak(2_000);
+    for (const m of msgs) {
+      try {
+        m.nak(2_000);
+      } catch (nakErr) {
+        // The connection is closing: the message comes back after its ack wait all the same
+        // (and a flush, whose promise nobody awaits, must not reject for it).
+        log.warn('nak failed; the batch is redelivered after its ack wait', { err: nakErr, seq: m.seq });
+      }
+    }
   }
 
   private async deadLetter(m: JsMsg, err: unknown): Promise<void> {

@@ -14,7 +14,7 @@ import * as batch from '../../src/bus/batch.js';
 const FLUSH_MS = 50;
 const cfg = { publishTimeoutMs: 1000, pipeline: { workers: 1, maxAckPending: 256, ackWaitMs: 30_000, flushRows: 10, flushMs: FLUSH_MS, flushIdleMs: 10 } };
 
-function harness(opts: { holdInserts?: boolean } = {}) {
+function harness(opts: { holdInserts?: boolean; failInserts?: boolean; nakThrows?: boolean } = {}) {
   const queue: unknown[] = [];
   let wake: (() => void) | null = null;
   const push = (m: unknown): void => {
@@ -46,7 +46,10 @@ function harness(opts: { holdInserts?: boolean } = {}) {
     info: { pending, deliveryCount: 1 },
     redelivered: false,
     ack: () => note(`ack ${seq}`),
-    nak: () => note(`nak ${seq}`),
+    nak: () => {
+      note(`nak ${seq}`);
+      if (opts.nakThrows) throw new Error('CONNECTION_CLOSED');
+    },
     working: () => undefined,
   });
   const failing = new Set<number>();
@@ -67,6 +70,7 @@ function harness(opts: { holdInserts?: boolean } = {}) {
     insertSignals: async (b: Buffer) => {
       note(`insert ${b.toString().split('\n').length - 1}`);
       if (opts.holdInserts) await new Promise<void>((r) => held.push(r));
+      if (opts.failInserts) throw new Error('engine host gone');
     },
     existingSignalIds: async () => new Set(),
   };
@@ -129,4 +133,20 @@ t.test('behind: a second flush inserts while the first one\'s insert runs, and p
   t.match(publishes[0], /^publish 1,2,3,4,5,6,7,8,9,10$/, 'the first flush published first');
   t.match(publishes[1], /^publish 11,/, 'then the second');
   t.ok(what().indexOf(publishes[0]!) < what().indexOf('ack 11'), "the second flush's messages acked after the first flush published");
+});
+
+t.test('a failed insert whose nak cannot be sent (the connection closing) settles its flush without a rejection', async (t) => {
+  const h = harness({ failInserts: true, nakThrows: true });
+  const rejections: unknown[] = [];
+  const onRejection = (err: unknown): void => void rejections.push(err);
+  process.on('unhandledRejection', onRejection);
+  t.teardown(() => void process.off('unhandledRejection', onRejection));
+  await h.pipeline.start();
+  t.teardown(() => h.pipeline.stop());
+  for (let i = 1; i <= 10; i++) h.push(h.msg(i, 0));
+  const what = (): string[] => h.events.map((e) => e.what);
+  t.ok(await until(() => what().filter((w) => w.startsWith('nak')).length === 10, 3_000), `every message of the failed flush was naked (and each nak threw): ${JSON.stringify(what())}`);
+  await new Promise((r) => setTimeout(r, 20));
+  t.same(rejections, [], 'no unhandled rejection');
+  t.notOk(what().some((w) => w.startsWith('ack')), 'nothing acked');
 });
