@@ -273,10 +273,7 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     setBytes.call(out, part, at);
     return at + part.length;
   };
-  const ascii = (out: Uint8Array, at: number, text: string): number => {
-    for (let k = 0; k < text.length; k++) out[at++] = text.charCodeAt(k);
-    return at;
-  };
+  const ascii = writeAscii;
   const valueOr = (out: Uint8Array, at: number, start: number, end: number, absent: string): number => (start === -1 ? ascii(out, at, absent) : put(out, at, start, end));
   for (let i = 0; i < n; i++) {
     const o = SPAN * i;
@@ -318,7 +315,7 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     bo = fixed(billable, bo, b4);
     bo = valueOr(billable, bo, spans[o + UNIT]!, spans[o + UNIT + 1]!, 'null');
     bo = fixed(billable, bo, b5);
-    for (let k = tsAt; k < tsEnd; k++) billable[bo++] = rows[k]!;
+    bo = copy(rows, tsAt, tsEnd, billable, bo);
     bo = fixed(billable, bo, b6);
     bo = valueOr(billable, bo, spans[o + DATA]!, spans[o + DATA + 1]!, '{}');
     bo = ascii(billable, bo, '}\n');
@@ -336,13 +333,15 @@ function copy(src: Uint8Array, from: number, to: number, out: Uint8Array, at: nu
   return at + (to - from);
 }
 
+/** An ASCII text's bytes into `out` at `at`; the position after it. */
+function writeAscii(out: Uint8Array, at: number, text: string): number {
+  for (let k = 0; k < text.length; k++) out[at++] = text.charCodeAt(k);
+  return at;
+}
+
 /** `n` written as String(n) writes it (an epoch ms: a whole number, digits written directly); the position after it. */
 function digits(out: Uint8Array, at: number, n: number): number {
-  if (!(n >= 0 && n <= Number.MAX_SAFE_INTEGER && Math.floor(n) === n)) {
-    const text = String(n);
-    for (let k = 0; k < text.length; k++) out[at++] = text.charCodeAt(k);
-    return at;
-  }
+  if (!(n >= 0 && n <= Number.MAX_SAFE_INTEGER && Math.floor(n) === n)) return writeAscii(out, at, String(n));
   let len = 1;
   for (let x = n; x >= 10; x = Math.floor(x / 10)) len++;
   let o = at + len;
