@@ -18,7 +18,7 @@ import { Resolver } from 'node:dns';
 /** Test-only faults of the engine host (ENGINE_HOST_FAULT; src/store/engine-host/host.ts). */
 export const ENGINE_HOST_FAULTS = ['lose-insert', 'slow-insert'] as const;
 export type EngineHostFault = (typeof ENGINE_HOST_FAULTS)[number];
-export const BILLING_FAULT_POINTS = ['before-states', 'after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const;
+export const BILLING_FAULT_POINTS = ['before-states', 'after-pin', 'after-events', 'after-states', 'before-state-write', 'after-state-write'] as const;
 export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
 /** BILLING_PARTITIONS' upper bound (and of the number a deployment keeps: billing/evaluator/streams.ts). */
 export const MAX_BILLING_PARTITIONS = 256;

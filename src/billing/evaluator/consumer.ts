@@ -306,6 +306,14 @@ export function billedCustomers(text: string): string[] {
 }
 
 /** The messages a process holds of one partition, in sequence order, and a way to wait for more. */
+/** A group's pin as pinOf makes it: the group (its first half, when the whole would not fit), the pin, its text, and whether nothing in it is priced. */
+interface PinMade {
+  group: Held[];
+  pin: Pin;
+  bytes: string;
+  unpriced: boolean;
+}
+
 class Lane {
   readonly held: Held[] = [];
   private wake: (() => void) | null = null;
@@ -321,10 +329,17 @@ class Lane {
   readonly states = new StateCache(STATE_CACHE_KEYS);
   /** When this lane last committed a group (performance.now()): a lane that stops moving is left out of the billing lag reported. */
   progressAt = 0;
+  /**
+   * The pin of the group after the one in flight, made while that one publishes and writes
+   * (step, `pinAhead`): `seqs` its messages, in order. Used by the next step when the group it
+   * forms starts with those very messages; otherwise dropped.
+   */
+  ahead: { seqs: number[]; made: Promise<PinMade> } | null = null;
 
   forget(): void {
     this.pin = null;
     this.lastDelivery = null;
+    this.ahead = null;
     this.states.clear();
   }
 
@@ -727,7 +742,7 @@ export class BillingEvaluator {
     let pinJson: string | null = null;
     if (pinned) pinWrite = Promise.resolve(pinned.revision);
     else {
-      const made = await this.pinOf(group);
+      const made = await this.aheadOr(lane, group);
       group = made.group;
       if (made.unpriced) {
         const [revision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: made.bytes, revision: pinRevision }]);
@@ -808,6 +823,8 @@ export class BillingEvaluator {
     const events = out.units.reduce((n, u) => n + u.events.length, 0);
     const fault: FaultContext = { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode, events };
     await this.fault.at('after-pin', fault);
+    // The next group's configuration is read while this one publishes and writes.
+    this.pinAhead(lane, group);
 
     // 5. Rows, per message. They go to a stream (stored once per batch id and partition) and
     // are inserted in bulk by the rows inserter (rows.ts): the engine's insert is off this
@@ -825,8 +842,7 @@ export class BillingEvaluator {
       const at = new Date(h.unit.evaluatedAt);
       for (const e of events) published.push(eventMessage(this.nats, busEvent(e, h.unit.orgId, h.unit.mode, at)));
     });
-    await publishDurableMany(this.nats.nc, published, this.opts.publishTimeoutMs);
-    await this.fault.at('after-events', fault);
+    const publish = (): Promise<unknown> => publishDurableMany(this.nats.nc, published, this.opts.publishTimeoutMs);
 
     // 7. Period keys and customer states, each compare-and-set on what step 3 read, in one round.
     // Only the periods G spent in: a listed period G did not touch keeps its value (a replay
@@ -841,9 +857,31 @@ export class BillingEvaluator {
       const scope = scopeOf(s.orgId, s.mode);
       writes.push(...this.customers.writesOf(s.orgId, s.mode, s.config, seq, readOf.get(scope)!, out.states[scope]!));
     }
-    const revisions = await this.stateWriter.writeMany(writes);
-    writes.forEach((w, i) => lane.states.set(w.key, w.entry, revisions[i]!));
+    const writeStates = async (): Promise<void> => {
+      const revisions = await this.stateWriter.writeMany(writes);
+      writes.forEach((w, i) => lane.states.set(w.key, w.entry, revisions[i]!));
+    };
+    // 5–7 at once: each is replayable without the other (a replay reads a key G wrote as its
+    // `before`, and publishes under the same ids), and only the commit point (8) ends G. The
+    // test-only fault points between them order them instead: events first (after-events) or
+    // states first (after-states).
+    if (this.fault.armed('after-states')) {
+      await writeStates();
+      await this.fault.at('after-states', fault);
+      await publish();
+    } else if (this.fault.armed('after-events')) {
+      await publish();
+      await this.fault.at('after-events', fault);
+      await writeStates();
+    } else {
+      // Both settled before the step goes on or fails (no write landing after a retry began).
+      const [states, events] = await Promise.allSettled([writeStates(), publish()]);
+      if (states.status === 'rejected') throw states.reason;
+      if (events.status === 'rejected') throw events.reason;
+    }
     await this.fault.at('before-state-write', fault);
+    // Messages that came while those ran, when none were held before: their pin made during the commit.
+    if (!lane.ahead) this.pinAhead(lane, group);
 
     // 8. The commit point.
     const done = donePin(pin);
@@ -858,6 +896,38 @@ export class BillingEvaluator {
     this.committed(group, events, out.units.reduce((n, u) => n + u.costs, 0));
     for (const u of out.units) for (const e of u.events) billingEvents.inc({ event: e.event, source: 'evaluator' });
     return true;
+  }
+
+  /**
+   * Starts making the pin of the group that follows `group` in the lane (the messages held
+   * now, formed as step forms a group), so that the next step need not wait for its
+   * configuration reads. Its documents are read after every one of its messages was received
+   * here, as a step's own reads are: a change made before any of its signals was sent is in it.
+   */
+  private pinAhead(lane: Lane, group: readonly Held[]): void {
+    lane.ahead = null;
+    const inGroup = new Set(group.map((h) => h.seq));
+    const rest = lane.held.filter((h) => !inGroup.has(h.seq));
+    if (rest.length === 0 || rest[0]!.seq < group[0]!.seq) return;
+    const next = formGroup(rest, this.opts.inlineSignals > 0 ? this.opts.inlineSignals : Infinity);
+    const made = this.pinOf(next);
+    // Awaited by the next step, if it uses it; a failure there reads again (aheadOr).
+    made.catch(() => undefined);
+    lane.ahead = { seqs: next.map((h) => h.seq), made };
+  }
+
+  /** The pin made ahead for `group` (pinAhead), when `group` starts with its messages; otherwise made now. */
+  private async aheadOr(lane: Lane, group: Held[]): Promise<PinMade> {
+    const ahead = lane.ahead;
+    lane.ahead = null;
+    if (!ahead || ahead.seqs.length > group.length || !ahead.seqs.every((s, i) => group[i]!.seq === s)) return this.pinOf(group);
+    try {
+      const made = await ahead.made;
+      // The messages it names are still this lane's (a failure in between forgets `ahead`).
+      return made;
+    } catch {
+      return this.pinOf(group);
+    }
   }
 
   /**
@@ -953,7 +1023,7 @@ export class BillingEvaluator {
    * A pin that would not fit in one NATS message pins the group's first half instead; a group
    * of one message whose pin is still too large has it written in parts (writePin).
    */
-  private async pinOf(group: Held[]): Promise<{ group: Held[]; pin: Pin; bytes: string; unpriced: boolean }> {
+  private async pinOf(group: Held[]): Promise<PinMade> {
     for (;;) {
       const refs = new Map<string, { orgId: string; mode: Mode; customers: Set<string> }>();
       for (const h of group) {

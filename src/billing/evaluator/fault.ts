@@ -20,9 +20,14 @@
  *   before-states       the group's pin is written (or a pending pin found); the customers'
  *                       states and cap periods are not read yet;
  *   after-pin           the batch's configuration is pinned and evaluated; nothing else is written;
- *   after-events        rows and events are published; no period key or state written;
- *   before-state-write  period keys are written too; the state is not;
- *   after-state-write   the state is committed; the message is not acked.
+ *   after-events        rows and events are published; no period key or customer state
+ *                       written (armed, it orders the two: the evaluator otherwise does
+ *                       both at once);
+ *   after-states        period keys and customer states are written; no row or event is
+ *                       published (armed, the other order);
+ *   before-state-write  rows, events, period keys and customer states are all written; the
+ *                       group is not committed (its pin not marked done);
+ *   after-state-write   the group is committed (its pin marked done); its messages are not acked.
  */
 import { existsSync } from 'node:fs';
 import type { BillingFaultPoint } from '../../config.js';
