@@ -293,6 +293,42 @@ t.test('a configuration change made while a group is in flight applies to the si
   t.same(costs.rows, [['e', '12'], ['f', '5']], 'the batch sent after the change is priced by it');
 });
 
+t.test('kill -9 right after a commit, before the ack: the committed group is only acked, the rest billed once (the commit being the next group\'s pin, made ahead)', async (t) => {
+  const iso = isolation('billcrashack');
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  // Groups of one 40-signal message: while one is evaluated the next ones are held, so the next group's pin is made ahead.
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '20', BILLING_INLINE_SIGNALS: String(PER), ...ACK_WAIT };
+  let pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-state-write' });
+  logsOnFailure(t, () => [ingress, pipeline]);
+  t.teardown(async () => {
+    await ingress.stop();
+    await pipeline.stop();
+    await cleanup(iso);
+  });
+  await ingress.start();
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  await configure(ingress.url, org, GRANTED);
+  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
+  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+  // Started once every batch waits: its billable messages come faster than one-message groups are evaluated.
+  await pipeline.start();
+  const exited = exitOf(pipeline);
+
+  const crash = await killedAt(t, pipeline, exited, 'after-state-write');
+  t.ok(await committed(iso, crash.seq), 'the group was committed when it died');
+  const pins = Object.values(await stateKeys(iso, 'pin.')) as GroupPin[];
+  const pin = pins.find((p) => p.seq >= crash.seq);
+  t.ok(pin && pin.seq > crash.seq && pin.done !== true, "committed by the next group's pin, pending (made ahead while the group published), not by a done pin of its own");
+  t.equal((await busEvents(iso, org.id)).length, crash.events, "its events were on the bus (it is the first group with events)");
+
+  pipeline = new ServiceProcess(iso, env);
+  await pipeline.start();
+  await billed(iso);
+  checkEvents(t, await busEvents(iso, org.id));
+  t.equal(await consumedInState(iso, org.id), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
+  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once");
+});
+
 t.test('two pipeline processes evaluating at once', async (t) => {
   const iso = isolation('billtwo');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });

@@ -89,7 +89,12 @@
  *     cannot overwrite a later group's values; it fails and finds G committed.
  *  8. Write pin.<k> marked `done: true` with compare-and-set on the pin's revision. This is
  *     the commit point. A failed compare-and-set means another holder finished G in between
- *     (an ack-wait expiry): the retry finds it done and acks.
+ *     (an ack-wait expiry): the retry finds it done and acks. When the next group's pin was
+ *     made while G published (pinAhead) and that group follows G directly (the rule of 2),
+ *     that pin, pending, is written instead: it commits G just the same (every message
+ *     before a pending pin's `seq` is committed), and the next step starts at 3.
+ *  5–7 run at once: each is replayable without the other (3's before/after rule; the same
+ *     ids), so no order between them is needed; both are settled before 8.
  *  9. Ack G's messages.
  * A crash before 8 replays G from the same pin, customer states and period totals (the
  * before/after rule undoes G's own writes): the same rows (deduplicated) and events (same
@@ -883,10 +888,14 @@ export class BillingEvaluator {
     // Messages that came while those ran, when none were held before: their pin made during the commit.
     if (!lane.ahead) this.pinAhead(lane, group);
 
-    // 8. The commit point.
+    // 8. The commit point: G's pin marked done — or, when the next group's pin is made and that
+    // group follows G directly, that pin, pending: it commits G all the same (every message
+    // before a pending pin's `seq` is committed) and spares the next step its pin write.
     const done = donePin(pin);
-    const [doneRevision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: JSON.stringify(done), revision: pinned.revision }]);
-    lane.pin = { value: done, revision: doneRevision!, parts: [] };
+    const following = await this.following(lane, group);
+    if (following) lane.ahead = null;
+    const [doneRevision] = await this.stateWriter.writeMany([{ key: pinKey(k), value: following ? following.bytes : JSON.stringify(done), revision: pinned.revision }]);
+    lane.pin = { value: following ? following.pin : done, revision: doneRevision!, parts: [] };
     await this.removeParts(parts);
     lane.lastDelivery = lastDelivery(group);
     await this.fault.at('after-state-write', fault);
@@ -911,9 +920,28 @@ export class BillingEvaluator {
     if (rest.length === 0 || rest[0]!.seq < group[0]!.seq) return;
     const next = formGroup(rest, this.opts.inlineSignals > 0 ? this.opts.inlineSignals : Infinity);
     const made = this.pinOf(next);
-    // Awaited by the next step, if it uses it; a failure there reads again (aheadOr).
+    // Awaited by the commit or the next step, if either uses it; a failure there reads again (aheadOr).
     made.catch(() => undefined);
     lane.ahead = { seqs: next.map((h) => h.seq), made };
+  }
+
+  /**
+   * The pin made ahead for the group right after `group` (waited for: the next step would wait
+   * for it all the same), when it may be written as `group`'s commit: its first message
+   * delivered right after `group`'s last (nothing of the partition between them: the rule by
+   * which a step takes a group without asking the stream), its messages still held here,
+   * priced, and one message's worth (no parts). Otherwise null, and `group`'s pin is marked done.
+   */
+  private async following(lane: Lane, group: readonly Held[]): Promise<PinMade | null> {
+    const ahead = lane.ahead;
+    const after = lastDelivery(group);
+    const first = ahead && lane.held.find((h) => h.seq === ahead.seqs[0]);
+    if (!ahead || !first || after === null || first.m.redelivered || first.m.info.deliverySequence !== after + 1) return null;
+    const made = await ahead.made.catch(() => null);
+    if (!made || made.unpriced || lane.ahead !== ahead) return null;
+    if (!made.group.every((g) => lane.held.some((h) => h.seq === g.seq))) return null;
+    if (Buffer.byteLength(made.bytes) > this.pinRoom()) return null;
+    return made;
   }
 
   /** The pin made ahead for `group` (pinAhead), when `group` starts with its messages; otherwise made now. */
