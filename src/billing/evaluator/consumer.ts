@@ -310,7 +310,6 @@ export function billedCustomers(text: string): string[] {
   return out;
 }
 
-/** The messages a process holds of one partition, in sequence order, and a way to wait for more. */
 /** A group's pin as pinOf makes it: the group (its first half, when the whole would not fit), the pin, its text, and whether nothing in it is priced. */
 interface PinMade {
   group: Held[];
@@ -319,6 +318,7 @@ interface PinMade {
   unpriced: boolean;
 }
 
+/** The messages a process holds of one partition, in sequence order, and a way to wait for more. */
 class Lane {
   readonly held: Held[] = [];
   private wake: (() => void) | null = null;
@@ -949,10 +949,9 @@ export class BillingEvaluator {
     const ahead = lane.ahead;
     lane.ahead = null;
     if (!ahead || ahead.seqs.length > group.length || !ahead.seqs.every((s, i) => group[i]!.seq === s)) return this.pinOf(group);
+    // Its messages are the group's first ones, held here (a failure in between forgets `ahead`).
     try {
-      const made = await ahead.made;
-      // The messages it names are still this lane's (a failure in between forgets `ahead`).
-      return made;
+      return await ahead.made;
     } catch {
       return this.pinOf(group);
     }
