@@ -336,10 +336,11 @@ class Lane {
   progressAt = 0;
   /**
    * The pin of the group after the one in flight, made while that one publishes and writes
-   * (step, `pinAhead`): `seqs` its messages, in order. Used by the next step when the group it
-   * forms starts with those very messages; otherwise dropped.
+   * (step, `pinAhead`): `seqs` its messages, in order; `early` when it was started before that
+   * group's writes (not after them); `ready` once made. Used by the commit or the next step
+   * when the group it forms starts with those very messages; otherwise dropped.
    */
-  ahead: { seqs: number[]; made: Promise<PinMade> } | null = null;
+  ahead: { seqs: number[]; made: Promise<PinMade>; early: boolean; ready: PinMade | null } | null = null;
 
   forget(): void {
     this.pin = null;
@@ -829,7 +830,7 @@ export class BillingEvaluator {
     const fault: FaultContext = { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode, events };
     await this.fault.at('after-pin', fault);
     // The next group's configuration is read while this one publishes and writes.
-    this.pinAhead(lane, group);
+    this.pinAhead(lane, group, true);
 
     // 5. Rows, per message. They go to a stream (stored once per batch id and partition) and
     // are inserted in bulk by the rows inserter (rows.ts): the engine's insert is off this
@@ -886,7 +887,7 @@ export class BillingEvaluator {
     }
     await this.fault.at('before-state-write', fault);
     // Messages that came while those ran, when none were held before: their pin made during the commit.
-    if (!lane.ahead) this.pinAhead(lane, group);
+    if (!lane.ahead) this.pinAhead(lane, group, false);
 
     // 8. The commit point: G's pin marked done — or, when the next group's pin is made and that
     // group follows G directly, that pin, pending: it commits G all the same (every message
@@ -913,21 +914,27 @@ export class BillingEvaluator {
    * configuration reads. Its documents are read after every one of its messages was received
    * here, as a step's own reads are: a change made before any of its signals was sent is in it.
    */
-  private pinAhead(lane: Lane, group: readonly Held[]): void {
+  private pinAhead(lane: Lane, group: readonly Held[], early: boolean): void {
     lane.ahead = null;
     const inGroup = new Set(group.map((h) => h.seq));
     const rest = lane.held.filter((h) => !inGroup.has(h.seq));
     if (rest.length === 0 || rest[0]!.seq < group[0]!.seq) return;
     const next = formGroup(rest, this.opts.inlineSignals > 0 ? this.opts.inlineSignals : Infinity);
     const made = this.pinOf(next);
+    const ahead: NonNullable<Lane['ahead']> = { seqs: next.map((h) => h.seq), made, early, ready: null };
     // Awaited by the commit or the next step, if either uses it; a failure there reads again (aheadOr).
-    made.catch(() => undefined);
-    lane.ahead = { seqs: next.map((h) => h.seq), made };
+    made.then(
+      (m) => (ahead.ready = m),
+      () => undefined,
+    );
+    lane.ahead = ahead;
   }
 
   /**
-   * The pin made ahead for the group right after `group` (waited for: the next step would wait
-   * for it all the same), when it may be written as `group`'s commit: its first message
+   * The pin made ahead for the group right after `group`, when it may be written as `group`'s
+   * commit. Waited for only when started before `group`'s writes (it has had their round trip
+   * to be made; waiting for one started after them would hold the commit back longer than the
+   * next step's own pin write, which runs beside its reads, costs). Its first message
    * delivered right after `group`'s last (nothing of the partition between them: the rule by
    * which a step takes a group without asking the stream), its messages still held here,
    * priced, and one message's worth (no parts). Otherwise null, and `group`'s pin is marked done.
@@ -937,7 +944,7 @@ export class BillingEvaluator {
     const after = lastDelivery(group);
     const first = ahead && lane.held.find((h) => h.seq === ahead.seqs[0]);
     if (!ahead || !first || after === null || first.m.redelivered || first.m.info.deliverySequence !== after + 1) return null;
-    const made = await ahead.made.catch(() => null);
+    const made = ahead.early ? await ahead.made.catch(() => null) : ahead.ready;
     if (!made || made.unpriced || lane.ahead !== ahead) return null;
     if (!made.group.every((g) => lane.held.some((h) => h.seq === g.seq))) return null;
     if (Buffer.byteLength(made.bytes) > this.pinRoom()) return null;
