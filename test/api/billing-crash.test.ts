@@ -257,7 +257,7 @@ t.test('kill -9 of the evaluating process after its state writes, before any row
   t.same(rows.rows, [['2400', '1200', '-600', '2400', '2400']], 'one cost and one consumption row per signal, exact balance');
 });
 
-t.test('a configuration change made while a group is in flight applies to the signals sent after it, whose pin is made ahead (while that group publishes)', storeIndependent, async (t) => {
+t.test('a configuration change made while a group is in flight applies to the batch sent after it, whose pin is made ahead (after that group\'s writes, before its commit)', storeIndependent, async (t) => {
   const iso = isolation('billahead');
   // The first group with events pauses after publishing them: the next batch is held meanwhile.
   const pipeline = new ServiceProcess(iso, { ROLE: 'all', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT, BILLING_FAULT_POINT: 'after-events', BILLING_FAULT_ACTION: 'pause', BILLING_FAULT_PAUSE_MS: '8000' });
@@ -285,8 +285,7 @@ t.test('a configuration change made while a group is in flight applies to the si
   t.teardown(() => nc.close());
   const jsm = await jetstreamManager(nc);
   const held = await waitFor(async () => (await jsm.consumers.info(`${iso.natsPrefix}_BILLABLE_P`, `billing-p${k}`)).num_ack_pending, (n) => n === 2, 6_000);
-  t.equal(held, 2, "both batches' messages held while the first group is paused");
-  t.equal(logLines(pipeline, 'billing fault point reached').length, 1, 'and the pause not over yet');
+  t.equal(held, 2, "both batches' messages held (the first one's group paused, not acked)");
 
   await billed(iso);
   const costs = (await http(pipeline.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query: 'SELECT event_name, count() FROM fact_cost GROUP BY event_name ORDER BY event_name' } })).body;
@@ -318,12 +317,15 @@ t.test('kill -9 right after a commit, before the ack: the committed group is onl
   t.ok(await committed(iso, crash.seq), 'the group was committed when it died');
   const pins = Object.values(await stateKeys(iso, 'pin.')) as GroupPin[];
   const pin = pins.find((p) => p.seq >= crash.seq);
-  t.ok(pin && pin.seq > crash.seq && pin.done !== true, "committed by the next group's pin, pending (made ahead while the group published), not by a done pin of its own");
+  // One customer: every billable message in one partition, at consecutive sequences.
+  t.ok(pin && pin.seq === crash.seq + 1 && pin.done !== true, "committed by the next message's group's pin, pending (made ahead while the group published), not by a done pin of its own");
   t.equal((await busEvents(iso, org.id)).length, crash.events, "its events were on the bus (it is the first group with events)");
 
   pipeline = new ServiceProcess(iso, env);
   await pipeline.start();
   await billed(iso);
+  const acked = logLines(pipeline, 'billable messages already committed (by another holder, or their ack was lost)');
+  t.ok(acked.some((l) => (l.seqs as number[]).includes(crash.seq)), 'the replay found the group committed and only acked it');
   checkEvents(t, await busEvents(iso, org.id));
   t.equal(await consumedInState(iso, org.id), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
   t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once");
@@ -399,6 +401,47 @@ t.test('a process stalled past the ack wait between its pin and its reads: its g
   t.equal(events[0]?.data.usedDecimal, '90');
   t.equal(await consumedInState(iso, org.id), '95', 'the pool consumed 80 + 15 credits: the stalled process wrote nothing');
   t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '95', reached: true }]);
+});
+
+t.test('a process stalled past the ack wait right after a commit that wrote the next group\'s pin: that group is finished elsewhere, and the stalled one publishes nothing from the states it kept', async (t) => {
+  const iso = isolation('billstallfold');
+  const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
+  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
+  // Groups of one 40-signal message, so that each commit writes the next message's pin.
+  const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '10', BILLING_INLINE_SIGNALS: '40', ...ACK_WAIT };
+  const release = join(mkdtempSync(join(tmpdir(), 'billstallfold-')), 'release');
+  t.teardown(() => rmSync(dirname(release), { recursive: true, force: true }));
+  const p1 = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-state-write', BILLING_FAULT_ACTION: 'stall', BILLING_FAULT_PAUSE_MS: '300000', BILLING_FAULT_RELEASE_FILE: release });
+  let p2: ServiceProcess | null = null;
+  teardownBoth(t, iso, isoB, () => [ingress, p1, ...(p2 ? [p2] : [])]);
+  await ingress.start();
+  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const { c } = await acmeWithPool(ingress.url, org, '50');
+  const signals = (key: string) => ({ signals: Array.from({ length: 40 }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
+  // a: 40 of 50 credits; b: the pool depleted (events); c: more overage. All waiting before p1 starts.
+  for (const key of ['a', 'b', 'c']) t.equal((await sendBatch(ingress.url, org.live, signals(key))).status, 202);
+  await p1.start();
+  const stalledLine = await waitFor(async () => faultLine(p1.output), (l) => l !== undefined, 60_000);
+  t.match(stalledLine, { point: 'after-state-write', action: 'stall', orgId: org.id }, "p1 committed b's group and stalled before acking it");
+  const seqB = stalledLine!.seq;
+  const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);
+  const pin = (await stateKeys(iso, `pin.${k}`))[`pin.${k}`] as GroupPin | undefined;
+  t.ok(pin && pin.seq === seqB + 1 && pin.done !== true, "the commit was c's pin, pending");
+
+  // p2 gets b and c back after the ack wait, acks b (committed) and finishes c.
+  p2 = new ServiceProcess(isoB, env);
+  await p2.start();
+  t.ok(await waitFor(() => committed(iso, seqB + 1), (v) => v, 60_000), "p2 committed c's group");
+  const outputAt = p1.output;
+  t.equal(outputAt.slice(outputAt.indexOf('billing fault point reached')).trim().split('\n').length, 1, 'p1 was still stalled meanwhile');
+
+  // p1 wakes holding c under the pin it wrote: it reads the pin beside the states, finds it moved, and looks again.
+  writeFileSync(release, '');
+  const lost = await waitFor(async () => logLines(p1, 'billing evaluation lost a compare-and-set; looking again'), (l) => l.length > 0, 60_000);
+  t.same(lost[0]?.keys, [`pin.${k}`], "p1's check that failed was the pin's, before anything was published (not a state key's, after)");
+  await billed(iso);
+  t.same((await busEvents(iso, org.id)).map((e) => e.event).sort(), ['billing-credits-depleted', 'billing-overage-incurred'], 'the depletion and the overage, once each');
+  t.equal(await consumedInState(iso, org.id), '120', 'the pool consumed 3 × 40 credits');
 });
 
 t.test('a state key from a later sequence while no later group is pinned (a recreated stream): the partition stops with an error, publishing nothing, and goes on once mended', async (t) => {

@@ -33,7 +33,7 @@ t.test('pause: acts once, at its point, on a batch with events', async (t) => {
 t.test('off: never acts', async (t) => {
   const { lines, report } = recorder();
   const off = new FaultHook(null, 'kill', 0, null, report);
-  for (const p of ['after-pin', 'after-events', 'before-state-write', 'after-state-write'] as const) await off.at(p, ctx(1));
+  for (const p of ['after-pin', 'after-events', 'after-states', 'before-state-write', 'after-state-write'] as const) await off.at(p, ctx(1));
   t.same(lines, []);
 });
 

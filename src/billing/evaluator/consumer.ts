@@ -337,10 +337,10 @@ class Lane {
   /**
    * The pin of the group after the one in flight, made while that one publishes and writes
    * (step, `pinAhead`): `seqs` its messages, in order; `early` when it was started before that
-   * group's writes (not after them); `ready` once made. Used by the commit or the next step
+   * group's writes (not after them). Used by the commit (early ones only) or by the next step
    * when the group it forms starts with those very messages; otherwise dropped.
    */
-  ahead: { seqs: number[]; made: Promise<PinMade>; early: boolean; ready: PinMade | null } | null = null;
+  ahead: { seqs: number[]; made: Promise<PinMade>; early: boolean } | null = null;
 
   forget(): void {
     this.pin = null;
@@ -746,8 +746,14 @@ export class BillingEvaluator {
     let pinWrite: Promise<number>;
     /** The pin's JSON text, when this step wrote it: what the worker gets instead of the configurations' objects. */
     let pinJson: string | null = null;
-    if (pinned) pinWrite = Promise.resolve(pinned.revision);
-    else {
+    if (pinned) {
+      // This lane's own pending pin (a commit that wrote the next group's pin): nobody else has
+      // written it since, or it is not this lane's to evaluate. Read beside the states, as the
+      // compare-and-set of a pin write would have checked it: a process that stalled past the
+      // ack wait finds the pin moved and publishes nothing from its kept states.
+      pinWrite = trusted ? this.pinUnchanged(k, pinned.revision) : Promise.resolve(pinned.revision);
+      pinWrite.catch(() => undefined);
+    } else {
       const made = await this.aheadOr(lane, group);
       group = made.group;
       if (made.unpriced) {
@@ -908,6 +914,13 @@ export class BillingEvaluator {
     return true;
   }
 
+  /** `revision` when pin.<k> is still at it; otherwise a KvWriteConflict (the step looks again). */
+  private async pinUnchanged(k: number, revision: number): Promise<number> {
+    const [e] = await this.stateReader.getMany([pinKey(k)], { markers: true });
+    if ((e?.revision ?? 0) !== revision) throw new KvWriteConflict([pinKey(k)]);
+    return revision;
+  }
+
   /**
    * Starts making the pin of the group that follows `group` in the lane (the messages held
    * now, formed as step forms a group), so that the next step need not wait for its
@@ -921,20 +934,16 @@ export class BillingEvaluator {
     if (rest.length === 0 || rest[0]!.seq < group[0]!.seq) return;
     const next = formGroup(rest, this.opts.inlineSignals > 0 ? this.opts.inlineSignals : Infinity);
     const made = this.pinOf(next);
-    const ahead: NonNullable<Lane['ahead']> = { seqs: next.map((h) => h.seq), made, early, ready: null };
     // Awaited by the commit or the next step, if either uses it; a failure there reads again (aheadOr).
-    made.then(
-      (m) => (ahead.ready = m),
-      () => undefined,
-    );
-    lane.ahead = ahead;
+    made.catch(() => undefined);
+    lane.ahead = { seqs: next.map((h) => h.seq), made, early };
   }
 
   /**
    * The pin made ahead for the group right after `group`, when it may be written as `group`'s
-   * commit. Waited for only when started before `group`'s writes (it has had their round trip
-   * to be made; waiting for one started after them would hold the commit back longer than the
-   * next step's own pin write, which runs beside its reads, costs). Its first message
+   * commit. Only one started before `group`'s writes (it has had their round trip to be made,
+   * and is waited for; waiting for one started after them would hold the commit back longer
+   * than the next step's own pin write, which runs beside its reads, costs). Its first message
    * delivered right after `group`'s last (nothing of the partition between them: the rule by
    * which a step takes a group without asking the stream), its messages still held here,
    * priced, and one message's worth (no parts). Otherwise null, and `group`'s pin is marked done.
@@ -943,8 +952,8 @@ export class BillingEvaluator {
     const ahead = lane.ahead;
     const after = lastDelivery(group);
     const first = ahead && lane.held.find((h) => h.seq === ahead.seqs[0]);
-    if (!ahead || !first || after === null || first.m.redelivered || first.m.info.deliverySequence !== after + 1) return null;
-    const made = ahead.early ? await ahead.made.catch(() => null) : ahead.ready;
+    if (!ahead?.early || !first || after === null || first.m.redelivered || first.m.info.deliverySequence !== after + 1) return null;
+    const made = await ahead.made.catch(() => null);
     if (!made || made.unpriced || lane.ahead !== ahead) return null;
     if (!made.group.every((g) => lane.held.some((h) => h.seq === g.seq))) return null;
     if (Buffer.byteLength(made.bytes) > this.pinRoom()) return null;
@@ -956,12 +965,15 @@ export class BillingEvaluator {
     const ahead = lane.ahead;
     lane.ahead = null;
     if (!ahead || ahead.seqs.length > group.length || !ahead.seqs.every((s, i) => group[i]!.seq === s)) return this.pinOf(group);
-    // Its messages are the group's first ones, held here (a failure in between forgets `ahead`).
+    // Its messages are the group's first ones, held here (a failure in between forgets `ahead`);
+    // taken as the group holds them now (a message delivered again since: its newer delivery).
+    let made: PinMade;
     try {
-      return await ahead.made;
+      made = await ahead.made;
     } catch {
       return this.pinOf(group);
     }
+    return { ...made, group: group.slice(0, made.group.length) };
   }
 
   /**
