@@ -292,7 +292,7 @@ t.test('a configuration change made while a group is in flight applies to the ba
   t.same(costs.rows, [['e', '12'], ['f', '5']], 'the batch sent after the change is priced by it');
 });
 
-t.test('kill -9 right after a commit, before the ack: the committed group is only acked, the rest billed once (the commit being the next group\'s pin, made ahead)', async (t) => {
+t.test('kill -9 right after a commit, before the ack: the committed group is only acked, the rest billed once (the commit being the next group\'s pin, made ahead)', storeIndependent, async (t) => {
   const iso = isolation('billcrashack');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
   // Groups of one 40-signal message: while one is evaluated the next ones are held, so the next group's pin is made ahead.
@@ -403,7 +403,7 @@ t.test('a process stalled past the ack wait between its pin and its reads: its g
   t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '95', reached: true }]);
 });
 
-t.test('a process stalled past the ack wait right after a commit that wrote the next group\'s pin: that group is finished elsewhere, and the stalled one publishes nothing from the states it kept', async (t) => {
+t.test('a process stalled past the ack wait right after a commit that wrote the next group\'s pin: that group is finished elsewhere, and the stalled one publishes nothing from the states it kept', storeIndependent, async (t) => {
   const iso = isolation('billstallfold');
   const isoB = { ...iso, dataDir: `${iso.dataDir}-b` };
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
