@@ -216,7 +216,7 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   t.same(rows.rows, [['2400', '1200', '-600', '2400', '2400']], 'one cost and one consumption row per signal, exact balance');
 });
 
-t.test('kill -9 of the evaluating process after its state writes, before any row or event is published (the two run at once otherwise)', async (t) => {
+t.test('kill -9 of the evaluating process after its state writes, before any row or event is published (the two run at once otherwise)', storeIndependent, async (t) => {
   const iso = isolation('billcrashst');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
   const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '20', ...ACK_WAIT };
