@@ -154,6 +154,22 @@ const BATCHES = 60;
 const PER = 40;
 const GRANTED = '600';
 
+/** An organization configured as `configure` does, with BATCHES batches of PER signals sent to it through `url`: every one accepted. */
+async function withBatches(t: Test, url: string): Promise<TestOrg> {
+  const org = await createOrg(url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  await configure(url, org, GRANTED);
+  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(url, org.live, batch(i, PER))));
+  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+  return org;
+}
+
+/** What one serial run of those batches leaves: its events, the pool's consumption and the cap period's total, each once. */
+async function checkSerialRun(t: Test, iso: Isolation, orgId: string): Promise<void> {
+  checkEvents(t, await busEvents(iso, orgId));
+  t.equal(await consumedInState(iso, orgId), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
+  t.same((await periodsOf(iso, orgId)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once");
+}
+
 /**
  * Tests of what no store mode changes (the pin's spill into parts, the consumers' ack wait):
  * run once, in the embedded mode; the server-mode file (test/server-store/billing-crash.test.ts)
@@ -174,10 +190,7 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   await ingress.start();
   await pipeline.start();
   let exited = exitOf(pipeline);
-  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  await configure(ingress.url, org, GRANTED);
-  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
-  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+  const org = await withBatches(t, ingress.url);
 
   // 1. Killed after publishing a batch's events, before its period keys and state.
   const first = await killedAt(t, pipeline, exited, 'after-events');
@@ -203,10 +216,7 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   pipeline = new ServiceProcess(iso, env);
   await pipeline.start();
   await billed(iso);
-  const events = await busEvents(iso, org.id);
-  checkEvents(t, events);
-  t.equal(await consumedInState(iso, org.id), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
-  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once, the twice-replayed batch included");
+  await checkSerialRun(t, iso, org.id);
   // Analytics are served by ROLE=all with the embedded engine: read the pipeline's data directory through one.
   await pipeline.stop();
   const all = new ServiceProcess(iso, { ROLE: 'all' });
@@ -230,10 +240,7 @@ t.test('kill -9 of the evaluating process after its state writes, before any row
   await ingress.start();
   await pipeline.start();
   const exited = exitOf(pipeline);
-  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  await configure(ingress.url, org, GRANTED);
-  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
-  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+  const org = await withBatches(t, ingress.url);
 
   const crash = await killedAt(t, pipeline, exited, 'after-states');
   t.equal(crash.orgId, org.id);
@@ -246,9 +253,7 @@ t.test('kill -9 of the evaluating process after its state writes, before any row
   pipeline = new ServiceProcess(iso, env);
   await pipeline.start();
   await billed(iso);
-  checkEvents(t, await busEvents(iso, org.id));
-  t.equal(await consumedInState(iso, org.id), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
-  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once");
+  await checkSerialRun(t, iso, org.id);
   await pipeline.stop();
   const all = new ServiceProcess(iso, { ROLE: 'all' });
   await all.start();
@@ -305,10 +310,7 @@ t.test('kill -9 right after a commit, before the ack: the committed group is onl
     await cleanup(iso);
   });
   await ingress.start();
-  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  await configure(ingress.url, org, GRANTED);
-  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
-  t.ok(sent.every((r) => r.status === 202), 'the ingress accepted every batch');
+  const org = await withBatches(t, ingress.url);
   // Started once every batch waits: its billable messages come faster than one-message groups are evaluated.
   await pipeline.start();
   const exited = exitOf(pipeline);
@@ -326,9 +328,7 @@ t.test('kill -9 right after a commit, before the ack: the committed group is onl
   await billed(iso);
   const acked = logLines(pipeline, 'billable messages already committed (by another holder, or their ack was lost)');
   t.ok(acked.some((l) => (l.seqs as number[]).includes(crash.seq)), 'the replay found the group committed and only acked it');
-  checkEvents(t, await busEvents(iso, org.id));
-  t.equal(await consumedInState(iso, org.id), '1200', 'the pool consumed exactly 2,400 × 0.5 credits');
-  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }], "the cap period's total counts every signal once");
+  await checkSerialRun(t, iso, org.id);
 });
 
 t.test('two pipeline processes evaluating at once', async (t) => {
@@ -341,13 +341,9 @@ t.test('two pipeline processes evaluating at once', async (t) => {
   const p2 = new ServiceProcess(isoB, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
   teardownBoth(t, iso, isoB, () => [ingress, p1, p2]);
   await Promise.all([ingress.start(), p1.start(), p2.start()]);
-  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  await configure(ingress.url, org, GRANTED);
-  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
-  t.ok(sent.every((r) => r.status === 202));
+  const org = await withBatches(t, ingress.url);
   await billed(iso);
-  checkEvents(t, await busEvents(iso, org.id));
-  t.equal(await consumedInState(iso, org.id), '1200');
+  await checkSerialRun(t, iso, org.id);
 });
 
 t.test('a process stalled past the ack wait between its pin and its reads: its group is finished elsewhere, and it publishes nothing from the later state', async (t) => {
@@ -490,10 +486,7 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
     await cleanup(iso);
   });
   await Promise.all([ingress.start(), pipeline.start()]);
-  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  await configure(ingress.url, org, GRANTED);
-  const sent = await Promise.all(Array.from({ length: BATCHES }, (_, i) => sendBatch(ingress.url, org.live, batch(i, PER))));
-  t.ok(sent.every((r) => r.status === 202));
+  const org = await withBatches(t, ingress.url);
   const paused = await waitFor(async () => faultLine(pipeline.output), (l) => l !== undefined, 60_000);
   t.match(paused, { point: 'after-events', action: 'pause', orgId: org.id }, 'an evaluation is held after publishing its events');
   const seq = paused!.seq;
@@ -508,9 +501,7 @@ t.test('NATS cut while an evaluation is held between its events and its commit: 
   await billed(iso);
   t.match(pipeline.output, /nats disconnected[\s\S]*nats reconnected/, 'the pipeline process lost NATS and got it back');
   t.ok(await committed(iso, seq), 'the held batch was committed after the reconnection');
-  checkEvents(t, await busEvents(iso, org.id));
-  t.equal(await consumedInState(iso, org.id), '1200');
-  t.same((await periodsOf(iso, org.id)).map((p) => p.after), [{ used: '1200', reached: true }]);
+  await checkSerialRun(t, iso, org.id);
 });
 
 t.test('a configuration change between a crashed evaluation and its replay does not change what the batch bills', async (t) => {
