@@ -202,7 +202,8 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
 
   // 2. The replay of that batch killed after writing its period key, before the state.
   pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'before-state-write' });
-  await pipeline.start();
+  // Until it listens only: the held batch comes back at once and may reach the point before `ready`.
+  await pipeline.start('listening');
   exited = exitOf(pipeline);
   const second = await killedAt(t, pipeline, exited, 'before-state-write');
   t.equal(second.seq, first.seq, 'the held batch came back first and was replayed');
@@ -311,8 +312,9 @@ t.test('kill -9 right after a commit, before the ack: the committed group is onl
   });
   await ingress.start();
   const org = await withBatches(t, ingress.url);
-  // Started once every batch waits: its billable messages come faster than one-message groups are evaluated.
-  await pipeline.start();
+  // Started once every batch waits: its billable messages come faster than one-message groups
+  // are evaluated (until it listens only: the point may come before `ready`).
+  await pipeline.start('listening');
   const exited = exitOf(pipeline);
 
   const crash = await killedAt(t, pipeline, exited, 'after-state-write');
@@ -416,7 +418,8 @@ t.test('a process stalled past the ack wait right after a commit that wrote the 
   const signals = (key: string) => ({ signals: Array.from({ length: 40 }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
   // a: 40 of 50 credits; b: the pool depleted (events); c: more overage. All waiting before p1 starts.
   for (const key of ['a', 'b', 'c']) t.equal((await sendBatch(ingress.url, org.live, signals(key))).status, 202);
-  await p1.start();
+  // Until it listens only: the stall may come before `ready`.
+  await p1.start('listening');
   const stalledLine = await waitFor(async () => faultLine(p1.output), (l) => l !== undefined, 60_000);
   t.match(stalledLine, { point: 'after-state-write', action: 'stall', orgId: org.id }, "p1 committed b's group and stalled before acking it");
   const seqB = stalledLine!.seq;
