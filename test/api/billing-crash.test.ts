@@ -163,6 +163,24 @@ async function withBatches(t: Test, url: string): Promise<TestOrg> {
   return org;
 }
 
+/**
+ * A process without faults (`env`) finishes what is left; then one serial run's results (checkSerialRun), and its rows
+ * read through a ROLE=all process on the pipeline's data directory (the embedded engine serves analytics there).
+ */
+async function finishedAsOneSerialRun(t: Test, iso: Isolation, env: Record<string, string>, org: TestOrg): Promise<void> {
+  const pipeline = new ServiceProcess(iso, env);
+  t.teardown(() => pipeline.stop());
+  await pipeline.start();
+  await billed(iso);
+  await checkSerialRun(t, iso, org.id);
+  await pipeline.stop();
+  const all = new ServiceProcess(iso, { ROLE: 'all' });
+  t.teardown(() => all.stop());
+  await all.start();
+  const rows = (await http(all.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query: 'SELECT count(), toString(sum(credits)), toString(min(balance_after)), (SELECT count() FROM fact_cost), (SELECT count() FROM fact_signal) FROM fact_credit_consumption' } })).body;
+  t.same(rows.rows, [['2400', '1200', '-600', '2400', '2400']], 'one cost and one consumption row per signal, exact balance');
+}
+
 /** What one serial run of those batches leaves: its events, the pool's consumption and the cap period's total, each once. */
 async function checkSerialRun(t: Test, iso: Isolation, orgId: string): Promise<void> {
   checkEvents(t, await busEvents(iso, orgId));
@@ -214,24 +232,14 @@ t.test('kill -9 of the evaluating process after its events, then of the replay a
   t.equal(written[0]?.after.reached, true, 'with the cap reached in it');
 
   // 3. A process without faults replays it once more (its own period write undone) and finishes.
-  pipeline = new ServiceProcess(iso, env);
-  await pipeline.start();
-  await billed(iso);
-  await checkSerialRun(t, iso, org.id);
-  // Analytics are served by ROLE=all with the embedded engine: read the pipeline's data directory through one.
-  await pipeline.stop();
-  const all = new ServiceProcess(iso, { ROLE: 'all' });
-  await all.start();
-  t.teardown(() => all.stop());
-  const rows = (await http(all.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query: 'SELECT count(), toString(sum(credits)), toString(min(balance_after)), (SELECT count() FROM fact_cost), (SELECT count() FROM fact_signal) FROM fact_credit_consumption' } })).body;
-  t.same(rows.rows, [['2400', '1200', '-600', '2400', '2400']], 'one cost and one consumption row per signal, exact balance');
+  await finishedAsOneSerialRun(t, iso, env, org);
 });
 
 t.test('kill -9 of the evaluating process after its state writes, before any row or event is published (the two run at once otherwise)', storeIndependent, async (t) => {
   const iso = isolation('billcrashst');
   const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
   const env = { ROLE: 'pipeline', PIPELINE_ACK_WAIT_MS: '3000', PIPELINE_FLUSH_MS: '20', ...ACK_WAIT };
-  let pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-states' });
+  const pipeline = new ServiceProcess(iso, { ...env, BILLING_FAULT_POINT: 'after-states' });
   logsOnFailure(t, () => [ingress, pipeline]);
   t.teardown(async () => {
     await ingress.stop();
@@ -251,16 +259,7 @@ t.test('kill -9 of the evaluating process after its state writes, before any row
   t.equal((await periodsOf(iso, org.id)).filter((p) => p.seq === crash.seq).length, 1, 'and its cap period key');
 
   // A process without faults replays the group from the keys' `before` and finishes.
-  pipeline = new ServiceProcess(iso, env);
-  await pipeline.start();
-  await billed(iso);
-  await checkSerialRun(t, iso, org.id);
-  await pipeline.stop();
-  const all = new ServiceProcess(iso, { ROLE: 'all' });
-  await all.start();
-  t.teardown(() => all.stop());
-  const rows = (await http(all.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query: 'SELECT count(), toString(sum(credits)), toString(min(balance_after)), (SELECT count() FROM fact_cost), (SELECT count() FROM fact_signal) FROM fact_credit_consumption' } })).body;
-  t.same(rows.rows, [['2400', '1200', '-600', '2400', '2400']], 'one cost and one consumption row per signal, exact balance');
+  await finishedAsOneSerialRun(t, iso, env, org);
 });
 
 t.test('a configuration change made while a group is in flight applies to the batch sent after it, whose pin is made ahead (after that group\'s writes, before its commit)', storeIndependent, async (t) => {
