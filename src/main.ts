@@ -104,7 +104,7 @@ export async function start(cfg: Config): Promise<Running> {
       return () => (made ??= make());
     };
     const billingState = once(() => stateBucket(n));
-    const billingStreams = once(async () => ensureBillingStreams(n, await billingState(), cfg.billing.ackWaitMs, cfg.billing.partitions));
+    const billingStreams = once(async () => ensureBillingStreams(n, await billingState(), hasPipeline(cfg.role) ? cfg.billing.ackWaitMs : null, cfg.billing.partitions));
     const deliveryLog = once(async () => {
       const l = new DeliveryLog(n);
       await l.ensure();

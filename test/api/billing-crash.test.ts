@@ -572,6 +572,15 @@ t.test('BILLING_ACK_WAIT_MS is the ack wait of both billing consumers, an existi
     await p.stop();
     t.same(await ackWaits(), [expected, expected], JSON.stringify(env));
   }
+  // Processes that consume none of them leave them as the pipeline set them: an ingress or a
+  // dispatcher started later (BILLING_ACK_WAIT_MS unset there: 60 s) does not reset them (it
+  // did: a pipeline crash then left its held batches to the others only 60 s later).
+  for (const role of ['ingress', 'dispatcher']) {
+    const q = new ServiceProcess(iso, { ROLE: role });
+    await q.start();
+    await q.stop();
+    t.same(await ackWaits(), [45_000, 45_000], `a ${role} process started afterwards keeps the pipeline's ack wait`);
+  }
   // The partitions made by the first start stay: customers keep their partition.
   const other = new ServiceProcess(iso, { ROLE: 'pipeline', BILLING_PARTITIONS: '4' });
   await other.start();

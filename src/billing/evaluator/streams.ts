@@ -41,8 +41,11 @@ export const PARTITIONS_KEY = 'partitions';
  * Creates the billing streams and consumers (`state`: the state bucket, stateBucket) and returns the number of partitions in use: the
  * one decided (the state bucket's key `partitions`: customers must keep their partition, so a
  * different BILLING_PARTITIONS is ignored and logged), else `partitions`, decided now.
+ * `ackWaitMs` null: this process consumes none of the billing consumers (ingress, dispatcher):
+ * it leaves them to the pipeline processes, which create them and set their ack wait
+ * (BILLING_ACK_WAIT_MS), rather than reset that to its own setting on every start.
  */
-export async function ensureBillingStreams(nats: Nats, state: KV, ackWaitMs: number, partitions: number): Promise<number> {
+export async function ensureBillingStreams(nats: Nats, state: KV, ackWaitMs: number | null, partitions: number): Promise<number> {
   const t = nats.topology;
   // Created once and left alone, except that their replicas are raised to NATS_REPLICAS.
   const keep = (s: { stream: string; subjects: string }, config: Record<string, unknown>): Promise<void> =>
@@ -58,12 +61,13 @@ export async function ensureBillingStreams(nats: Nats, state: KV, ackWaitMs: num
     duplicate_window: DAY_MS * NS_PER_MS,
   });
   await keep(t.billingRows, workQueue);
+  const p = await partitionsInUse(nats, state, partitions);
+  if (p !== partitions) billingLog.warn('BILLING_PARTITIONS differs from the partitions in use; keeping those', { configured: partitions, inUse: p });
+  if (ackWaitMs === null) return p;
   // Every billing consumer takes BILLING_ACK_WAIT_MS; an existing consumer is updated to it.
   const consumer = { ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_deliver: -1 };
   await ensure(nats, { of: t.billingRows.stream, consumer: { ...consumer, durable_name: t.billingRows.consumer, max_ack_pending: 1_000 } });
   await ensure(nats, { of: t.billable.stream, consumer: { ...consumer, durable_name: t.billable.consumer, max_ack_pending: 1 } });
-  const p = await partitionsInUse(nats, state, partitions);
-  if (p !== partitions) billingLog.warn('BILLING_PARTITIONS differs from the partitions in use; keeping those', { configured: partitions, inUse: p });
   for (let k = 0; k < p; k++) {
     await ensure(nats, {
       of: t.billableParts.stream,
