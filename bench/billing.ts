@@ -79,6 +79,8 @@ interface Result {
   partsPerS: number;
   lagPart: Percentiles;
   lagBatch: Percentiles;
+  /** Per partition message, by the second of the scenario it was stored in: the p99 lag (ms) of each second (where a tail comes from: the first second's burst, one slow partition, a pause of the whole process). */
+  lagP99BySecond: number[];
   drainS: number;
   groups: { count: number; meanMessages: number; meanStepMs: number; waits: number };
   cpu: Record<string, number | null>;
@@ -196,6 +198,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
   const cpuSeconds = cpu.seconds();
 
   const lagPart = new LatencyHistogram();
+  const bySecond: number[][] = [];
   const batches = new Map<string, { first: number; last: number; parts: number; done: number }>();
   let lastEval = t0;
   for (const [k, at] of watch.stored) {
@@ -206,6 +209,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     const ev = watch.evaluated.get(k);
     if (ev === undefined) continue;
     lagPart.record(ev - at);
+    (bySecond[Math.max(0, Math.floor((at - t0) / 1000))] ??= []).push(ev - at);
     b.last = Math.max(b.last, ev);
     b.done++;
     lastEval = Math.max(lastEval, ev);
@@ -232,6 +236,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     partsPerS: round(watch.evaluated.size / ((lastEval - t0) / 1000)),
     lagPart: lagPart.summary(),
     lagBatch: lagBatch.summary(),
+    lagP99BySecond: Array.from(bySecond, (lags) => (lags ? Math.round(lags.sort((a, b) => a - b)[Math.min(lags.length - 1, Math.ceil(lags.length * 0.99) - 1)]!) : 0)),
     drainS: round((drained - sent) / 1000, 1),
     groups: { count: groups, meanMessages: groups > 0 ? round((g1.messages - g0.messages) / groups, 1) : 0, meanStepMs: groups > 0 ? round(((g1.seconds - g0.seconds) * 1000) / groups, 1) : 0, waits: g1.waits - g0.waits },
     cpu: usage,
@@ -280,6 +285,7 @@ async function main(): Promise<void> {
       console.log(`  accepted            ${fmt(r.accepted)} batches (${fmt(r.acceptedPerS, 1)}/s, ${fmt(r.acceptedPerS * size)} signals/s)`);
       console.log(`  billable evaluated  ${fmt(r.batchesEvaluated)} batches: ${fmt(r.batchesPerSDuring, 1)}/s while sending, ${fmt(r.batchesPerSOverall, 1)}/s until the last (${fmt(r.parts)} partition messages, ${fmt(r.partsPerS, 1)}/s)`);
       console.log(`  billing lag (ms)    per partition message p50 ${r.lagPart.p50} p99 ${r.lagPart.p99} max ${r.lagPart.max} | per batch p50 ${r.lagBatch.p50} p99 ${r.lagBatch.p99} max ${r.lagBatch.max}`);
+      console.log(`  lag p99 by second   ${r.lagP99BySecond.join(' ')} (ms; partition messages by the second of the scenario they were stored in)`);
       console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
       console.log(`  evaluation groups   ${fmt(r.groups.count)}, ${r.groups.meanMessages} messages each on average, a step ${r.groups.meanStepMs} ms on average; ${fmt(r.groups.waits)} waits for another process`);
       console.log(`  CPU per batch (ms)  ${JSON.stringify(r.cpuMsPerBatch)} (CPU-s ${JSON.stringify(r.cpuSeconds)}; the service's includes its ingress and pipeline)`);
