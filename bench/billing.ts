@@ -16,7 +16,9 @@
  * Prints, per scenario: batches accepted/s, billable batches evaluated/s (a batch counts once
  * all its partitions are evaluated), partition messages/s, and billing lag stored → evaluated
  * p50/p99 (hdr-histogram, per partition message and per batch: first part stored → last part
- * evaluated). After the producers stop it waits until every stored message is evaluated.
+ * evaluated), the lag p99 of each second of the scenario (by when a message was stored: where a
+ * tail comes from), and the CPU per batch of the service, its engine host and nats-server.
+ * After the producers stop it waits until every stored message is evaluated.
  * Target (issue): billing keeps up (the backlog drains with the producers) with lag p99 ≤ 1 s.
  *
  * With --rate R the producers are an open loop instead: R batches per second at fixed times,
