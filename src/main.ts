@@ -95,7 +95,7 @@ export async function start(cfg: Config): Promise<Running> {
     if (cfg.maxBodyBytes + 16 * 1024 > nats.maxPayload) {
       throw new ConfigError([`MAX_BODY_BYTES=${cfg.maxBodyBytes}: the NATS server accepts messages of at most ${nats.maxPayload} bytes; use at most ${nats.maxPayload - 16 * 1024}`]);
     }
-    await ensureSignalStream(nats, cfg);
+    await ensureSignalStream(nats, cfg, hasIngress(cfg.role));
     // Shared by the roles of this process, each made once on first use.
     const n = nats;
     const topology = n.topology;

@@ -8,10 +8,16 @@ import type { Nats } from '../bus/connection.js';
 import { ensure } from '../bus/topology.js';
 import { NS_PER_MS } from '../shared/time.js';
 
-/** Creates (or updates) the signal stream. */
-export async function ensureSignalStream(nats: Nats, cfg: Config): Promise<void> {
+/**
+ * Creates the signal stream, and updates an existing one to this process's settings when
+ * `owner` (an ingress: `ROLE=ingress` or `all`, which publishes to it). The other roles create it
+ * when it does not exist yet and leave an existing one alone: a pipeline or dispatcher process
+ * without STREAM_MAX_BYTES set would otherwise put the ingress's bound back to the default
+ * every time it started (the bound the ingress answers 503 at).
+ */
+export async function ensureSignalStream(nats: Nats, cfg: Config, owner: boolean): Promise<void> {
   await ensure(nats, {
-    existing: 'update',
+    existing: owner ? 'update' : 'keep',
     stream: {
       name: nats.topology.signals.stream,
       subjects: [nats.topology.signals.subjects],

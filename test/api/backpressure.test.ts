@@ -5,7 +5,9 @@
  */
 import t from 'tap';
 import { Redis } from 'ioredis';
-import { REDIS_URL, batch, createOrg, sendBatch, useService } from '../helpers/service.js';
+import { connect } from '@nats-io/transport-node';
+import { jetstreamManager } from '@nats-io/jetstream';
+import { NATS_URL, REDIS_URL, ServiceProcess, batch, cleanup, createOrg, isolation, sendBatch, useService } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'backpressure', { ROLE: 'ingress', STREAM_MAX_BYTES: String(1024 * 1024) });
 
@@ -32,4 +34,33 @@ t.test('a full stream refuses with 503 QUEUE_UNAVAILABLE and refunds the tokens'
   t.teardown(() => redis.disconnect());
   const tokens = Number(await redis.hget(`${iso.redisPrefix}bucket:{${org.id}}:live`, 'tokens'));
   t.ok(Math.abs(tokens - (100_000 - 500 * accepted)) < 1, `bucket holds ${tokens}, expected ${100_000 - 500 * accepted}`);
+});
+
+t.test("the ingress's STREAM_MAX_BYTES is the stream's: the other roles, started later with another (here the default), leave it; another ingress applies its own", async (t) => {
+  const iso2 = isolation('streambound');
+  t.teardown(() => cleanup(iso2));
+  const bound = async (): Promise<number> => {
+    const nc = await connect({ servers: NATS_URL });
+    try {
+      return (await (await jetstreamManager(nc)).streams.info(`${iso2.natsPrefix}_SIGNALS`)).config.max_bytes;
+    } finally {
+      await nc.close();
+    }
+  };
+  const run = async (env: Record<string, string>): Promise<void> => {
+    const p = new ServiceProcess(iso2, env);
+    await p.start();
+    await p.stop();
+  };
+  // A pipeline first: it creates the stream (nothing there yet) with its own setting.
+  await run({ ROLE: 'pipeline', STREAM_MAX_BYTES: String(5 * 1024 ** 2) });
+  t.equal(await bound(), 5 * 1024 ** 2, 'a process finding no stream creates it with its setting');
+  await run({ ROLE: 'ingress', STREAM_MAX_BYTES: String(3 * 1024 ** 2) });
+  t.equal(await bound(), 3 * 1024 ** 2, "an ingress applies its own to the existing stream");
+  for (const role of ['pipeline', 'dispatcher']) {
+    await run({ ROLE: role });
+    t.equal(await bound(), 3 * 1024 ** 2, `a ${role} process started afterwards, STREAM_MAX_BYTES unset, leaves the ingress's bound`);
+  }
+  await run({ ROLE: 'all', STREAM_MAX_BYTES: String(4 * 1024 ** 2) });
+  t.equal(await bound(), 4 * 1024 ** 2, 'ROLE=all runs an ingress: its setting applies');
 });

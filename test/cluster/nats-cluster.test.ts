@@ -61,7 +61,7 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
 
   const nats = await Nats.connect(cfgFor(c.url, prefix, '3'));
   t.teardown(() => nats.close());
-  await ensureSignalStream(nats, cfgFor(c.url, prefix, '3'));
+  await ensureSignalStream(nats, cfgFor(c.url, prefix, '3'), true);
   await ensureDeadLetterStream(nats);
   await orgBucket(nats);
   await dedupeBucket(nats, cfgFor(c.url, prefix, '3'));
@@ -76,7 +76,7 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   // More replicas than the cluster has servers: a new stream cannot be made, an existing one cannot be raised.
   const five = await Nats.connect(cfgFor(c.url, prefix, '5'));
   t.teardown(() => five.close());
-  await t.rejects(ensureSignalStream(five, cfgFor(c.url, prefix, '5')), /cannot create JetStream stream TREP\d+_SIGNALS with 5 replica\(s\) \(NATS_REPLICAS=5\): .*must not exceed the number of JetStream servers/);
+  await t.rejects(ensureSignalStream(five, cfgFor(c.url, prefix, '5'), true), /cannot create JetStream stream TREP\d+_SIGNALS with 5 replica\(s\) \(NATS_REPLICAS=5\): .*must not exceed the number of JetStream servers/);
   await t.rejects(billingConfigBucket(five), /cannot open JetStream KV bucket TREP\d+_billing with 5 replica\(s\)/);
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], storage: StorageType.File });
   // Just made through another server: wait until the service's connection sees it too.
