@@ -156,8 +156,8 @@ export async function start(cfg: Config): Promise<Running> {
       analyticsDeps = { slots, buckets };
       const registry = new OrgRegistry(await orgBucket(nats), cfg.defaultLimits);
       await registry.start();
-      await billingStreams();
-      const customerStates = new CustomerStates(await billingState());
+      const partitions = await billingStreams();
+      const customerStates = new CustomerStates(await billingState(), undefined, partitions);
       routes.mountIngress({
         registry,
         signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs, backlog),

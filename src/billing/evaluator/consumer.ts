@@ -126,6 +126,7 @@ import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry
 import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupLookups, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
 import { CustomerStates, formerStateKey, type CustomerEntry, type ReadStates } from './customer-state.js';
+import { pinKey } from './pins.js';
 import { StateCache, knownOf, type Known, type ReadKnown } from './state-cache.js';
 import { stringEnd, type BillablePartitioner } from './partition.js';
 import type { Mode } from '../../shared/mode.js';
@@ -189,7 +190,7 @@ export interface DonePin extends Omit<Pin, 'scopes'> {
   done: true;
 }
 
-function donePin(pin: Pin): DonePin {
+export function donePin(pin: Pin): DonePin {
   return { ...pin, scopes: pin.scopes.map(({ orgId, mode, revisions }) => ({ orgId, mode, revisions })), done: true };
 }
 
@@ -215,7 +216,7 @@ interface FormerPin {
   done?: true;
 }
 
-export const pinKey = (k: number): string => `pin.${k}`;
+export { pinKey };
 /** Part i of a pin too large for one NATS message (SpilledPin): unique to that pin (`id`), written once. */
 export const pinPartKey = (k: number, id: string, i: number): string => `pinpart.${k}.${id}.${i}`;
 

@@ -23,6 +23,8 @@ import type { BillingConfig } from '../model.js';
 import type { Mode } from '../../shared/mode.js';
 import type { BillingState } from './evaluate.js';
 import { knownOf, type ReadKnown } from './state-cache.js';
+import { partitionOf } from './partition.js';
+import { pendingFrom, pinKey } from './pins.js';
 
 export interface CustomerState {
   /** Credits consumed per pool id (the customer's pools). */
@@ -73,6 +75,8 @@ export class CustomerStates {
   constructor(
     kv: KV,
     private readonly reader: KvReader = kvReader(kv),
+    /** The partitions in use (ensureBillingStreams): `consumed` reads the customer's partition's pin with its state (0: it does not). */
+    private readonly partitions = 0,
   ) {}
 
   /** The former document of one organization and mode (an absent one is asked again each time: the API's reads). */
@@ -159,10 +163,21 @@ export class CustomerStates {
     return out;
   }
 
-  /** Credits consumed per pool id of one customer, as evaluated so far (GET …/credit-pools). */
+  /**
+   * Credits consumed per pool id of one customer, as committed (GET …/credit-pools). The key's
+   * `after` is written before its group's commit, beside the group's events (consumer.ts, steps
+   * 5–7): while the group is pending in the customer's partition's pin (read in the same round),
+   * the key's `before` is what is committed — the balance shown never runs ahead of the events
+   * published (a publish that keeps failing holds the commit back for as long as it fails).
+   */
   async consumed(orgId: string, mode: Mode, customerId: string): Promise<Record<string, string>> {
-    const e = await this.reader.get(customerStateKey(orgId, mode, customerId));
-    if (present(e)) return (e.json() as CustomerEntry).after.consumed;
+    const key = customerStateKey(orgId, mode, customerId);
+    const [e, pin] = await this.reader.getMany(this.partitions > 0 ? [key, pinKey(partitionOf(orgId, mode, customerId, this.partitions))] : [key]);
+    if (present(e)) {
+      const entry = e.json() as CustomerEntry;
+      const pending = pendingFrom(pin);
+      return pending !== null && entry.seq >= pending ? entry.before.consumed : entry.after.consumed;
+    }
     // Pool ids are unique: the former document's map answers for this customer's pools.
     return (await this.formerState(orgId, mode))?.consumed ?? {};
   }
