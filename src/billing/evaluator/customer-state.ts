@@ -175,8 +175,8 @@ export class CustomerStates {
     const [e, pin] = await this.reader.getMany(this.partitions > 0 ? [key, pinKey(partitionOf(orgId, mode, customerId, this.partitions))] : [key]);
     if (present(e)) {
       const entry = e.json() as CustomerEntry;
-      const pending = pendingFrom(pin);
-      return pending !== null && entry.seq >= pending ? entry.before.consumed : entry.after.consumed;
+      // The key's seq is its group's first message's, the pin's `seq` (as the evaluator's own read, readMany).
+      return pendingFrom(pin) === entry.seq ? entry.before.consumed : entry.after.consumed;
     }
     // Pool ids are unique: the former document's map answers for this customer's pools.
     return (await this.formerState(orgId, mode))?.consumed ?? {};
