@@ -10,6 +10,7 @@
  * role are in the route table (src/routes.ts).
  */
 import { createRedis, watchRedis } from './ratelimit/connect.js';
+import { kvReader } from './bus/kv-read.js';
 import { ConfigError, hasDispatcher, hasIngress, hasPipeline, loadConfig, type Config } from './config.js';
 import { configureLog, log } from './log.js';
 import { Nats } from './bus/connection.js';
@@ -157,7 +158,10 @@ export async function start(cfg: Config): Promise<Running> {
       const registry = new OrgRegistry(await orgBucket(nats), cfg.defaultLimits);
       await registry.start();
       const partitions = await billingStreams();
-      const customerStates = new CustomerStates(await billingState(), undefined, partitions);
+      // With replicas, read from the leader (as the evaluator does): the key and the pin must not come from followers at different points.
+      const stateKv = await billingState();
+      const { billableParts } = nats.topology;
+      const customerStates = new CustomerStates(stateKv, kvReader(stateKv, undefined, { leader: nats.replicas > 1 }), partitions, async (k) => (await n.jsm.consumers.info(billableParts.stream, billableParts.consumer(k))).ack_floor.stream_seq);
       routes.mountIngress({
         registry,
         signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs, backlog),

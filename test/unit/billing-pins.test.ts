@@ -1,12 +1,15 @@
 /**
  * What a reader outside the evaluator takes from a partition's pin (src/billing/evaluator/pins.ts
  * pendingFrom): the first sequence of the group pending, or null once it is committed — read
- * from the pin's first and last bytes for the current forms, whatever its documents hold.
+ * from the pin's first and last bytes for the current forms, whatever its documents hold; and
+ * how the API's balance (customer-state.ts `consumed`) uses it beside the partition's ack floor.
  */
 import t from 'tap';
 import fc from 'fast-check';
 import type { KvEntry } from '@nats-io/kv';
-import { pendingFrom } from '../../src/billing/evaluator/pins.js';
+import { pendingFrom, pinKey } from '../../src/billing/evaluator/pins.js';
+import { CustomerStates, customerStateKey } from '../../src/billing/evaluator/customer-state.js';
+import { partitionOf } from '../../src/billing/evaluator/partition.js';
 import { donePin, type Pin } from '../../src/billing/evaluator/consumer.js';
 import { emptyConfig } from '../../src/billing/model.js';
 
@@ -42,4 +45,36 @@ t.test('a spilled pin is pending; pins of the former form are parsed; no pin, or
   t.equal(pendingFrom(entry(JSON.stringify({ done: true, seq: 9, orgId: 'o', mode: 'live', revisions: {}, config: emptyConfig() }))), null, 'former form, done first');
   t.equal(pendingFrom(null), null);
   t.equal(pendingFrom(entry('', 'DEL')), null);
+});
+
+t.test("a customer's balance as committed (CustomerStates.consumed): the ack floor answers without the pin; above it, the pin decides", async (t) => {
+  const key = customerStateKey('org_1', 'live', 'cus_1');
+  const k = partitionOf('org_1', 'live', 'cus_1', 8);
+  const state = { seq: 40, before: { consumed: { cp_1: '3' }, usage: {} }, after: { consumed: { cp_1: '9' }, usage: {} } };
+  const view = (pin: unknown, floor: number | null | Error) => {
+    const asked: string[] = [];
+    const kv = new Map<string, KvEntry>([[key, entry(JSON.stringify(state))], ...(pin ? ([[pinKey(k), entry(JSON.stringify(pin))]] as const) : [])]);
+    const reader = {
+      get: async (x: string) => (asked.push(x), kv.get(x) ?? null),
+      getMany: async (xs: readonly string[]) => xs.map((x) => (asked.push(x), kv.get(x) ?? null)),
+    };
+    const floors: number[] = [];
+    const states = new CustomerStates(null as never, reader, 8, async (p) => {
+      floors.push(p);
+      if (floor instanceof Error) throw floor;
+      return floor;
+    });
+    return { consumed: () => states.consumed('org_1', 'live', 'cus_1'), asked, floors };
+  };
+  const pending = { seq: 40, last: 44, seqs: [40, 44], scopes: [] };
+  const a = view(pending, 40);
+  t.same(await a.consumed(), { cp_1: '9' }, 'its group acked (the floor at its first message): after, whatever the pin says');
+  t.same([a.asked, a.floors], [[key], [k]], "the pin is not read; the floor asked is its partition's");
+  const b = view(pending, 39);
+  t.same(await b.consumed(), { cp_1: '3' }, 'above the floor, the pin holds its group pending: before');
+  t.same(b.asked, [key, pinKey(k)], 'the pin read');
+  t.same(await view({ ...pending, scopes: [], done: true }, 39).consumed(), { cp_1: '9' }, 'above the floor, its group committed (not acked yet): after');
+  t.same(await view({ ...pending, seq: 50, seqs: [50] }, 39).consumed(), { cp_1: '9' }, 'above the floor, a later group pending: after');
+  t.same(await view(pending, new Error('no consumer')).consumed(), { cp_1: '3' }, 'the floor unknown: the pin decides');
+  t.same(await view(null, null).consumed(), { cp_1: '9' }, 'no pin: after');
 });

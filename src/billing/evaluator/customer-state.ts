@@ -75,8 +75,10 @@ export class CustomerStates {
   constructor(
     kv: KV,
     private readonly reader: KvReader = kvReader(kv),
-    /** The partitions in use (ensureBillingStreams): `consumed` reads the customer's partition's pin with its state (0: it does not). */
+    /** The partitions in use (ensureBillingStreams): `consumed` tells a committed state from a pending one by partition (0: it does not). */
     private readonly partitions = 0,
+    /** Partition k's ack floor: the stream sequence up to which all its messages are acked (null: not known, e.g. no consumer yet). */
+    private readonly ackFloor: (k: number) => Promise<number | null> = async () => null,
   ) {}
 
   /** The former document of one organization and mode (an absent one is asked again each time: the API's reads). */
@@ -166,16 +168,24 @@ export class CustomerStates {
   /**
    * Credits consumed per pool id of one customer, as committed (GET …/credit-pools). The key's
    * `after` is written before its group's commit, beside the group's events (consumer.ts, steps
-   * 5–7): while the group is pending in the customer's partition's pin (read in the same round),
-   * the key's `before` is what is committed — the balance shown never runs ahead of the events
-   * published (a publish that keeps failing holds the commit back for as long as it fails).
+   * 5–7): while the group is pending in the customer's partition's pin, the key's `before` is
+   * what is committed — the balance shown never runs ahead of the events published (a publish
+   * that keeps failing holds the commit back for as long as it fails).
+   *
+   * The partition's ack floor is asked beside the key: a group's messages are acked only once
+   * it is committed, so a key whose group's first message is at or below the floor is committed
+   * — the common case, answered without the pin (a pending one holds its group's documents, up
+   * to max_payload). Above it (the group in flight, or committed and not yet acked) the pin
+   * decides (pendingFrom).
    */
   async consumed(orgId: string, mode: Mode, customerId: string): Promise<Record<string, string>> {
-    const key = customerStateKey(orgId, mode, customerId);
-    const [e, pin] = await this.reader.getMany(this.partitions > 0 ? [key, pinKey(partitionOf(orgId, mode, customerId, this.partitions))] : [key]);
+    const k = this.partitions > 0 ? partitionOf(orgId, mode, customerId, this.partitions) : null;
+    const [e, floor] = await Promise.all([this.reader.get(customerStateKey(orgId, mode, customerId)), k === null ? null : this.ackFloor(k).catch(() => null)]);
     if (present(e)) {
       const entry = e.json() as CustomerEntry;
+      if (k === null || (floor !== null && entry.seq <= floor)) return entry.after.consumed;
       // The key's seq is its group's first message's, the pin's `seq` (as the evaluator's own read, readMany).
+      const [pin] = await this.reader.getMany([pinKey(k)]);
       return pendingFrom(pin) === entry.seq ? entry.before.consumed : entry.after.consumed;
     }
     // Pool ids are unique: the former document's map answers for this customer's pools.
