@@ -8,15 +8,10 @@
  */
 import t from 'tap';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
-import { ServiceProcess, cleanup, createOrg, http, isolation, logLines, logsOnFailure, sendBatch, waitFor, type TestOrg } from '../helpers/service.js';
+import { acmeWithPool, call } from '../helpers/billing-api.js';
+import { ServiceProcess, cleanup, createOrg, isolation, logLines, logsOnFailure, sendBatch, waitFor } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
-
-async function call(base: string, org: TestOrg, method: string, path: string, body?: unknown): Promise<any> {
-  const r = await http(base, method, path, { token: org.live, body });
-  if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
-  return r.body;
-}
 
 t.test('credit pools show the committed balance: not the state a pending group has written, until it commits', async (t) => {
   const iso = isolation('billview');
@@ -28,11 +23,7 @@ t.test('credit pools show the committed balance: not the state a pending group h
   });
   await svc.start();
   const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const c = await call(svc.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
-  await call(svc.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
-  const plan = await call(svc.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
-  const ola = await call(svc.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
-  const pool = await call(svc.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '10' });
+  const { c, pool } = await acmeWithPool(svc.url, org, '10', CUR);
   const pools = async () => (await call(svc.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`)).creditPools.map((p: { consumedCredits: string; balance: string }) => [p.consumedCredits, p.balance]);
 
   // 12 credits from a pool of 10: a depletion and an overage, so the fault point acts on this group.

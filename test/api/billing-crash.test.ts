@@ -21,6 +21,7 @@ import { H_BATCH, H_MODE, H_ORG } from '../../src/bus/batch.js';
 import { partitionOf } from '../../src/billing/evaluator/partition.js';
 import { DEFAULT_BILLING_PARTITIONS } from '../../src/config.js';
 import { billed, busEvents, stateKeyNames, stateKeys } from '../helpers/bus.js';
+import { acmeWithPool, call } from '../helpers/billing-api.js';
 import { NATS_URL, ServiceProcess, cleanup, createOrg, http, isolation, logLines, logsOnFailure, sendBatch, waitFor, type Isolation, type TestOrg } from '../helpers/service.js';
 
 const CUR = '9a1c2b1e-0000-4000-8000-00000000c0de';
@@ -89,16 +90,6 @@ function exitOf(p: ServiceProcess): Promise<{ code: number | null; signal: strin
   return new Promise((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
 }
 
-/** Customer `acme` with a root unit, a credit-priced attribute for event `e` (1 credit per unit) and a pool of `credits`. */
-async function acmeWithPool(url: string, org: TestOrg, credits: string): Promise<{ c: { id: string }; pool: { id: string } }> {
-  const c = await call(url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
-  await call(url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
-  const plan = await call(url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
-  const ola = await call(url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
-  const pool = await call(url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits });
-  return { c, pool };
-}
-
 async function killedAt(t: Test, p: ServiceProcess, exited: Promise<{ code: number | null; signal: string | null }>, point: string): Promise<FaultLine> {
   let timer: NodeJS.Timeout | undefined;
   const how = await Promise.race([exited, new Promise<null>((r) => (timer = setTimeout(() => r(null), 90_000)))]);
@@ -118,12 +109,6 @@ function teardownBoth(t: Test, iso: Isolation, isoB: Isolation, procs: () => Ser
     await cleanup(iso);
     await cleanup(isoB).catch(() => undefined);
   });
-}
-
-async function call(base: string, org: TestOrg, method: string, path: string, body?: unknown): Promise<any> {
-  const r = await http(base, method, path, { token: org.live, body });
-  if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
-  return r.body;
 }
 
 async function configure(base: string, org: TestOrg, granted: string): Promise<void> {
@@ -273,7 +258,7 @@ t.test('a configuration change made while a group is in flight applies to the ba
   });
   await pipeline.start();
   const org = await createOrg(pipeline.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const { c } = await acmeWithPool(pipeline.url, org, '10');
+  const { c } = await acmeWithPool(pipeline.url, org, '10', CUR);
   const signals = (event: string, n: number, k: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: event, customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${k}-${i}` })) });
   // 12 credits from a pool of 10: a depletion and an overage, so the fault point acts on this group.
   t.equal((await sendBatch(pipeline.url, org.live, signals('e', 12, 'a'))).status, 202);
@@ -363,7 +348,7 @@ t.test('a process stalled past the ack wait between its pin and its reads: its g
   teardownBoth(t, iso, isoB, () => [ingress, p1, ...(p2 ? [p2] : [])]);
   await Promise.all([ingress.start(), p1.start()]);
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const { c } = await acmeWithPool(ingress.url, org, '100');
+  const { c } = await acmeWithPool(ingress.url, org, '100', CUR);
   await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '90', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
   const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
 
@@ -413,7 +398,7 @@ t.test('a process stalled past the ack wait right after a commit that wrote the 
   teardownBoth(t, iso, isoB, () => [ingress, p1, ...(p2 ? [p2] : [])]);
   await ingress.start();
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const { c } = await acmeWithPool(ingress.url, org, '50');
+  const { c } = await acmeWithPool(ingress.url, org, '50', CUR);
   const signals = (key: string) => ({ signals: Array.from({ length: 40 }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
   // a: 40 of 50 credits; b: the pool depleted (events); c: more overage. All waiting before p1 starts.
   for (const key of ['a', 'b', 'c']) t.equal((await sendBatch(ingress.url, org.live, signals(key))).status, 202);
@@ -451,7 +436,7 @@ t.test('a state key from a later sequence while no later group is pinned (a recr
   });
   await pipeline.start();
   const org = await createOrg(pipeline.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const { c, pool } = await acmeWithPool(pipeline.url, org, '10');
+  const { c, pool } = await acmeWithPool(pipeline.url, org, '10', CUR);
   // The customer's state as a stream of an earlier life left it: sequence 1,000,000.
   const key = `cs.${org.id}.live.${c.id}`;
   const foreign = { seq: 1_000_000, before: { consumed: {}, usage: {} }, after: { consumed: { [pool.id]: '7' }, usage: {} } };
@@ -519,7 +504,7 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   await Promise.all([ingress.start(), pipeline.start()]);
   const exited = exitOf(pipeline);
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const { c, pool } = await acmeWithPool(ingress.url, org, '10');
+  const { c, pool } = await acmeWithPool(ingress.url, org, '10', CUR);
   const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
 
   // 12 credits from a pool of 10: depleted and OverageCredit. Killed once those are published.
@@ -764,7 +749,7 @@ t.test('a group of several messages killed after its events is replayed as exact
   });
   await ingress.start(); // creates the streams and the partition consumers
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const { c, pool } = await acmeWithPool(ingress.url, org, '10');
+  const { c, pool } = await acmeWithPool(ingress.url, org, '10', CUR);
   await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '7', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
   // Six billable messages of the customer's partition, queued before any evaluator runs (as a
   // pipeline leaves them under load): 2 credits each, so the pool of 10 empties in the 5th,
