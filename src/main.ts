@@ -160,8 +160,8 @@ export async function start(cfg: Config): Promise<Running> {
       const partitions = await billingStreams();
       // With replicas, read from the leader (as the evaluator does): the key and the pin must not come from followers at different points.
       const stateKv = await billingState();
-      const { billableParts } = nats.topology;
-      const customerStates = new CustomerStates(stateKv, kvReader(stateKv, undefined, { leader: nats.replicas > 1 }), partitions, async (k) => (await n.jsm.consumers.info(billableParts.stream, billableParts.consumer(k))).ack_floor.stream_seq);
+      const ackFloor = async (k: number): Promise<number> => (await n.jsm.consumers.info(topology.billableParts.stream, topology.billableParts.consumer(k))).ack_floor.stream_seq;
+      const customerStates = new CustomerStates(stateKv, kvReader(stateKv, undefined, { leader: nats.replicas > 1 }), partitions, ackFloor);
       routes.mountIngress({
         registry,
         signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs, backlog),
