@@ -216,7 +216,6 @@ interface FormerPin {
   done?: true;
 }
 
-export { pinKey };
 /** Part i of a pin too large for one NATS message (SpilledPin): unique to that pin (`id`), written once. */
 export const pinPartKey = (k: number, id: string, i: number): string => `pinpart.${k}.${id}.${i}`;
 

@@ -185,8 +185,7 @@ export class CustomerStates {
       const entry = e.json() as CustomerEntry;
       if (k === null || (floor !== null && entry.seq <= floor)) return entry.after.consumed;
       // The key's seq is its group's first message's, the pin's `seq` (as the evaluator's own read, readMany).
-      const [pin] = await this.reader.getMany([pinKey(k)]);
-      return pendingFrom(pin) === entry.seq ? entry.before.consumed : entry.after.consumed;
+      return pendingFrom(await this.reader.get(pinKey(k))) === entry.seq ? entry.before.consumed : entry.after.consumed;
     }
     // Pool ids are unique: the former document's map answers for this customer's pools.
     return (await this.formerState(orgId, mode))?.consumed ?? {};
