@@ -84,7 +84,7 @@ interface Result {
   /** Per partition message, by the second of the scenario it was stored in: the p99 lag (ms) of each second (where a tail comes from: the first second's burst, one slow partition, a pause of the whole process). */
   lagP99BySecond: number[];
   drainS: number;
-  groups: { count: number; meanMessages: number; meanStepMs: number; waits: number };
+  groups: { count: number; meanMessages: number; meanStepMs: number; waits: number; overdueFetches: number };
   cpu: Record<string, number | null>;
   /** CPU-seconds of each process from the start of the scenario until billing had evaluated every batch. */
   cpuSeconds: Record<string, number | null>;
@@ -126,9 +126,9 @@ class Watch {
   }
 }
 
-/** The evaluator's group figures of the services (Prometheus text): groups, messages in them, step seconds, waits. */
-async function groupFigures(urls: string[]): Promise<{ groups: number; messages: number; seconds: number; waits: number }> {
-  const out = { groups: 0, messages: 0, seconds: 0, waits: 0 };
+/** The evaluator's group figures of the services (Prometheus text): groups, messages in them, step seconds, waits, fetches whose end was not seen by their expiry. */
+async function groupFigures(urls: string[]): Promise<{ groups: number; messages: number; seconds: number; waits: number; overdue: number }> {
+  const out = { groups: 0, messages: 0, seconds: 0, waits: 0, overdue: 0 };
   for (const url of urls) {
     const text = await (await fetch(`${url}/metrics`)).text();
     const value = (name: string): number => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
@@ -136,6 +136,7 @@ async function groupFigures(urls: string[]): Promise<{ groups: number; messages:
     out.messages += value('billing_group_messages_sum');
     out.seconds += value('billing_group_duration_seconds_sum');
     out.waits += value('billing_partition_waits_total');
+    out.overdue += value('billing_fetches_overdue_total');
   }
   return out;
 }
@@ -240,7 +241,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     lagBatch: lagBatch.summary(),
     lagP99BySecond: Array.from(bySecond, (lags) => (lags ? Math.round(lags.sort((a, b) => a - b)[Math.min(lags.length - 1, Math.ceil(lags.length * 0.99) - 1)]!) : 0)),
     drainS: round((drained - sent) / 1000, 1),
-    groups: { count: groups, meanMessages: groups > 0 ? round((g1.messages - g0.messages) / groups, 1) : 0, meanStepMs: groups > 0 ? round(((g1.seconds - g0.seconds) * 1000) / groups, 1) : 0, waits: g1.waits - g0.waits },
+    groups: { count: groups, meanMessages: groups > 0 ? round((g1.messages - g0.messages) / groups, 1) : 0, meanStepMs: groups > 0 ? round(((g1.seconds - g0.seconds) * 1000) / groups, 1) : 0, waits: g1.waits - g0.waits, overdueFetches: g1.overdue - g0.overdue },
     cpu: usage,
     cpuSeconds,
     cpuMsPerBatch: Object.fromEntries(Object.entries(cpuSeconds).map(([k, v]) => [k, v === null || complete === 0 ? null : round((v * 1000) / complete, 2)])),
@@ -291,7 +292,7 @@ async function main(): Promise<void> {
       console.log(`  billing lag (ms)    per partition message p50 ${r.lagPart.p50} p99 ${r.lagPart.p99} max ${r.lagPart.max} | per batch p50 ${r.lagBatch.p50} p99 ${r.lagBatch.p99} max ${r.lagBatch.max}`);
       console.log(`  lag p99 by second   ${r.lagP99BySecond.join(' ')} (ms; partition messages by the second of the scenario they were stored in)`);
       console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
-      console.log(`  evaluation groups   ${fmt(r.groups.count)}, ${r.groups.meanMessages} messages each on average, a step ${r.groups.meanStepMs} ms on average; ${fmt(r.groups.waits)} waits for another process`);
+      console.log(`  evaluation groups   ${fmt(r.groups.count)}, ${r.groups.meanMessages} messages each on average, a step ${r.groups.meanStepMs} ms on average; ${fmt(r.groups.waits)} waits for another process; ${fmt(r.groups.overdueFetches)} fetches not ended by their expiry`);
       console.log(`  CPU per batch (ms)  ${JSON.stringify(r.cpuMsPerBatch)} (CPU-s ${JSON.stringify(r.cpuSeconds)}; the service's includes its ingress and pipeline, the engine host's the inserts of the signal and billing rows)`);
       if (r.batchesEvaluated !== r.accepted) problems.push(`${size}-signal batches: ${r.accepted} accepted, ${r.batchesEvaluated} evaluated in full`);
       if (r.lagPart.p99 > TARGET_LAG_P99_MS) problems.push(`${size}-signal batches: billing lag p99 ${r.lagPart.p99} ms is above the target ${TARGET_LAG_P99_MS} ms`);

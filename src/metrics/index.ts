@@ -311,6 +311,12 @@ export const billingWaits = new Counter({
   registers: [registry],
 });
 
+export const billingFetchesOverdue = new Counter({
+  name: 'billing_fetches_overdue_total',
+  help: 'Fetches of a billing partition not ended by their expiry (their end status not seen), after which the partition pulled again without waiting for them',
+  registers: [registry],
+});
+
 export const billingEvents = new Counter({
   name: 'billing_events_total',
   help: 'Billing events published to the event bus, by event name and source (evaluator, or external via the operator API)',

@@ -117,7 +117,7 @@ import { KvWriteConflict, kvWriter, type KvWrite, type KvWriter } from '../../bu
 import { publishDurableMany, type DurableMessage } from '../../bus/publish.js';
 import { nextSeq } from '../../bus/stream-get.js';
 import { billingLog as log } from '../../log.js';
-import { billingEvents, billingGroupMessages, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
+import { billingEvents, billingFetchesOverdue, billingGroupMessages, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
 import { busEvent, eventMessage } from '../../bus/events.js';
 import type { BillingConfig, CreditCap, CreditPool, Customer, OrderLineAttribute, Plan, Unit } from '../model.js';
@@ -127,6 +127,7 @@ import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask
 import { FaultHook, type FaultContext } from './fault.js';
 import { CustomerStates, formerStateKey, type CustomerEntry, type ReadStates } from './customer-state.js';
 import { pinKey } from './pins.js';
+import { pullLoop } from './pull.js';
 import { StateCache, knownOf, type Known, type ReadKnown } from './state-cache.js';
 import { stringEnd, type BillablePartitioner } from './partition.js';
 import type { Mode } from '../../shared/mode.js';
@@ -145,6 +146,11 @@ export const GROUP_CUSTOMERS = 448;
 export const GROUP_HELD = 2 * GROUP_MESSAGES;
 /** How long a fetch of a partition's messages waits for them at most (its idle heartbeat is half of it). */
 const FETCH_EXPIRES_MS = 2_000;
+/**
+ * How long past its expiry a fetch that has not ended is taken as over on the server's side,
+ * so that its loop pulls again without waiting for its end to be seen (pull.ts).
+ */
+const FETCH_GRACE_MS = 250;
 /** Fetch loops per partition (startPullers). */
 const PULLERS = 2;
 /** How long a process waits before looking again when older messages of a partition are held elsewhere. */
@@ -506,20 +512,13 @@ export class BillingEvaluator {
   }
 
   /**
-   * Takes partition k's messages into its lane while k is this process's: one fetch after
-   * another (a fetch ends when it has its messages or after FETCH_EXPIRES_MS), each for what
-   * the lane has room for (the consumer's max_ack_pending, GROUP_HELD, bounds what the server
-   * hands out to all of a lane's fetches together). A fetch is never cut short: a message the
-   * server sent to a subscription that is gone would stay pending with nobody until its ack
-   * wait ran out, and hold up the partition for whoever takes it next.
+   * Takes partition k's messages into its lane while k is this process's (pull.ts: one fetch
+   * after another, each for what the lane has room for; the consumer's max_ack_pending,
+   * GROUP_HELD, bounds what the server hands out to all of a lane's fetches together).
    *
    * Each partition runs two of these loops, the second starting `delayMs` (half an expiry)
-   * later, so that a fetch is always outstanding: a fetch whose end the client does not see
-   * (the server's expiry status never taken: seen under load, the fetch then ending only when
-   * its heartbeats were missed, ~2 s later) left its partition without any pull request
-   * meanwhile — 2.1 s during which its new messages waited in the stream (billing bench,
-   * 2026-11-25: one partition's lag 2.2 s while the others' stayed under 1 s). The server
-   * serves a partition's pull requests oldest first; the lane orders what either receives.
+   * later, so that a fetch is outstanding while the other's next request is on its way. The
+   * server serves a partition's pull requests oldest first; the lane orders what either receives.
    */
   private async pull(k: number, lane: Lane, delayMs: number): Promise<void> {
     if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));
@@ -536,24 +535,19 @@ export class BillingEvaluator {
       }
     }
     if (!consumer) return;
-    while (this.pulling.has(k) && !this.stopping) {
-      const room = GROUP_HELD - lane.held.length;
-      if (room <= 0) {
-        await lane.next(WAIT_MS);
-        continue;
-      }
-      try {
-        const batch = await consumer.fetch({ max_messages: room, expires: FETCH_EXPIRES_MS });
-        for await (const m of batch) this.receive(m, lane);
-      } catch (err) {
-        if (this.stopping) return;
-        // Heartbeats missed: this thread was too busy to see them (a loaded process); the
-        // fetch is over, fetch again at once. Anything else: after a pause.
-        if (/heartbeats missed/i.test((err as Error).message)) continue;
-        log.warn('billing partition fetch failed; fetching again', { err, partition: k });
-        await new Promise((r) => setTimeout(r, 500));
-      }
-    }
+    const c = consumer;
+    await pullLoop({
+      fetch: (opts) => c.fetch(opts),
+      receive: (m) => this.receive(m, lane),
+      room: () => GROUP_HELD - lane.held.length,
+      roomMade: (ms) => lane.next(ms),
+      running: () => this.pulling.has(k) && !this.stopping,
+      overdue: () => billingFetchesOverdue.inc(),
+      expiresMs: FETCH_EXPIRES_MS,
+      graceMs: FETCH_GRACE_MS,
+      waitMs: WAIT_MS,
+      partition: k,
+    });
   }
 
   /**
