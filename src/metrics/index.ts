@@ -313,7 +313,7 @@ export const billingWaits = new Counter({
 
 export const billingFetchesOverdue = new Counter({
   name: 'billing_fetches_overdue_total',
-  help: 'Fetches of a billing partition not ended by their expiry (their end status not seen), after which the partition pulled again without waiting for them',
+  help: 'Fetches of a billing partition not ended 250 ms after their expiry (their end status lost, or this process too busy to read it), after which the partition pulled again without waiting for them',
   registers: [registry],
 });
 

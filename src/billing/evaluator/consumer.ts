@@ -518,7 +518,8 @@ export class BillingEvaluator {
    *
    * Each partition runs two of these loops, the second starting `delayMs` (half an expiry)
    * later, so that a fetch is outstanding while the other's next request is on its way. The
-   * server serves a partition's pull requests oldest first; the lane orders what either receives.
+   * server shares a partition's messages out between its outstanding requests (the oldest
+   * first, then in turn); the lane orders what any of them receives (Lane.add).
    */
   private async pull(k: number, lane: Lane, delayMs: number): Promise<void> {
     if (delayMs > 0) await new Promise((r) => setTimeout(r, delayMs));

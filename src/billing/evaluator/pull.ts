@@ -3,9 +3,12 @@
  * another, each for what the lane has room for, every message handed to `receive`.
  *
  * A fetch ends when it has its messages or at its expiry, when the server sends its end
- * status. That status is not always seen: nats-server 2.9 under load (the billing bench,
- * 500-signal batches: 1 to 14 fetches a run) ends the request on its side and the client
- * learns of it only when the request's heartbeats have been missed, ~2 s later. Meanwhile the
+ * status (408). nats-server before 2.9.16 does not always send it: a request that has just
+ * expired when a message becomes ready is dropped without it (nats-io/nats-server#3942, "Fix
+ * Pull Consumer not sending request timeout"; the Debian server of these machines is 2.9.10),
+ * and the client learns of the end only when the request's heartbeats have been missed, ~2 s
+ * later (the billing bench, 500-signal batches: 0 to 14 fetches a run; busy partitions hit the
+ * race often, each expiry meeting a message on its way). Meanwhile the
  * server holds no request of this loop: with the other loop's fetch in the same state (the
  * two fall in step whenever the lane is full), the partition's new messages waited in the
  * stream for those 2 s (a trace of one partition: its fetches started 240.03 s, ended by
