@@ -1,7 +1,8 @@
 /**
  * A billing partition's fetch loop (src/billing/evaluator/pull.ts) against a real JetStream
- * consumer: when a fetch's end status is never seen (what nats-server 2.9 does now and then
- * under load: the client then learns of the end only from missed heartbeats, seconds later),
+ * consumer: when a fetch's end status is never sent (nats-server before 2.9.16 drops a request
+ * expiring as a message becomes ready without it: the client then learns of the end only from
+ * missed heartbeats, seconds later),
  * the loop pulls again shortly after the fetch's expiry instead of leaving the partition
  * without a pull request; the fetch it stopped waiting for still hands over what reaches it;
  * nothing is received twice; and the loop returns only once such fetches have ended.
