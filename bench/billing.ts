@@ -5,7 +5,8 @@
  * own data directories), seeds --orgs organizations × --customers customers each (direct KV
  * puts, bench/lib/billing-seed.ts: every customer has a credit-priced attribute for `tokens`,
  * a pool and a monthly cap on its root unit, so every signal is priced, draws credits and
- * counts against a cap), then runs two scenarios of --duration seconds each: batches of 10
+ * counts against a cap), waits until the pipeline processes have shared the billing
+ * partitions out (metric billing_partitions_pulled), then runs two scenarios of --duration seconds each: batches of 10
  * signals, then of 500, posted by --in-flight concurrent producers, each batch from a random
  * organization, each signal for a random customer of it (by externalId or service id in turn).
  *
@@ -139,6 +140,29 @@ async function groupFigures(urls: string[]): Promise<{ groups: number; messages:
     out.overdue += value('billing_fetches_overdue_total');
   }
   return out;
+}
+
+/** A fetch of a billing partition's messages lasts at most this long (consumer.ts: its 2 s expiry, plus the 250 ms after which it is taken as over). */
+const FETCH_LIFE_MS = 2_250;
+
+/**
+ * Waits until the pipeline processes have shared the billing partitions out (each pulls its
+ * share: the shares add up to the partition count), and then for the fetches a process made
+ * for a partition before it gave it up to end (FETCH_LIFE_MS), so that a scenario measures the
+ * steady state, not a process joining (members.ts: until every process has seen the newcomer,
+ * up to a heartbeat, and their fetches made before have ended, two pull some partitions and
+ * take turns on them). The shares, and how long it took.
+ */
+async function partitionsShared(urls: string[], partitions: number): Promise<{ shares: number[]; seconds: number }> {
+  const t0 = performance.now();
+  for (;;) {
+    const shares = await Promise.all(urls.map(async (url) => Number(/^billing_partitions_pulled (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0)));
+    const split = shares.every((n) => n > 0) && shares.reduce((a, b) => a + b, 0) === partitions;
+    if (split && urls.length > 1) await sleep(FETCH_LIFE_MS);
+    const seconds = round((performance.now() - t0) / 1000, 1);
+    if (split || seconds > 30) return { shares, seconds };
+    await sleep(200);
+  }
 }
 
 async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>, urls: string[]): Promise<Result> {
@@ -282,10 +306,14 @@ async function main(): Promise<void> {
     // The engine host: the service's child process in embedded mode (it inserts the signal and billing rows).
     const engine = childPids(svc.child.pid)[0];
     const pids: Record<string, number> = { service: svc.child.pid, ...(engine !== undefined ? { 'engine host': engine } : {}), ...Object.fromEntries(extra.map((e, i) => [`pipeline${i + 2}`, e.child.pid])), ...(natsPid !== undefined ? { 'nats-server': natsPid } : {}) };
+    const urls = [svc.url, ...extra.map((e) => e.url)];
+    const partitions = (await jsm.consumers.list(`${iso.natsPrefix}_BILLABLE_P`).next()).filter((c) => c.name.startsWith('billing-p')).length;
+    const shared = await partitionsShared(urls, partitions);
+    console.log(`partitions pulled  ${shared.shares.join(' + ')} of ${partitions} (shared out ${shared.seconds} s after seeding)`);
     const results: Result[] = [];
     for (const size of SIZES) {
       console.log(`\n${size}-signal batches, ${RATE > 0 ? `${RATE}/s open loop` : `${IN_FLIGHT} in flight`}, ${DURATION} s …`);
-      const r = await scenario(size, svc, orgs, watch, billable, pids, [svc.url, ...extra.map((e) => e.url)]);
+      const r = await scenario(size, svc, orgs, watch, billable, pids, urls);
       results.push(r);
       console.log(`  accepted            ${fmt(r.accepted)} batches (${fmt(r.acceptedPerS, 1)}/s, ${fmt(r.acceptedPerS * size)} signals/s)`);
       console.log(`  billable evaluated  ${fmt(r.batchesEvaluated)} batches: ${fmt(r.batchesPerSDuring, 1)}/s while sending, ${fmt(r.batchesPerSOverall, 1)}/s until the last (${fmt(r.parts)} partition messages, ${fmt(r.partsPerS, 1)}/s)`);

@@ -311,6 +311,12 @@ export const billingWaits = new Counter({
   registers: [registry],
 });
 
+export const billingPartitionsPulled = new Gauge({
+  name: 'billing_partitions_pulled',
+  help: "Billing partitions this process pulls now: its share among the pipeline processes (src/billing/evaluator/members.ts); while processes join or leave, a partition may be pulled by two for a moment",
+  registers: [registry],
+});
+
 export const billingFetchesOverdue = new Counter({
   name: 'billing_fetches_overdue_total',
   help: 'Fetches of a billing partition not ended 250 ms after their expiry (their end status lost, or this process too busy to read it), after which the partition pulled again without waiting for them',

@@ -117,7 +117,7 @@ import { KvWriteConflict, kvWriter, type KvWrite, type KvWriter } from '../../bu
 import { publishDurableMany, type DurableMessage } from '../../bus/publish.js';
 import { nextSeq } from '../../bus/stream-get.js';
 import { billingLog as log } from '../../log.js';
-import { billingEvents, billingFetchesOverdue, billingGroupMessages, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
+import { billingEvents, billingFetchesOverdue, billingGroupMessages, billingPartitionsPulled, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
 import { busEvent, eventMessage } from '../../bus/events.js';
 import type { BillingConfig, CreditCap, CreditPool, Customer, OrderLineAttribute, Plan, Unit } from '../model.js';
@@ -494,6 +494,7 @@ export class BillingEvaluator {
   async assign(partitions: readonly number[]): Promise<void> {
     this.pulling.clear();
     for (const k of partitions) if (this.lanes[k]) this.pulling.add(k);
+    billingPartitionsPulled.set(this.pulling.size);
     for (const k of this.pulling) if (!this.stopping) this.startPullers(k);
   }
 
@@ -1093,6 +1094,7 @@ export class BillingEvaluator {
   async stop(): Promise<void> {
     this.stopping = true;
     this.pulling.clear();
+    billingPartitionsPulled.set(0);
     if (this.lagTimer) clearInterval(this.lagTimer);
     this.opts.lag?.(0);
     await Promise.all([...this.loops, ...[...this.pullers.values()].flatMap((running) => [...running])]);
