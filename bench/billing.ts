@@ -6,7 +6,7 @@
  * puts, bench/lib/billing-seed.ts: every customer has a credit-priced attribute for `tokens`,
  * a pool and a monthly cap on its root unit, so every signal is priced, draws credits and
  * counts against a cap), waits until the pipeline processes have shared the billing
- * partitions out (metric billing_partitions_pulled), then runs two scenarios of --duration seconds each: batches of 10
+ * partitions out (metric billing_pulled_partitions), then runs two scenarios of --duration seconds each: batches of 10
  * signals, then of 500, posted by --in-flight concurrent producers, each batch from a random
  * organization, each signal for a random customer of it (by externalId or service id in turn).
  *
@@ -156,7 +156,7 @@ const FETCH_LIFE_MS = 2_250;
 async function partitionsShared(urls: string[], partitions: number): Promise<{ shares: number[]; seconds: number }> {
   const t0 = performance.now();
   for (;;) {
-    const shares = await Promise.all(urls.map(async (url) => Number(/^billing_partitions_pulled (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0)));
+    const shares = await Promise.all(urls.map(async (url) => Number(/^billing_pulled_partitions (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0)));
     const split = shares.every((n) => n > 0) && shares.reduce((a, b) => a + b, 0) === partitions;
     if (split && urls.length > 1) await sleep(FETCH_LIFE_MS);
     const seconds = round((performance.now() - t0) / 1000, 1);

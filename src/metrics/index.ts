@@ -312,7 +312,7 @@ export const billingWaits = new Counter({
 });
 
 export const billingPartitionsPulled = new Gauge({
-  name: 'billing_partitions_pulled',
+  name: 'billing_pulled_partitions',
   help: "Billing partitions this process pulls now: its share among the pipeline processes (src/billing/evaluator/members.ts); while processes join or leave, a partition may be pulled by two for a moment",
   registers: [registry],
 });

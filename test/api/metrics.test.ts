@@ -134,6 +134,7 @@ t.test('ROLE=all: every dashboard metric exists after traffic; labels are bounde
   t.ok((sampleValue(text, 'usage_pipeline_insert_rows_sum', { table: 'fact_cost' }) ?? 0) >= 3, `billing rows inserted: ${text.split('\n').filter((l) => l.startsWith('usage_pipeline_insert_rows_sum')).join('; ')}`);
   t.ok((sampleValue(text, 'usage_signal_freshness_seconds_count') ?? 0) >= 2);
   t.ok((sampleValue(text, 'billing_evaluation_lag_seconds_count') ?? 0) >= 1);
+  t.equal(sampleValue(text, 'billing_pulled_partitions'), 8, 'the one pipeline process pulls every billing partition');
   t.equal(sampleValue(text, 'billing_events_total', { event: 'billing-credits-depleted', source: 'evaluator' }), 1);
   t.equal(sampleValue(text, 'billing_events_total', { event: 'billing-payment-succeeded', source: 'external' }), 1);
   t.equal(sampleValue(text, 'billing_webhook_delivery_attempts_total', { kind: 'test', outcome: 'delivered' }), 1);
@@ -176,6 +177,8 @@ t.test('split roles: each serves /metrics, together they cover the dashboard; ME
   t.notOk(hasSeries(ingress, 'usage_jetstream_consumer_pending_messages'), 'ingress: no consumers of its own');
   t.notOk(sampleValue(pipeline, 'usage_jetstream_consumer_pending_messages', { stream: 'SIGNALS', consumer: 'pipeline' }) === undefined, 'pipeline: lag of its consumer');
   t.ok(hasSeries(pipeline, 'usage_signal_freshness_seconds_bucket'), 'pipeline: freshness');
+  t.equal(sampleValue(pipeline, 'billing_pulled_partitions'), 8, 'pipeline: every billing partition');
+  t.equal(sampleValue(ingress, 'billing_pulled_partitions') ?? 0, 0, 'ingress: no billing partition');
   t.notOk(sampleValue(dispatcher, 'usage_jetstream_consumer_pending_messages', { stream: 'EVENTS', consumer: 'dispatcher' }) === undefined, 'dispatcher: lag of its consumer');
   t.ok((sampleValue(dispatcher, 'billing_webhook_delivery_attempts_total', { kind: 'event', outcome: 'delivered' }) ?? 0) >= 1, 'dispatcher: deliveries');
   t.equal(sampleValue(ingress, 'billing_webhook_delivery_attempts_total', { kind: 'test', outcome: 'delivered' }), 1, 'ingress: the test delivery');

@@ -201,6 +201,10 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
   t.same([...statuses.keys()].filter((s) => s !== 202 && s !== 503), [], `only 202 (and 503 resent) answers: ${JSON.stringify(Object.fromEntries(statuses))}`);
 
   await billed(iso);
+  // The billing partitions shared out between the two live pipeline processes
+  // (src/billing/evaluator/members.ts: a killed process's heartbeat counts until MEMBER_TTL_MS).
+  const pulled = (): Promise<number[]> => Promise.all(pipelines.map(async (p) => Number(/^billing_pulled_partitions (\S+)$/m.exec(await (await fetch(`${p.url}/metrics`)).text())?.[1] ?? NaN)));
+  t.same(await waitFor(pulled, (s) => s[0] === 4 && s[1] === 4, 30_000), [4, 4], 'the two live pipeline processes pull four of the eight billing partitions each');
   const expectedSignals = PRICED_BATCHES * PER + LOAD_BATCHES * 500;
   t.equal(await waitFor(stored, (n) => n >= expectedSignals, 20_000), expectedSignals, `exactly ${expectedSignals} signal rows`);
 
