@@ -37,6 +37,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Args } from './lib/args.js';
 import { seed, seedId } from './lib/billing-seed.js';
+import { FETCH_EXPIRES_MS, FETCH_GRACE_MS } from '../src/billing/evaluator/consumer.js';
 import { CpuMeter, LatencyHistogram, appendHistory, childPids, fmt, hostInfo, pidsByName, printHeader, printProblems, round, sleep, type Percentiles } from './lib/report.js';
 import { OPERATOR_TOKEN, createUnlimitedOrg, type BenchOrg } from './lib/api.js';
 import { Poster } from './lib/post.js';
@@ -142,8 +143,8 @@ async function groupFigures(urls: string[]): Promise<{ groups: number; messages:
   return out;
 }
 
-/** A fetch of a billing partition's messages lasts at most this long (consumer.ts: its 2 s expiry, plus the 250 ms after which it is taken as over). */
-const FETCH_LIFE_MS = 2_250;
+/** A fetch of a billing partition's messages lasts at most this long (its expiry, plus the grace after which it is taken as over). */
+const FETCH_LIFE_MS = FETCH_EXPIRES_MS + FETCH_GRACE_MS;
 
 /**
  * Waits until the pipeline processes have shared the billing partitions out (each pulls its

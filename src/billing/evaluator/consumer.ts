@@ -145,12 +145,12 @@ export const GROUP_CUSTOMERS = 448;
 /** Messages of one partition a process holds at most (the partition consumer's max_ack_pending). */
 export const GROUP_HELD = 2 * GROUP_MESSAGES;
 /** How long a fetch of a partition's messages waits for them at most (its idle heartbeat is half of it). */
-const FETCH_EXPIRES_MS = 2_000;
+export const FETCH_EXPIRES_MS = 2_000;
 /**
  * How long past its expiry a fetch that has not ended is taken as over on the server's side,
  * so that its loop pulls again without waiting for its end to be seen (pull.ts).
  */
-const FETCH_GRACE_MS = 250;
+export const FETCH_GRACE_MS = 250;
 /** Fetch loops per partition (startPullers). */
 const PULLERS = 2;
 /** How long a process waits before looking again when older messages of a partition are held elsewhere. */
