@@ -132,8 +132,7 @@ class Watch {
 async function groupFigures(urls: string[]): Promise<{ groups: number; messages: number; seconds: number; waits: number; overdue: number }> {
   const out = { groups: 0, messages: 0, seconds: 0, waits: 0, overdue: 0 };
   for (const url of urls) {
-    const text = await (await fetch(`${url}/metrics`)).text();
-    const value = (name: string): number => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    const value = await metricsOf(url);
     out.groups += value('billing_group_messages_count');
     out.messages += value('billing_group_messages_sum');
     out.seconds += value('billing_group_duration_seconds_sum');
@@ -141,6 +140,12 @@ async function groupFigures(urls: string[]): Promise<{ groups: number; messages:
     out.overdue += value('billing_fetches_overdue_total');
   }
   return out;
+}
+
+/** A service's metrics (Prometheus text): the value of a metric's first sample, 0 when it has none. */
+async function metricsOf(url: string): Promise<(name: string) => number> {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  return (name) => Number(new RegExp(`^${name}(?:\\{[^}]*\\})? (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
 }
 
 /** A fetch of a billing partition's messages lasts at most this long (its expiry, plus the grace after which it is taken as over). */
@@ -157,7 +162,7 @@ const FETCH_LIFE_MS = FETCH_EXPIRES_MS + FETCH_GRACE_MS;
 async function partitionsShared(urls: string[], partitions: number): Promise<{ shares: number[]; seconds: number }> {
   const t0 = performance.now();
   for (;;) {
-    const shares = await Promise.all(urls.map(async (url) => Number(/^billing_pulled_partitions (\S+)$/m.exec(await (await fetch(`${url}/metrics`)).text())?.[1] ?? 0)));
+    const shares = await Promise.all(urls.map(async (url) => (await metricsOf(url))('billing_pulled_partitions')));
     const split = shares.every((n) => n > 0) && shares.reduce((a, b) => a + b, 0) === partitions;
     if (split && urls.length > 1) await sleep(FETCH_LIFE_MS);
     const seconds = round((performance.now() - t0) / 1000, 1);

@@ -20,6 +20,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { billed, busEvents, stateKeys } from '../helpers/bus.js';
+import { sampleValue } from '../helpers/promql.js';
 import { isAlive } from '../../bench/lib/nats-cluster.js';
 import { OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http as call, isolation, logsOnFailure, sendBatch, sleep, waitFor, type TestOrg } from '../helpers/service.js';
 
@@ -203,7 +204,7 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
   await billed(iso);
   // The billing partitions shared out between the two live pipeline processes
   // (src/billing/evaluator/members.ts: a killed process's heartbeat counts until MEMBER_TTL_MS).
-  const pulled = (): Promise<number[]> => Promise.all(pipelines.map(async (p) => Number(/^billing_pulled_partitions (\S+)$/m.exec(await (await fetch(`${p.url}/metrics`)).text())?.[1] ?? NaN)));
+  const pulled = (): Promise<(number | undefined)[]> => Promise.all(pipelines.map(async (p) => sampleValue(await (await fetch(`${p.url}/metrics`)).text(), 'billing_pulled_partitions')));
   t.same(await waitFor(pulled, (s) => s[0] === 4 && s[1] === 4, 30_000), [4, 4], 'the two live pipeline processes pull four of the eight billing partitions each');
   const expectedSignals = PRICED_BATCHES * PER + LOAD_BATCHES * 500;
   t.equal(await waitFor(stored, (n) => n >= expectedSignals, 20_000), expectedSignals, `exactly ${expectedSignals} signal rows`);

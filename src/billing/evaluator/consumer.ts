@@ -117,7 +117,7 @@ import { KvWriteConflict, kvWriter, type KvWrite, type KvWriter } from '../../bu
 import { publishDurableMany, type DurableMessage } from '../../bus/publish.js';
 import { nextSeq } from '../../bus/stream-get.js';
 import { billingLog as log } from '../../log.js';
-import { billingEvents, billingFetchesOverdue, billingGroupMessages, billingPartitionsPulled, billingGroupSeconds, billingLag, billingWaits } from '../../metrics/index.js';
+import { billingEvents, billingFetchesOverdue, billingGroupMessages, billingGroupSeconds, billingLag, billingPartitionsPulled, billingWaits } from '../../metrics/index.js';
 import { H_BATCH, H_MODE, H_ORG, type BillableLine } from '../../bus/batch.js';
 import { busEvent, eventMessage } from '../../bus/events.js';
 import type { BillingConfig, CreditCap, CreditPool, Customer, OrderLineAttribute, Plan, Unit } from '../model.js';
