@@ -8,7 +8,7 @@
  * on its root unit.
  */
 import type { KV } from '@nats-io/kv';
-import { customerKey, externalIdKey, planKey, type CustomerDoc } from '../../src/billing/config/store.js';
+import { customerKey, defaultProfile, externalIdKey, planKey, type CustomerDoc } from '../../src/billing/config/store.js';
 import { capKey } from '../../src/billing/model.js';
 
 export const CUR = '7e1c2b1e-0000-4000-8000-0000000000cf';
@@ -25,6 +25,8 @@ export function customerDoc(orgId: string, i: number, planId: string): CustomerD
   return {
     seq: i,
     customer: { id, externalId: `ext-${i}`, name: `customer ${i}`, units: { root: unit('root', null), team: unit('team', 'root'), user: unit('user', 'team') }, createdAt: AT, updatedAt: AT },
+    profile: defaultProfile(),
+    deletedAt: null,
     attributes: {
       [attrId]: { id: attrId, customerId: id, planId, eventName: 'tokens', quantity: { kind: 'count' }, unitPrice: '0.5', currency: 'USD', includedQuantity: null, creditsCurrencyId: CUR, creditsPerUnit: '1', createdAt: AT },
     },

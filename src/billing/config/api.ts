@@ -2,9 +2,14 @@
  * The billing configuration API (organization API key; everything is scoped to the key's
  * organization and mode: live and test keys see two separate configurations).
  *
- *   POST   /api/v2/customers                                      {externalId?, name?}            → 201 customer
- *   GET    /api/v2/customers                      ?limit&cursor                                   → 200 {customers, nextCursor}
- *   GET    /api/v2/customers/:customerId                                                          → 200 customer
+ *   POST   /api/v2/customers                                      {name, externalId?, legalName?, email?, phone?, website?,
+ *                                                                  billingAddress?, creationState?, vatNumber?, metadata?,
+ *                                                                  defaultCurrency?}               → 201 customer
+ *   GET    /api/v2/customers                      ?limit&offset                                   → 200 {data, pagination}
+ *   GET    /api/v2/customers/:customerId, /api/v2/customers/external/:externalId                  → 200 customer
+ *   PUT    (the same two paths)                                   (any of the create fields, churnDate) → 200 customer
+ *   DELETE (the same two paths)                                                                   → 200 {}
+ *   GET    /api/v2/customers/:customerId/credits/balances (and by external id)                    → 200 {data: CreditBalance[]}
  *   GET    /api/v2/customers/:customerId/units                                                    → 200 {units}
  *   PUT    /api/v2/customers/:customerId/units/:unitExternalId    {externalType?, name?, parentExternalId?} → 201 | 200 unit
  *   GET    /api/v2/customers/:customerId/units/:unitExternalId                                    → 200 unit
@@ -20,9 +25,15 @@
  *   DELETE (same path)                                                                            → 204
  *   GET    /api/v2/customers/:customerId/credit-caps                                              → 200 {creditCaps}
  *
- * Lists answer a page: `?limit=` (default DEFAULT_LIMIT 100, at most MAX_LIMIT 1000) and
- * `?cursor=` (the opaque `nextCursor` of the previous page; none: the first page), in
- * creation order, as `{<list>: […], nextCursor}` (null on the last page).
+ * Customers are the official client's (`@paid-ai/paid-node`) customers: `customerView` answers
+ * its `Customer` fields. The customers list pages by offset (paging.ts). The other lists answer
+ * a page: `?limit=` (default DEFAULT_LIMIT 100, at most MAX_LIMIT 1000) and `?cursor=` (the
+ * opaque `nextCursor` of the previous page; none: the first page), in creation order, as
+ * `{<list>: […], nextCursor}` (null on the last page). Products: products.ts.
+ *
+ * A deleted customer stays stored, marked `deletedAt`: reads and changes answer 404, the list
+ * skips it, its externalId stays reserved (a new customer cannot take it), and from the deletion
+ * on the billing evaluator prices none of its signals (store.ts forBatch: as a stranger's).
  *
  * Every change is validated against the customer's document (or reads the plan it names,
  * which never changes) and applied with compare-and-set on that one key (store.ts); on any
@@ -40,22 +51,33 @@ import { randomToken } from '../../orgs/keys.js';
 import type { Principal } from '../../orgs/registry.js';
 import { parseDecimal, sub, sum, toCanonicalString } from '../decimal.js';
 import { capKey, type CreditCap, type CreditPool, type Customer, type OrderLineAttribute, type Plan, type Unit } from '../model.js';
-import type { BillingConfigStore, CustomerDoc } from './store.js';
+import { DEFAULT_CURRENCY, type BillingConfigStore, type CustomerDoc, type CustomerProfile } from './store.js';
+import { creditBalances } from './balances.js';
+import { DEFAULT_LIMIT, MAX_LIMIT, offsetPage, pagination } from './paging.js';
+import { ProductsApi } from './products.js';
 import {
   CREDIT_PLACES,
   PRICE_PLACES,
   bad,
+  billingAddress,
   currency,
   decimalString,
+  email,
   frequency,
+  metadata,
+  oneOf,
   optionalText,
+  plainText,
   quantityRule,
   readObject,
   required,
   text,
   utcInstant,
   uuid,
+  type Obj,
 } from './validate.js';
+
+export { DEFAULT_LIMIT, MAX_LIMIT };
 
 /** Bodies of the configuration API are small JSON documents. */
 const BODY_LIMIT = 64 * 1024;
@@ -79,7 +101,55 @@ const conflict = (field: string, what: string): ApiError => new ApiError('CONFLI
 
 // --- Views: what the API answers (the stored objects, minus what is listed elsewhere). ---
 
-export const customerView = (c: Customer) => ({ id: c.id, externalId: c.externalId, name: c.name, createdAt: c.createdAt, updatedAt: c.updatedAt });
+/** The official client's `Customer`. */
+export const customerView = ({ customer: c, profile: p }: Pick<CustomerDoc, 'customer' | 'profile'>) => ({
+  id: c.id,
+  name: c.name ?? '',
+  legalName: p.legalName,
+  email: p.email,
+  phone: p.phone,
+  website: p.website,
+  externalId: c.externalId,
+  billingAddress: p.billingAddress,
+  creationState: p.creationState,
+  churnDate: p.churnDate,
+  vatNumber: p.vatNumber,
+  metadata: p.metadata,
+  defaultCurrency: p.defaultCurrency,
+  createdAt: c.createdAt,
+  updatedAt: c.updatedAt,
+});
+
+const CREATION_STATES = ['draft', 'active'] as const;
+/** Fields of a customer's create body; an update also takes `churnDate`. */
+const CREATE_FIELDS = ['name', 'externalId', 'legalName', 'email', 'phone', 'website', 'billingAddress', 'creationState', 'vatNumber', 'metadata', 'defaultCurrency'] as const;
+const UPDATE_FIELDS = [...CREATE_FIELDS, 'churnDate'] as const;
+
+/** The profile fields present in `body`, checked (absent ones: undefined). */
+function profileFields(body: Obj): Partial<CustomerProfile> {
+  const out: Partial<CustomerProfile> = {};
+  const has = (k: string): boolean => body[k] !== undefined;
+  if (has('legalName')) out.legalName = optionalText(body.legalName, 'legalName');
+  if (has('email')) out.email = email(body.email, 'email');
+  if (has('phone')) out.phone = plainText(body.phone, 'phone');
+  if (has('website')) out.website = plainText(body.website, 'website');
+  if (has('billingAddress')) out.billingAddress = billingAddress(body.billingAddress, 'billingAddress');
+  if (has('creationState')) out.creationState = oneOf(body.creationState, 'creationState', CREATION_STATES);
+  if (has('churnDate')) out.churnDate = body.churnDate === null ? null : utcInstant(body.churnDate, 'churnDate');
+  if (has('vatNumber')) out.vatNumber = optionalText(body.vatNumber, 'vatNumber');
+  if (has('metadata')) out.metadata = metadata(body.metadata, 'metadata');
+  if (has('defaultCurrency')) out.defaultCurrency = currency(body.defaultCurrency, 'defaultCurrency');
+  return out;
+}
+
+/** An externalId a customer may have (not shaped like a service id). */
+function customerExternalId(v: unknown): string | null {
+  const externalId = optionalText(v, 'externalId');
+  if (externalId !== null && ID_PATTERNS.customer.test(externalId)) {
+    throw bad('externalId', 'must not have the form of a service id (cus_ and 20 characters): signals name customers by either, so it would be ambiguous');
+  }
+  return externalId;
+}
 export const unitView = (customerId: string, u: Unit) => ({ customerId, ...u });
 export const poolView = (p: CreditPool) => ({
   ...p,
@@ -113,10 +183,6 @@ function checkNoCycle(c: Customer, unit: string, parent: string): void {
 
 /** Credits consumed per pool id of one customer so far, as the billing evaluator recorded them (decimal strings). */
 export type ConsumedSource = (orgId: string, mode: Principal['mode'], customerId: string) => Promise<Record<string, string>>;
-
-/** Page size of every list: `limit` defaults to DEFAULT_LIMIT and is at most MAX_LIMIT. */
-export const DEFAULT_LIMIT = 100;
-export const MAX_LIMIT = 1000;
 
 interface PageRequest {
   limit: number;
@@ -173,10 +239,14 @@ function position(page: PageRequest): number {
 }
 
 export class BillingConfigApi {
+  private readonly products: ProductsApi;
+
   constructor(
     private readonly store: BillingConfigStore,
     private readonly consumed: ConsumedSource = async () => ({}),
-  ) {}
+  ) {
+    this.products = new ProductsApi(store);
+  }
 
   /** The routes, relative to `/api/v2` (src/routes.ts), authenticated with the API key. */
   routes(): Route<Principal>[] {
@@ -190,14 +260,23 @@ export class BillingConfigApi {
       const body = method === 'post' || method === 'put' ? { bodyLimit: BODY_LIMIT } : {};
       return { method, path, auth: 'api-key', ...body, handler: (req) => fn(req, (name) => param(req, name), req.principal!) };
     };
+    const byExternal = `${C}/external/:externalId`;
+    const external = async (who: Principal, p: (name: string) => string): Promise<string> => (await this.docByExternalId(who, p('externalId'))).customer.id;
     return [
       r('post', C, (req, _p, who) => this.createCustomer(req, who)),
       r('get', C, async (req, _p, who) => {
-        const page = pageRequest(req.query);
-        const got = await this.store.list<CustomerDoc>(who.org.id, who.mode, 'customers', position(page), page.limit);
-        return { status: 200, body: { customers: got.items.map((d) => customerView(d.customer)), nextCursor: got.next === null ? null : encodeCursor({ p: got.next }) } };
+        const page = offsetPage(req.query);
+        const got = await this.store.list<CustomerDoc>(who.org.id, who.mode, 'customers', page.offset, page.limit, { window: true, keep: (d) => d.deletedAt === null });
+        return { status: 200, body: { data: got.items.map(customerView), pagination: pagination(page, got.total) } };
       }),
-      r('get', customer, async (_req, p, who) => ({ status: 200, body: customerView((await this.doc(who, p('customerId'))).customer) })),
+      r('get', byExternal, async (_req, p, who) => ({ status: 200, body: customerView(await this.docByExternalId(who, p('externalId'))) })),
+      r('put', byExternal, async (req, p, who) => this.updateCustomer(req, who, await external(who, p))),
+      r('delete', byExternal, async (_req, p, who) => this.deleteCustomer(who, await external(who, p))),
+      r('get', `${byExternal}/credits/balances`, async (_req, p, who) => this.balances(who, await this.docByExternalId(who, p('externalId')))),
+      r('get', customer, async (_req, p, who) => ({ status: 200, body: customerView(await this.doc(who, p('customerId'))) })),
+      r('put', customer, (req, p, who) => this.updateCustomer(req, who, p('customerId'))),
+      r('delete', customer, (_req, p, who) => this.deleteCustomer(who, p('customerId'))),
+      r('get', `${customer}/credits/balances`, async (_req, p, who) => this.balances(who, await this.doc(who, p('customerId')))),
       r('get', `${customer}/units`, async (req, p, who) => {
         const page = pageRequest(req.query);
         const c = (await this.doc(who, p('customerId'))).customer;
@@ -252,14 +331,54 @@ export class BillingConfigApi {
         const { items, nextCursor } = pageOf(Object.entries(d.caps), page);
         return { status: 200, body: { creditCaps: items, nextCursor } };
       }),
+      ...this.products.routes(),
     ];
   }
 
-  /** A customer's document (404 when there is none). One KV get. */
+  /** A customer's document (404 when there is none, or it is deleted). One KV get. */
   private async doc(who: Principal, customerId: string): Promise<CustomerDoc> {
     const found = await this.store.getCustomer(who.org.id, who.mode, customerId);
-    if (!found) throw noCustomer(customerId)();
+    if (!found || found.doc.deletedAt !== null) throw noCustomer(customerId)();
     return found.doc;
+  }
+
+  /** The document of the customer with this externalId (404 when there is none, or it is deleted). Two KV gets. */
+  private async docByExternalId(who: Principal, externalId: string): Promise<CustomerDoc> {
+    const found = await this.store.customerByExternalId(who.org.id, who.mode, text(externalId, 'externalId'));
+    if (!found || found.doc.deletedAt !== null) throw notFound('externalId', `no customer has the externalId ${JSON.stringify(externalId)}`);
+    return found.doc;
+  }
+
+  private async balances(who: Principal, d: CustomerDoc): Promise<Reply> {
+    const used = await this.consumed(who.org.id, who.mode, d.customer.id);
+    return { status: 200, body: { data: creditBalances(Object.values(d.pools), used) } };
+  }
+
+  private async updateCustomer(req: Request, who: Principal, customerId: string): Promise<Reply> {
+    const body = readObject(req, UPDATE_FIELDS, true);
+    const name = body.name !== undefined ? text(body.name, 'name') : undefined;
+    const externalId = body.externalId !== undefined ? customerExternalId(body.externalId) : undefined;
+    const profile = profileFields(body);
+    const now = new Date().toISOString();
+    const onTaken = (owner: string) => conflict('externalId', `customer ${owner} already has the externalId ${JSON.stringify(externalId)}`);
+    const doc = await this.store.changeCustomerClaiming(who.org.id, who.mode, customerId, externalId, noCustomer(customerId), onTaken, (d) => {
+      const before = JSON.stringify(d);
+      if (name !== undefined) d.customer.name = name;
+      if (externalId !== undefined) d.customer.externalId = externalId;
+      Object.assign(d.profile, profile);
+      if (JSON.stringify(d) !== before) d.customer.updatedAt = now;
+      return d;
+    });
+    return { status: 200, body: customerView(doc) };
+  }
+
+  private async deleteCustomer(who: Principal, customerId: string): Promise<Reply> {
+    const now = new Date().toISOString();
+    await this.change(who, customerId, (d) => {
+      d.deletedAt = now;
+      d.customer.updatedAt = now;
+    });
+    return { status: 200, body: {} };
   }
 
   /** Changes one customer's document with compare-and-set (store.ts). */
@@ -268,17 +387,27 @@ export class BillingConfigApi {
   }
 
   private async createCustomer(req: Request, who: Principal): Promise<Reply> {
-    const body = readObject(req, ['externalId', 'name'], true);
-    const externalId = optionalText(body.externalId, 'externalId');
-    if (externalId !== null && ID_PATTERNS.customer.test(externalId)) {
-      throw bad('externalId', 'must not have the form of a service id (cus_ and 20 characters): signals name customers by either, so it would be ambiguous');
-    }
-    const name = optionalText(body.name, 'name');
+    const body = readObject(req, CREATE_FIELDS, true);
+    const name = text(required(body, 'name'), 'name');
+    const externalId = customerExternalId(body.externalId);
+    const profile: CustomerProfile = {
+      legalName: null,
+      email: '',
+      phone: '',
+      website: '',
+      billingAddress: null,
+      creationState: 'active',
+      churnDate: null,
+      vatNumber: null,
+      metadata: null,
+      defaultCurrency: DEFAULT_CURRENCY,
+      ...profileFields(body),
+    };
     const id = newId('cus');
     const now = new Date().toISOString();
     const c: Customer = { id, externalId, name, units: {}, createdAt: now, updatedAt: now };
-    await this.store.createCustomer(who.org.id, who.mode, c, (owner) => conflict('externalId', `customer ${owner} already has the externalId ${JSON.stringify(externalId)}`));
-    return { status: 201, body: customerView(c) };
+    const doc = await this.store.createCustomer(who.org.id, who.mode, c, profile, (owner) => conflict('externalId', `customer ${owner} already has the externalId ${JSON.stringify(externalId)}`));
+    return { status: 201, body: customerView(doc) };
   }
 
   private async putUnit(req: Request, p: (name: string) => string, who: Principal): Promise<Reply> {

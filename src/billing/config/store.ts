@@ -11,13 +11,24 @@
  *                               pool per attribute of the same customer, unit tree cycles,
  *                               caps on the customer's units) is in this one key, changed with
  *                               compare-and-set on its revision.
+ *                               The document also holds the customer's profile (the official
+ *                               client's fields: email, billing address, …) and `deletedAt`
+ *                               (a deleted customer's document stays, so its externalId stays
+ *                               reserved; reads and lists skip it, changes answer 404).
  *   xid.O.M.<b64url(externalId)> {customerId}: the claim of an externalId, written with KV
- *                               `create` (create-only) before the customer exists, so two
- *                               concurrent creations with one externalId cannot both win.
+ *                               `create` (create-only) before the customer has it, so two
+ *                               concurrent creations (or changes) with one externalId cannot
+ *                               both win. A claim holds while its customer's document carries
+ *                               that externalId; otherwise (a crash between claim and
+ *                               document) it is taken over once older than STALE_CLAIM_MS.
+ *   prod.O.M.<productId>        a product document {id, name, description, active,
+ *                               productCode, externalId, archivedAt, metadata, createdAt,
+ *                               updatedAt, seq} (compare-and-set on its revision).
+ *   pxid.O.M.<b64url(externalId)> {productId}: the claim of a product's externalId (as xid).
  *   plan.O.M.<planId>           a plan (immutable once created, never deleted).
- *   seq.O.M.customers|plans     {n}: the last listing position handed out (compare-and-set).
- *   ord.O.M.customers|plans.<n> {id} (a plan: the plan itself, plans never change): position n
- *                               of the listing order (creation order);
+ *   seq.O.M.customers|plans|products  {n}: the last listing position handed out (compare-and-set).
+ *   ord.O.M.customers|plans|products.<n> {id} (a plan: the plan itself, plans never change):
+ *                               position n of the listing order (creation order);
  *                               written before the entity, so a crash between the two leaves a
  *                               dangling position that lists skip.
  *   cfg.O.M                     the former one-document layout; migrated on start
@@ -48,11 +59,56 @@ const MESSAGE_OVERHEAD_BYTES = 4 * 1024;
 /** A claimed externalId whose customer was never written (a crash between the two) is taken over after this. */
 export const STALE_CLAIM_MS = 30_000;
 
+/** The profile of a customer created without one. */
+export const defaultProfile = (): CustomerProfile => ({
+  legalName: null,
+  email: '',
+  phone: '',
+  website: '',
+  billingAddress: null,
+  creationState: 'active',
+  churnDate: null,
+  vatNumber: null,
+  metadata: null,
+  defaultCurrency: DEFAULT_CURRENCY,
+});
+
+/** A customer's `defaultCurrency` when none is given (informational: prices carry their own currency). */
+export const DEFAULT_CURRENCY = 'USD';
+
+/** A customer's postal address (every line optional). */
+export interface BillingAddress {
+  line1?: string;
+  line2?: string;
+  city?: string;
+  state?: string;
+  zipCode?: string;
+  country?: string;
+}
+
+/** What a customer carries beyond what pricing reads (the official client's customer fields). */
+export interface CustomerProfile {
+  legalName: string | null;
+  /** "" when unset (the client's type is a non-null string). */
+  email: string;
+  phone: string;
+  website: string;
+  billingAddress: BillingAddress | null;
+  creationState: 'draft' | 'active';
+  churnDate: string | null;
+  vatNumber: string | null;
+  metadata: Record<string, unknown> | null;
+  defaultCurrency: string;
+}
+
 /** One customer and everything that belongs to it. */
 export interface CustomerDoc {
   /** Position in the listing order of customers (creation order). */
   seq: number;
   customer: Customer;
+  profile: CustomerProfile;
+  /** When the customer was deleted (null: it is not). A deleted customer is kept, as read-only history. */
+  deletedAt: string | null;
   attributes: Record<string, OrderLineAttribute>;
   pools: Record<string, CreditPool>;
   /** Keyed by `capKey(customerId, unitExternalId, creditsCurrencyId)`. */
@@ -65,7 +121,33 @@ export interface VersionedCustomer {
   revision: number;
 }
 
-export type Listing = 'customers' | 'plans';
+export type Listing = 'customers' | 'plans' | 'products';
+
+/** A product (signals' attribution names one by id or externalId). */
+export interface ProductDoc {
+  /** `prod_` + 20 base62 characters. */
+  id: string;
+  name: string;
+  description: string | null;
+  active: boolean;
+  productCode: string | null;
+  externalId: string | null;
+  /** When `active` last became false (null while active). */
+  archivedAt: string | null;
+  metadata: Record<string, unknown> | null;
+  createdAt: string;
+  updatedAt: string;
+  /** Position in the listing order of products (creation order). */
+  seq: number;
+}
+
+export interface VersionedProduct {
+  doc: ProductDoc;
+  revision: number;
+}
+
+/** The entities whose externalId is claimed by a create-only key (`xid.` for customers, `pxid.` for products). */
+export type Claimed = 'customer' | 'product';
 
 export interface Page<T> {
   items: T[];
@@ -87,12 +169,19 @@ export const legacyKey = (orgId: string, mode: Mode): string => `cfg.${orgId}.${
 export const customerKey = (orgId: string, mode: Mode, customerId: string): string => `cus.${orgId}.${mode}.${customerId}`;
 export const externalIdKey = (orgId: string, mode: Mode, externalId: string): string => `xid.${orgId}.${mode}.${Buffer.from(externalId, 'utf8').toString('base64url') || '_'}`;
 export const planKey = (orgId: string, mode: Mode, planId: string): string => `plan.${orgId}.${mode}.${planId}`;
+export const productKey = (orgId: string, mode: Mode, productId: string): string => `prod.${orgId}.${mode}.${productId}`;
+export const productExternalIdKey = (orgId: string, mode: Mode, externalId: string): string =>
+  `pxid.${orgId}.${mode}.${Buffer.from(externalId, 'utf8').toString('base64url') || '_'}`;
+const claimKey = (kind: Claimed, orgId: string, mode: Mode, externalId: string): string =>
+  kind === 'customer' ? externalIdKey(orgId, mode, externalId) : productExternalIdKey(orgId, mode, externalId);
 const counterKey = (orgId: string, mode: Mode, l: Listing): string => `seq.${orgId}.${mode}.${l}`;
 const orderKey = (orgId: string, mode: Mode, l: Listing, n: number): string => `ord.${orgId}.${mode}.${l}.${n}`;
 
 /** Service ids of customers (externalIds never have this form: the API refuses it). */
 const CUSTOMER_ID = /^cus_[0-9A-Za-z]{20}$/;
 const PLAN_ID = /^plan_[0-9A-Za-z]{20}$/;
+const PRODUCT_ID = /^prod_[0-9A-Za-z]{20}$/;
+const ID_OF: Record<Listing, RegExp> = { customers: CUSTOMER_ID, plans: PLAN_ID, products: PRODUCT_ID };
 
 function isConflict(err: unknown): boolean {
   return (
@@ -235,56 +324,100 @@ export class BillingConfigStore {
 
   // --- customers ---
 
-  /** A customer document by service id, or null. One KV get. */
+  /** A customer document by service id (deleted ones included: `deletedAt`), or null. One KV get. */
   async getCustomer(orgId: string, mode: Mode, customerId: string): Promise<VersionedCustomer | null> {
     if (!CUSTOMER_ID.test(customerId)) return null;
     const e = await this.raw(customerKey(orgId, mode, customerId));
     return present(e) ? { doc: parse<CustomerDoc>(e), revision: e.revision } : null;
   }
 
+  /** The customer whose externalId this is (deleted ones included), or null. Two KV gets. */
+  async customerByExternalId(orgId: string, mode: Mode, externalId: string): Promise<VersionedCustomer | null> {
+    const owner = await this.claimOwner('customer', orgId, mode, externalId);
+    if (!owner) return null;
+    const c = await this.getCustomer(orgId, mode, owner.id);
+    return c && c.doc.customer.externalId === externalId ? c : null;
+  }
+
+  /** The id an externalId is claimed by (the entity may not carry it: a dangling claim), or null. One KV get. */
+  async claimOwner(kind: Claimed, orgId: string, mode: Mode, externalId: string): Promise<{ id: string; revision: number; created: Date } | null> {
+    const e = await this.raw(claimKey(kind, orgId, mode, externalId));
+    if (!present(e)) return null;
+    const v = parse<{ customerId?: string; productId?: string }>(e);
+    const id = kind === 'customer' ? v.customerId : v.productId;
+    return typeof id === 'string' ? { id, revision: e.revision, created: e.created } : null;
+  }
+
   /** The customer id an externalId is claimed by (the customer may not exist: a dangling claim). One KV get. */
   async externalIdOwner(orgId: string, mode: Mode, externalId: string): Promise<{ customerId: string; revision: number; created: Date } | null> {
-    const e = await this.raw(externalIdKey(orgId, mode, externalId));
-    if (!present(e)) return null;
-    return { customerId: parse<{ customerId: string }>(e).customerId, revision: e.revision, created: e.created };
+    const o = await this.claimOwner('customer', orgId, mode, externalId);
+    return o && { customerId: o.id, revision: o.revision, created: o.created };
+  }
+
+  /** Whether the entity `id` carries `externalId` (then its claim holds). */
+  private async holds(kind: Claimed, orgId: string, mode: Mode, id: string, externalId: string): Promise<boolean> {
+    if (kind === 'customer') return (await this.getCustomer(orgId, mode, id))?.doc.customer.externalId === externalId;
+    return (await this.getProduct(orgId, mode, id))?.doc.externalId === externalId;
   }
 
   /**
    * Creates a customer: claims its externalId (create-only key; a claim whose customer does
-   * not exist and is older than STALE_CLAIM_MS is taken over), takes the next listing
+   * not carry it and is older than STALE_CLAIM_MS is taken over), takes the next listing
    * position, writes the position and then the document. `onTaken` builds the error when
    * the externalId belongs to another customer.
    */
-  async createCustomer(orgId: string, mode: Mode, customer: Customer, onTaken: (ownerId: string) => ApiError): Promise<CustomerDoc> {
-    const claim = customer.externalId !== null ? await this.claimExternalId(orgId, mode, customer.externalId, customer.id, onTaken) : null;
-    try {
+  async createCustomer(orgId: string, mode: Mode, customer: Customer, profile: CustomerProfile, onTaken: (ownerId: string) => ApiError): Promise<CustomerDoc> {
+    return this.withClaim('customer', orgId, mode, customer.externalId, customer.id, onTaken, async () => {
       const seq = await this.nextPosition(orgId, mode, 'customers');
-      const doc: CustomerDoc = { seq, customer, attributes: {}, pools: {}, caps: {} };
+      const doc: CustomerDoc = { seq, customer, profile, deletedAt: null, attributes: {}, pools: {}, caps: {} };
       await this.kv.create(orderKey(orgId, mode, 'customers', seq), JSON.stringify({ id: customer.id }));
       await this.kv.create(customerKey(orgId, mode, customer.id), this.encode(doc, `customer ${customer.id}`));
       return doc;
+    });
+  }
+
+  /**
+   * Runs `write` (which makes entity `id` carry `externalId`) holding the claim of
+   * `externalId` (none when null): claimed first; released again when `write` fails (only if
+   * still ours; a crash leaves it to go stale).
+   */
+  private async withClaim<T>(kind: Claimed, orgId: string, mode: Mode, externalId: string | null, id: string, onTaken: (ownerId: string) => ApiError, write: () => Promise<T>): Promise<T> {
+    const claim = externalId !== null ? await this.claimExternalId(kind, orgId, mode, externalId, id, onTaken) : null;
+    try {
+      return await write();
     } catch (err) {
-      // Nothing was created: release the claim (only if still ours; a crash leaves it to go stale).
-      if (claim !== null) await this.kv.delete(externalIdKey(orgId, mode, customer.externalId!), { previousSeq: claim }).catch(() => undefined);
+      if (claim !== null) await this.release(kind, orgId, mode, externalId!, id, claim);
       throw unavailable(err);
     }
   }
 
-  /** Claims an externalId for `customerId`; the claim key's revision. */
-  private async claimExternalId(orgId: string, mode: Mode, externalId: string, customerId: string, onTaken: (ownerId: string) => ApiError): Promise<number> {
-    const key = externalIdKey(orgId, mode, externalId);
-    const value = JSON.stringify({ customerId });
+  /** Deletes the claim of `externalId` if it is still the one at `revision` naming `id` (best effort: a claim left behind goes stale). */
+  private async release(kind: Claimed, orgId: string, mode: Mode, externalId: string, id: string, revision?: number): Promise<void> {
+    try {
+      const owner = await this.claimOwner(kind, orgId, mode, externalId);
+      if (!owner || owner.id !== id || (revision !== undefined && owner.revision !== revision)) return;
+      await this.kv.delete(claimKey(kind, orgId, mode, externalId), { previousSeq: owner.revision });
+    } catch {
+      // left to go stale
+    }
+  }
+
+  /** Claims an externalId for `id`; the claim key's revision. A claim already naming `id` is kept. */
+  private async claimExternalId(kind: Claimed, orgId: string, mode: Mode, externalId: string, id: string, onTaken: (ownerId: string) => ApiError): Promise<number> {
+    const key = claimKey(kind, orgId, mode, externalId);
+    const value = JSON.stringify(kind === 'customer' ? { customerId: id } : { productId: id });
     for (let attempt = 1; attempt <= MAX_ATTEMPTS; attempt++) {
       try {
         return await this.kv.create(key, value);
       } catch (err) {
         if (!isConflict(err)) throw unavailable(err);
       }
-      const owner = await this.externalIdOwner(orgId, mode, externalId);
-      if (!owner) continue; // deleted meanwhile (never by this service): try again
-      if (await this.getCustomer(orgId, mode, owner.customerId)) throw onTaken(owner.customerId);
-      // Claimed, but its customer is not written (yet, or never: a crash in between).
-      if (Date.now() - owner.created.getTime() < this.staleClaimMs) throw onTaken(owner.customerId);
+      const owner = await this.claimOwner(kind, orgId, mode, externalId);
+      if (!owner) continue; // released meanwhile: try again
+      if (owner.id === id) return owner.revision;
+      if (await this.holds(kind, orgId, mode, owner.id, externalId)) throw onTaken(owner.id);
+      // Claimed, but its entity does not carry it (yet, or never: a crash in between).
+      if (Date.now() - owner.created.getTime() < this.staleClaimMs) throw onTaken(owner.id);
       try {
         return await this.kv.update(key, value, owner.revision);
       } catch (err) {
@@ -317,20 +450,53 @@ export class BillingConfigStore {
 
   /**
    * Applies `fn` to a copy of a customer's document and stores the result with
-   * compare-and-set. `missing` builds the error when there is no such customer. `fn` throws
-   * (an ApiError) to refuse: nothing changes. Nothing is written when `fn` changes nothing.
+   * compare-and-set. `missing` builds the error when there is no such customer (or it is
+   * deleted). `fn` throws (an ApiError) to refuse: nothing changes. Nothing is written when
+   * `fn` changes nothing.
    */
   changeCustomer<T>(orgId: string, mode: Mode, customerId: string, missing: () => ApiError, fn: (doc: CustomerDoc) => T): Promise<T> {
-    const key = customerKey(orgId, mode, customerId);
+    return this.changeDoc(customerKey(orgId, mode, customerId), `customer ${customerId}`, async () => {
+      const c = await this.getCustomer(orgId, mode, customerId);
+      return c && c.doc.deletedAt === null ? c : null;
+    }, missing, fn);
+  }
+
+  /**
+   * `changeCustomer` where `fn` may give the customer another externalId (`next`; undefined:
+   * unchanged): the new one is claimed first (409 through `onTaken` when another customer
+   * has it), the former one released after the document is written.
+   */
+  changeCustomerClaiming<T>(orgId: string, mode: Mode, customerId: string, next: string | null | undefined, missing: () => ApiError, onTaken: (ownerId: string) => ApiError, fn: (doc: CustomerDoc) => T): Promise<T> {
+    return this.changeClaiming('customer', orgId, mode, customerId, next, async () => {
+      const c = await this.getCustomer(orgId, mode, customerId);
+      if (!c || c.doc.deletedAt !== null) throw missing();
+      return c.doc.customer.externalId;
+    }, onTaken, () => this.changeCustomer(orgId, mode, customerId, missing, fn));
+  }
+
+  private async changeClaiming<T>(
+    kind: Claimed, orgId: string, mode: Mode, id: string, next: string | null | undefined,
+    current: () => Promise<string | null>, onTaken: (ownerId: string) => ApiError,
+    change: () => Promise<T>,
+  ): Promise<T> {
+    const was = await current();
+    if (next === undefined || next === was) return change();
+    const r = await this.withClaim(kind, orgId, mode, next, id, onTaken, change);
+    if (was !== null) await this.release(kind, orgId, mode, was, id);
+    return r;
+  }
+
+  /** Read (null: missing) → fn on a copy → compare-and-set, queued per key in this process and rerun on a conflict. */
+  private changeDoc<D, T>(key: string, what: string, read: () => Promise<{ doc: D; revision: number } | null>, missing: () => ApiError, fn: (doc: D) => T): Promise<T> {
     return this.queued(key, async () => {
       for (let attempt = 1; ; attempt++) {
-        const current = await this.getCustomer(orgId, mode, customerId);
+        const current = await read();
         if (!current) throw missing();
         const before = JSON.stringify(current.doc);
         const doc = structuredClone(current.doc);
         const result = fn(doc);
         if (JSON.stringify(doc) === before) return result;
-        const bytes = this.encode(doc, `customer ${customerId}`);
+        const bytes = this.encode(doc, what);
         try {
           await this.kv.update(key, bytes, current.revision);
           return result;
@@ -341,6 +507,44 @@ export class BillingConfigStore {
         }
       }
     });
+  }
+
+  // --- products ---
+
+  /** A product by id, or null. One KV get. */
+  async getProduct(orgId: string, mode: Mode, productId: string): Promise<VersionedProduct | null> {
+    if (!PRODUCT_ID.test(productId)) return null;
+    const e = await this.raw(productKey(orgId, mode, productId));
+    return present(e) ? { doc: parse<ProductDoc>(e), revision: e.revision } : null;
+  }
+
+  /** The product whose externalId this is, or null. Two KV gets. */
+  async productByExternalId(orgId: string, mode: Mode, externalId: string): Promise<VersionedProduct | null> {
+    const owner = await this.claimOwner('product', orgId, mode, externalId);
+    if (!owner) return null;
+    const p = await this.getProduct(orgId, mode, owner.id);
+    return p && p.doc.externalId === externalId ? p : null;
+  }
+
+  /** Creates a product (externalId claimed first, as a customer's); `seq` is set here. */
+  async createProduct(orgId: string, mode: Mode, product: Omit<ProductDoc, 'seq'>, onTaken: (ownerId: string) => ApiError): Promise<ProductDoc> {
+    return this.withClaim('product', orgId, mode, product.externalId, product.id, onTaken, async () => {
+      const seq = await this.nextPosition(orgId, mode, 'products');
+      const doc: ProductDoc = { ...product, seq };
+      await this.kv.create(orderKey(orgId, mode, 'products', seq), JSON.stringify({ id: product.id }));
+      await this.kv.create(productKey(orgId, mode, product.id), this.encode(doc, `product ${product.id}`));
+      return doc;
+    });
+  }
+
+  /** Changes a product with compare-and-set; `next` as in changeCustomerClaiming. */
+  changeProduct<T>(orgId: string, mode: Mode, productId: string, next: string | null | undefined, missing: () => ApiError, onTaken: (ownerId: string) => ApiError, fn: (doc: ProductDoc) => T): Promise<T> {
+    const key = productKey(orgId, mode, productId);
+    return this.changeClaiming('product', orgId, mode, productId, next, async () => {
+      const p = await this.getProduct(orgId, mode, productId);
+      if (!p) throw missing();
+      return p.doc.externalId;
+    }, onTaken, () => this.changeDoc(key, `product ${productId}`, () => this.getProduct(orgId, mode, productId), missing, fn));
   }
 
   // --- plans ---
@@ -368,22 +572,27 @@ export class BillingConfigStore {
    * Up to `limit` entities of a listing after position `after`, in creation order. Positions
    * are read `limit` at a time in one batched round, then their entities in another (a plan's
    * position holds the plan itself); dangling ones (a crash between position and entity) are
-   * skipped.
+   * skipped, and so are entities `keep` refuses (deleted customers). With `window`, only the
+   * positions after+1 … after+limit are read (offset paging: a page may hold fewer than `limit`
+   * entities); without it, reading goes on until `limit` entities are found or the listing ends.
+   * `total` is the number of positions handed out.
    */
-  async list<T>(orgId: string, mode: Mode, l: Listing, after: number, limit: number): Promise<Page<T>> {
+  async list<T>(orgId: string, mode: Mode, l: Listing, after: number, limit: number, opts: { window?: boolean; keep?: (item: T) => boolean } = {}): Promise<Page<T> & { total: number }> {
     const counter = await this.raw(counterKey(orgId, mode, l));
     const last = present(counter) ? parse<{ n: number }>(counter).n : 0;
     const items: T[] = [];
     let pos = after;
-    while (items.length < limit && pos < last) {
-      const want = Math.min(limit - items.length, last - pos);
+    const end = opts.window ? Math.min(last, after + limit) : last;
+    while (items.length < limit && pos < end) {
+      const want = Math.min(limit - items.length, end - pos);
       const positions = await this.rawMany(Array.from({ length: want }, (_, i) => orderKey(orgId, mode, l, pos + 1 + i)));
       const named = positions.map((e) => {
         const p = present(e) ? parse<{ id: string; name?: string }>(e) : null;
-        return p !== null && (l === 'plans' ? PLAN_ID : CUSTOMER_ID).test(p.id) ? p : null;
+        return p !== null && ID_OF[l].test(p.id) ? p : null;
       });
-      // Entities not held by their position: customers, and plans of positions that name only the id.
-      const fetch = named.map((p) => (p === null ? null : l === 'customers' ? customerKey(orgId, mode, p.id) : p.name === undefined ? planKey(orgId, mode, p.id) : null));
+      // Entities not held by their position: customers, products, and plans of positions that name only the id.
+      const entityKey = (id: string): string => (l === 'customers' ? customerKey(orgId, mode, id) : l === 'products' ? productKey(orgId, mode, id) : planKey(orgId, mode, id));
+      const fetch = named.map((p) => (p === null ? null : l !== 'plans' || p.name === undefined ? entityKey(p.id) : null));
       const keys = fetch.filter((k): k is string => k !== null);
       const entities = new Map<string, KvEntry | null>();
       (await this.rawMany(keys)).forEach((e, i) => entities.set(keys[i]!, e));
@@ -395,11 +604,13 @@ export class BillingConfigStore {
           return;
         }
         const e = entities.get(key) ?? null;
-        if (present(e)) items.push((l === 'plans' ? parse<Plan>(e) : parse<CustomerDoc>(e)) as T);
+        if (!present(e)) return;
+        const item = parse<T>(e);
+        if (!opts.keep || opts.keep(item)) items.push(item);
       });
       pos += want;
     }
-    return { items, next: pos < last ? pos : null };
+    return { items, next: pos < last ? pos : null, total: last };
   }
 
   // --- evaluation ---
@@ -530,7 +741,8 @@ export class BillingConfigStore {
     const found = await this.customersByRefs(orgId, mode, [...new Set(refs)], view);
     const planIds = new Set<string>();
     for (const f of found) {
-      if (!f) continue;
+      // A deleted customer prices nothing from its deletion on: its signals are as a stranger's.
+      if (!f || f.doc.deletedAt) continue;
       const { doc } = f;
       const id = doc.customer.id;
       if (Object.hasOwn(config.customers, id)) continue;
@@ -637,7 +849,7 @@ export class BillingConfigStore {
     const customers = Object.values(cfg.customers);
     const plans = Object.values(cfg.plans);
     const docs = new Map<string, CustomerDoc>();
-    customers.forEach((customer, i) => docs.set(customer.id, { seq: i + 1, customer, attributes: {}, pools: {}, caps: {} }));
+    customers.forEach((customer, i) => docs.set(customer.id, { seq: i + 1, customer, profile: defaultProfile(), deletedAt: null, attributes: {}, pools: {}, caps: {} }));
     for (const a of Object.values(cfg.attributes)) if (docs.has(a.customerId)) docs.get(a.customerId)!.attributes[a.id] = a;
     for (const p of Object.values(cfg.pools)) if (docs.has(p.customerId)) docs.get(p.customerId)!.pools[p.id] = p;
     for (const [k, c] of Object.entries(cfg.caps)) {

@@ -136,3 +136,57 @@ export function quantityRule(v: unknown, field: string): QuantityRule {
   throw bad(`${field}.kind`, `must be "count" or "path", got ${JSON.stringify(o.kind)}`);
 }
 
+
+/** A string of at most `max` characters of well-formed Unicode, "" allowed (null and absent: ""). */
+export function plainText(v: unknown, field: string, max = MAX_TEXT): string {
+  if (v === undefined || v === null) return '';
+  if (typeof v !== 'string') throw bad(field, `must be a string, got ${kind(v)}`);
+  if (v.length > max) throw bad(field, `must be at most ${max} characters, got ${v.length}`);
+  if (!v.isWellFormed()) throw bad(field, 'must be well-formed Unicode (no lone surrogates)');
+  return v;
+}
+
+/** An e-mail address (something@somewhere), or "" for none. */
+export function email(v: unknown, field: string): string {
+  const s = plainText(v, field);
+  if (s !== '' && !/^[^\s@]+@[^\s@]+$/.test(s)) throw bad(field, `must be an e-mail address such as "billing@example.com" (or "" for none), got ${JSON.stringify(s)}`);
+  return s;
+}
+
+/** Largest `metadata` object, as UTF-8 JSON. */
+export const MAX_METADATA_BYTES = 16 * 1024;
+
+/** A JSON object of at most MAX_METADATA_BYTES, or null. */
+export function metadata(v: unknown, field: string): Record<string, unknown> | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'object' || Array.isArray(v)) throw bad(field, `must be a JSON object or null, got ${kind(v)}`);
+  const bytes = Buffer.byteLength(JSON.stringify(v), 'utf8');
+  if (bytes > MAX_METADATA_BYTES) throw bad(field, `must be at most ${MAX_METADATA_BYTES} bytes of JSON, got ${bytes}`);
+  return v as Record<string, unknown>;
+}
+
+export const ADDRESS_FIELDS = ['line1', 'line2', 'city', 'state', 'zipCode', 'country'] as const;
+
+/** A postal address: an object of the ADDRESS_FIELDS, each a string; or null. */
+export function billingAddress(v: unknown, field: string): Partial<Record<(typeof ADDRESS_FIELDS)[number], string>> | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'object' || Array.isArray(v)) throw bad(field, `must be an object with ${ADDRESS_FIELDS.join(', ')} (each optional) or null, got ${kind(v)}`);
+  const out: Partial<Record<(typeof ADDRESS_FIELDS)[number], string>> = {};
+  for (const [k, x] of Object.entries(v as Obj)) {
+    if (!(ADDRESS_FIELDS as readonly string[]).includes(k)) throw new ApiError('INVALID_BODY', `${field}.${k}: unknown field; allowed: ${ADDRESS_FIELDS.join(', ')}`);
+    if (x === undefined || x === null) continue;
+    out[k as (typeof ADDRESS_FIELDS)[number]] = plainText(x, `${field}.${k}`);
+  }
+  return out;
+}
+
+export function boolean(v: unknown, field: string): boolean {
+  if (typeof v !== 'boolean') throw bad(field, `must be true or false, got ${kind(v)}`);
+  return v;
+}
+
+/** One of `values`. */
+export function oneOf<T extends string>(v: unknown, field: string, values: readonly T[]): T {
+  if (typeof v !== 'string' || !(values as readonly string[]).includes(v)) throw bad(field, `must be one of ${values.join(', ')}, got ${JSON.stringify(v)}`);
+  return v as T;
+}
