@@ -21,7 +21,7 @@
  *    on an organization chosen at random among the --orgs (a request that acts on what an
  *    earlier one of its round created — a unit of the customer just created — goes to that
  *    request's organization), the two interleaved round by round: p50 / p99 (ms) for both.
- *    "deep cursor" is 150 before the end of the large organization's customers, and the
+ *    "deep offset" is 150 before the end of the large organization's customers, and the
  *    middle of a small organization's (100 customers fit on the first page).
  * 5. Evaluation of a 10-signal batch (10 distinct random customers) at --small customers, at
  *    --customers, and in an organization chosen at random among the --orgs for every batch:
@@ -158,7 +158,7 @@ async function main(): Promise<void> {
       (tg.ops.get(op) ?? tg.ops.set(op, new LatencyHistogram()).get(op)!).record(ms);
       return r.body;
     };
-    const deepCursor = (n: number): string => Buffer.from(JSON.stringify({ p: n >= 300 ? n - 150 : Math.floor(n / 2) })).toString('base64url');
+    const deepOffset = (n: number): number => (n >= 300 ? n - 150 : Math.floor(n / 2));
     /** A seeded customer of an organization the target picks. */
     const seeded = (tg: Target): { o: OrgCtx; i: number; id: string } => {
       const o = tg.pick();
@@ -173,7 +173,7 @@ async function main(): Promise<void> {
       await call(tg, 'GET customers/:id', x.o, 'GET', `${C}/${x.id}`);
       await call(tg, 'GET customers (first page, 100)', tg.pick(), 'GET', C);
       const d = tg.pick();
-      await call(tg, 'GET customers (deep cursor, 100)', d, 'GET', `${C}?cursor=${deepCursor(d.n)}`);
+      await call(tg, 'GET customers (deep offset, 100)', d, 'GET', `${C}?offset=${deepOffset(d.n)}`);
       await call(tg, 'PUT units/:u (create)', c, 'PUT', `${C}/${cus.id}/units/root`, {});
       x = seeded(tg);
       await call(tg, 'PUT units/:u (existing customer, child)', x.o, 'PUT', `${C}/${x.id}/units/extra-${s}`, { parentExternalId: 'user' });
@@ -197,7 +197,7 @@ async function main(): Promise<void> {
       await call(tg, 'POST plans', tg.pick(), 'POST', '/api/v2/plans', { name: `p${s}` });
       await call(tg, 'GET plans', tg.pick(), 'GET', '/api/v2/plans');
       x = seeded(tg);
-      await call(tg, 'POST customers (duplicate externalId → 409)', x.o, 'POST', C, { externalId: `ext-${x.i}` }, [409]);
+      await call(tg, 'POST customers (duplicate externalId → 409)', x.o, 'POST', C, { externalId: `ext-${x.i}`, name: `customer ${x.i}` }, [409]);
     };
     const targets: Target[] = [{ label: `1 organization of ${LARGE} customers`, ops: new Map(), pick: () => largeCtx }];
     if (ORGS > 0) targets.push({ label: `a random one of ${ORGS} organizations (${ORG_CUSTOMERS} customers each)`, ops: new Map(), pick: () => manyCtx[rand(ORGS) - 1]! });

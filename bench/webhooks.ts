@@ -87,7 +87,7 @@ async function main(): Promise<void> {
     const plan = await ok('POST', '/api/v2/plans', { name: 'bench' });
     const customers: string[] = [];
     for (let i = 0; i < CUSTOMERS; i++) {
-      const c = await ok('POST', '/api/v2/customers', { externalId: `bench-${i}` });
+      const c = await ok('POST', '/api/v2/customers', { externalId: `bench-${i}`, name: `Bench ${i}` });
       const ola = await ok('POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'call', unitPrice: '1', currency: 'USD', creditsCurrencyId: CUR, creditsPerUnit: '1' });
       await ok('POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '1' });
       customers.push(c.id);

@@ -12,7 +12,7 @@ import { jetstream } from '@nats-io/jetstream';
 import { Kvm } from '@nats-io/kv';
 import { NATS_URL, ServiceProcess, createOrg, http, useService, type HttpResult, type TestOrg } from '../helpers/service.js';
 import { ApiError } from '../../src/errors.js';
-import { BillingConfigStore } from '../../src/billing/config/store.js';
+import { BillingConfigStore, defaultProfile } from '../../src/billing/config/store.js';
 
 const { iso, svc } = useService(t, 'billingcfg');
 
@@ -47,9 +47,21 @@ async function all<T = any>(c: Client, path: string, key: string, limit = 1000):
   return out;
 }
 
+/** Every item of an offset-paged list (customers, products), page after page while hasMore. */
+async function every<T = any>(c: Client, path: string, limit = 1000): Promise<T[]> {
+  const out: T[] = [];
+  for (let offset = 0; ; offset += limit) {
+    const r = await c.get(`${path}?limit=${limit}&offset=${offset}`);
+    if (r.status !== 200) throw new Error(`${path}: ${r.status} ${JSON.stringify(r.body)}`);
+    out.push(...(r.body.data as T[]));
+    if (!r.body.pagination.hasMore) return out;
+  }
+}
+
 /** Everything the API shows of a configuration (for "nothing changed" checks). */
 async function snapshot(c: Client): Promise<unknown> {
-  const customers = await all<{ id: string }>(c, C, 'customers');
+  const customers = await every<{ id: string }>(c, C);
+  const products = await every(c, '/api/v2/products');
   const plans = await all(c, '/api/v2/plans', 'plans');
   const per: Record<string, unknown> = {};
   for (const { id } of customers) {
@@ -58,9 +70,10 @@ async function snapshot(c: Client): Promise<unknown> {
       attributes: (await c.get(`${C}/${id}/order-line-attributes`)).body,
       pools: (await c.get(`${C}/${id}/credit-pools`)).body,
       caps: (await c.get(`${C}/${id}/credit-caps`)).body,
+      balances: (await c.get(`${C}/${id}/credits/balances`)).body,
     };
   }
-  return { customers, plans, per };
+  return { customers, products, plans, per };
 }
 
 /** Asserts an error answer: status, code, details starting with `field:`; and nothing changed. */
@@ -95,35 +108,191 @@ t.test('the routes need an API key', async (t) => {
   }
 });
 
-t.test('customers', async (t) => {
+t.test('customers: create, read by id and by externalId, update, list', async (t) => {
   const c = client(org.live);
   const a = await c.post(C, { externalId: 'acme', name: 'Acme Inc.' });
   t.equal(a.status, 201);
-  t.match(a.body, { id: /^cus_[0-9A-Za-z]{20}$/, externalId: 'acme', name: 'Acme Inc.', createdAt: String, updatedAt: String });
-  t.equal(a.body.units, undefined, 'units are listed by their own route');
-  const b = await c.raw('POST', C, '');
-  t.equal(b.status, 201, 'an empty body is {}');
-  t.match(b.body, { externalId: null, name: null });
-  const list = await c.get(C);
-  t.equal(list.status, 200);
-  t.same((await all<{ id: string }>(c, C, 'customers')).slice(-2).map((x) => x.id), [a.body.id, b.body.id], 'in creation order');
-  const one = await c.get(`${C}/${a.body.id}`);
-  t.equal(one.status, 200);
-  t.same(one.body, a.body);
+  t.same(a.body, {
+    id: a.body.id, name: 'Acme Inc.', legalName: null, email: '', phone: '', website: '', externalId: 'acme', billingAddress: null,
+    creationState: 'active', churnDate: null, vatNumber: null, metadata: null, defaultCurrency: 'USD', createdAt: a.body.createdAt, updatedAt: a.body.createdAt,
+  }, 'the client\'s Customer, unset fields as documented');
+  t.match(a.body.id, /^cus_[0-9A-Za-z]{20}$/);
+  const full = {
+    name: 'Globex', externalId: 'globex', legalName: 'Globex Corporation', email: 'billing@globex.example', phone: '+1 555 0100', website: 'https://globex.example',
+    billingAddress: { line1: '1 Main St', city: 'Springfield', zipCode: '12345', country: 'US' }, creationState: 'draft', vatNumber: 'US123', metadata: { tier: 'gold', seats: 3 }, defaultCurrency: 'EUR',
+  };
+  const b = await c.post(`${C}/`, full);
+  t.equal(b.status, 201, 'the trailing-slash form the client calls');
+  t.match(b.body, { ...full, churnDate: null });
+  t.same((await every<{ id: string }>(c, C)).slice(-2).map((x) => x.id), [a.body.id, b.body.id], 'in creation order');
+  t.same((await c.get(`${C}/${a.body.id}`)).body, a.body);
+  t.same((await c.get(`${C}/external/acme`)).body, a.body, 'by externalId');
+  t.same((await c.get(`${C}/external/${enc('globex')}`)).body, b.body);
+
+  const u = await c.put(`${C}/${b.body.id}`, { email: 'ap@globex.example', churnDate: '2026-12-31T00:00:00Z', metadata: null });
+  t.equal(u.status, 200);
+  t.match(u.body, { ...full, email: 'ap@globex.example', churnDate: '2026-12-31T00:00:00Z', metadata: null }, 'a partial update changes only the given fields');
+  t.not(u.body.updatedAt, undefined);
+  const same = await c.put(`${C}/external/globex`, { legalName: 'Globex Corporation' });
+  t.same(same.body, u.body, 'an update that changes nothing keeps updatedAt');
+  const renamed = await c.put(`${C}/external/globex`, { name: 'Globex 2', externalId: 'globex-2', billingAddress: null });
+  t.match(renamed.body, { id: b.body.id, name: 'Globex 2', externalId: 'globex-2', billingAddress: null });
+  t.equal((await c.get(`${C}/external/globex`)).status, 404, 'the former externalId names nobody');
+  t.same((await c.get(`${C}/external/globex-2`)).body, renamed.body);
+  const again = await c.post(C, { name: 'New Globex', externalId: 'globex' });
+  t.equal(again.status, 201, 'the released externalId can be taken');
+  const none = await c.put(`${C}/${again.body.id}`, { externalId: null });
+  t.equal(none.body.externalId, null);
+  t.equal((await c.get(`${C}/external/globex`)).status, 404);
 
   await refused(t, c, () => c.get(`${C}/cus_AAAAAAAAAAAAAAAAAAAA`), 404, 'NOT_FOUND', 'customerId');
   await refused(t, c, () => c.get(`${C}/acme`), 404, 'NOT_FOUND', 'customerId');
-  await refused(t, c, () => c.post(C, { externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
-  await refused(t, c, () => c.post(C, { externalId: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
-  await refused(t, c, () => c.post(C, { externalId: '' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
-  await refused(t, c, () => c.post(C, { externalId: 'x'.repeat(256) }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
-  await refused(t, c, () => c.post(C, { externalId: 42 }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.get(`${C}/external/nobody`), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, c, () => c.put(`${C}/cus_AAAAAAAAAAAAAAAAAAAA`, { name: 'x' }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.put(`${C}/external/nobody`, { name: 'x' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, c, () => c.get(`${C}/external/${'x'.repeat(256)}`), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { name: 'x', externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.put(`${C}/${renamed.body.id}`, { externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.raw('POST', C, ''), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post(C, { externalId: 'no-name' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post(C, { name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post(C, { name: 'x', externalId: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { name: 'x', externalId: '' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { name: 'x', externalId: 'x'.repeat(256) }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.post(C, { name: 'x', externalId: 42 }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
   await refused(t, c, () => c.post(C, { name: '\ud800' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post(C, { name: 'x', email: 'not an address' }), 400, 'INVALID_BILLING_CONFIG', 'email');
+  await refused(t, c, () => c.post(C, { name: 'x', phone: 5550100 }), 400, 'INVALID_BILLING_CONFIG', 'phone');
+  await refused(t, c, () => c.post(C, { name: 'x', creationState: 'archived' }), 400, 'INVALID_BILLING_CONFIG', 'creationState');
+  await refused(t, c, () => c.post(C, { name: 'x', defaultCurrency: 'usd' }), 400, 'INVALID_BILLING_CONFIG', 'defaultCurrency');
+  await refused(t, c, () => c.post(C, { name: 'x', metadata: [1] }), 400, 'INVALID_BILLING_CONFIG', 'metadata');
+  await refused(t, c, () => c.post(C, { name: 'x', metadata: { big: 'x'.repeat(17_000) } }), 400, 'INVALID_BILLING_CONFIG', 'metadata');
+  await refused(t, c, () => c.post(C, { name: 'x', billingAddress: 'Main St' }), 400, 'INVALID_BILLING_CONFIG', 'billingAddress');
+  await refused(t, c, () => c.post(C, { name: 'x', billingAddress: { street: 'Main St' } }), 400, 'INVALID_BODY', 'billingAddress.street');
+  await refused(t, c, () => c.post(C, { name: 'x', billingAddress: { city: 7 } }), 400, 'INVALID_BILLING_CONFIG', 'billingAddress.city');
+  await refused(t, c, () => c.post(C, { name: 'x', churnDate: '2026-01-01T00:00:00Z' }), 400, 'INVALID_BODY', 'churnDate');
+  await refused(t, c, () => c.put(`${C}/${a.body.id}`, { churnDate: 'tomorrow' }), 400, 'INVALID_BILLING_CONFIG', 'churnDate');
+  await refused(t, c, () => c.put(`${C}/${a.body.id}`, { name: null }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.put(`${C}/${a.body.id}`, { externalId: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.put(`${C}/${a.body.id}`, { units: {} }), 400, 'INVALID_BODY', 'units');
   await refused(t, c, () => c.post(C, { name: 'x', plan: 'pro' }), 400, 'INVALID_BODY', 'plan');
   await refused(t, c, () => c.post(C, [1]), 400, 'INVALID_BODY', 'body');
   await refused(t, c, () => c.raw('POST', C, '{"name":'), 400, 'INVALID_JSON', 'request body is not valid JSON');
-  const max = await c.post(C, { externalId: 'y'.repeat(255) });
+  t.same((await c.get(`${C}/external/acme`)).body, a.body, 'no refusal changed the customer');
+  const max = await c.post(C, { name: 'x', externalId: 'y'.repeat(255) });
   t.equal(max.status, 201, '255 characters are fine');
+});
+
+t.test('a deleted customer: reads answer 404, lists skip it, its externalId stays reserved, its signals are no longer priced', async (t) => {
+  const o = await createOrg(svc.url);
+  const c = client(o.live);
+  const { cus, credit } = await setup(c);
+  const xid = (await c.get(`${C}/${cus}`)).body.externalId as string;
+  const pool = (await c.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '10' })).body.id as string;
+  const other = (await c.post(C, { name: 'Other', externalId: 'other' })).body.id as string;
+  t.same((await c.del(`${C}/${cus}`)).body, {}, 'DELETE answers {}');
+  for (const p of [`${C}/${cus}`, `${C}/external/${enc(xid)}`, `${C}/${cus}/units`, `${C}/${cus}/credit-pools`, `${C}/${cus}/credits/balances`, `${C}/external/${enc(xid)}/credits/balances`]) {
+    t.equal((await c.get(p)).status, 404, `GET ${p}`);
+  }
+  await refused(t, c, () => c.del(`${C}/${cus}`), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.del(`${C}/external/${enc(xid)}`), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, c, () => c.put(`${C}/${cus}`, { name: 'back' }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.put(`${C}/${cus}/units/u`, {}), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.post(`${C}/${cus}/credit-pools/${pool}/top-ups`, { credits: '1' }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.post(C, { name: 'Impostor', externalId: xid }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.put(`${C}/${other}`, { externalId: xid }), 409, 'CONFLICT', 'externalId');
+  const list = await c.get(C);
+  t.same(list.body.data.map((x: { id: string }) => x.id), [other], 'the list skips it');
+  t.same(list.body.pagination, { limit: 100, offset: 0, total: 2, hasMore: false }, 'total counts positions, the deleted one included');
+  t.same((await c.del(`${C}/external/other`)).body, {}, 'by externalId too');
+  t.equal((await c.get(`${C}/${other}`)).status, 404);
+  t.same((await c.get(C)).body.data, []);
+
+  // Evaluation: forBatch (what the billing evaluator prices with) leaves a deleted customer out.
+  const nc = await connect({ servers: NATS_URL });
+  t.teardown(() => nc.close());
+  const store = new BillingConfigStore(await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing`), nc.info?.max_payload ?? 1024 * 1024);
+  const batch = await store.forBatch(o.id, 'live', [cus, xid, 'other']);
+  t.same([batch.config.customers, batch.config.attributes, batch.config.pools], [{}, {}, {}], 'a deleted customer prices nothing');
+});
+
+t.test('products: create, read, update by id and by externalId, list', async (t) => {
+  const o = await createOrg(svc.url);
+  const c = client(o.live);
+  const P = '/api/v2/products';
+  const a = await c.post(`${P}/`, { name: 'Agent', externalId: 'agent-1', description: 'The agent', productCode: 'AG-1', metadata: { k: 'v' } });
+  t.equal(a.status, 201);
+  t.same(a.body, {
+    id: a.body.id, name: 'Agent', description: 'The agent', active: true, productCode: 'AG-1', externalId: 'agent-1', archivedAt: null, metadata: { k: 'v' },
+    createdAt: a.body.createdAt, updatedAt: a.body.createdAt,
+  });
+  t.match(a.body.id, /^prod_[0-9A-Za-z]{20}$/);
+  const b = await c.post(P, { name: 'Plain' });
+  t.match(b.body, { name: 'Plain', description: null, active: true, productCode: null, externalId: null, metadata: null });
+  t.same((await c.get(`${P}/${a.body.id}`)).body, a.body);
+  t.same((await c.get(`${P}/external/agent-1`)).body, a.body);
+  t.same(await every(c, P), [a.body, b.body]);
+  t.same((await c.get(`${P}?limit=1&offset=1`)).body, { data: [b.body], pagination: { limit: 1, offset: 1, total: 2, hasMore: false } });
+  const off = await c.put(`${P}/external/agent-1`, { active: false });
+  t.match(off.body, { active: false, archivedAt: String, name: 'Agent', description: 'The agent' });
+  const on = await c.put(`${P}/${a.body.id}`, { active: true, externalId: 'agent-2', description: null });
+  t.match(on.body, { active: true, archivedAt: null, externalId: 'agent-2', description: null });
+  t.equal((await c.get(`${P}/external/agent-1`)).status, 404);
+  t.equal((await c.post(P, { name: 'Reuse', externalId: 'agent-1' })).status, 201, 'the former externalId is free again');
+
+  await refused(t, c, () => c.get(`${P}/prod_AAAAAAAAAAAAAAAAAAAA`), 404, 'NOT_FOUND', 'productId');
+  await refused(t, c, () => c.get(`${P}/nope`), 404, 'NOT_FOUND', 'productId');
+  await refused(t, c, () => c.get(`${P}/external/nobody`), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, c, () => c.put(`${P}/prod_AAAAAAAAAAAAAAAAAAAA`, { name: 'x' }), 404, 'NOT_FOUND', 'productId');
+  await refused(t, c, () => c.put(`${P}/external/nobody`, { name: 'x' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, c, () => c.post(P, { name: 'Dup', externalId: 'agent-2' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.put(`${P}/${b.body.id}`, { externalId: 'agent-2' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.post(P, {}), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, c, () => c.post(P, { name: 'x', active: 'yes' }), 400, 'INVALID_BILLING_CONFIG', 'active');
+  await refused(t, c, () => c.post(P, { name: 'x', description: 'd'.repeat(4097) }), 400, 'INVALID_BILLING_CONFIG', 'description');
+  await refused(t, c, () => c.post(P, { name: 'x', productCode: '' }), 400, 'INVALID_BILLING_CONFIG', 'productCode');
+  await refused(t, c, () => c.post(P, { name: 'x', metadata: 'm' }), 400, 'INVALID_BILLING_CONFIG', 'metadata');
+  await refused(t, c, () => c.post(P, { name: 'x', price: 1 }), 400, 'INVALID_BODY', 'price');
+  await refused(t, c, () => c.put(`${P}/${b.body.id}`, { name: null }), 400, 'INVALID_BILLING_CONFIG', 'name');
+
+  // The live and test modes, and other organizations, have their own products.
+  t.equal((await client(o.test).get(`${P}/${a.body.id}`)).status, 404);
+  t.equal((await client(org.live).get(`${P}/external/agent-2`)).status, 404);
+});
+
+t.test('credit balances: one per credits currency, total = granted + top-ups, exact decimals beside the numbers', async (t) => {
+  const o = await createOrg(svc.url);
+  const c = client(o.live);
+  const { cus, plan, credit } = await setup(c);
+  t.same((await c.get(`${C}/${cus}/credits/balances`)).body, { data: [] }, 'no pools: no balances');
+  const p1 = (await c.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '10.5' })).body;
+  await c.post(`${C}/${cus}/credit-pools/${p1.id}/top-ups`, { credits: '0.000001' });
+  const other = (await c.post(`${C}/${cus}/order-line-attributes`, { planId: plan, eventName: 'images', unitPrice: '1', currency: 'USD', creditsCurrencyId: CUR2, creditsPerUnit: '2' })).body.id;
+  const third = (await c.post(`${C}/${cus}/order-line-attributes`, { planId: plan, eventName: 'minutes', unitPrice: '1', currency: 'USD', creditsCurrencyId: CUR, creditsPerUnit: '1' })).body.id;
+  const p2 = (await c.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: other, credits: '3' })).body;
+  const p3 = (await c.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: third, credits: '1' })).body;
+  const r = await c.get(`${C}/${cus}/credits/balances`);
+  t.equal(r.status, 200);
+  const grant = (p: { id: string; createdAt: string }, total: number, totalDecimal: string) => ({
+    available: total, used: 0, total, availableDecimal: totalDecimal, usedDecimal: '0', totalDecimal,
+    rolloverAmount: null, periodStart: p.createdAt, periodEnd: null, rolloverEndDate: null, expiresAt: null, isInRolloverWindow: false, poolId: p.id, orderLineAttributeId: (p as { orderLineAttributeId?: string }).orderLineAttributeId,
+  });
+  t.same(r.body, {
+    data: [
+      {
+        creditsCurrencyId: CUR, currencyName: CUR, currencyKey: CUR, available: 11.500001, used: 0, total: 11.500001, availableDecimal: '11.500001', usedDecimal: '0', totalDecimal: '11.500001',
+        periodStart: p1.createdAt, periodEnd: null, rolloverEndDate: null, recipient: 'organization', grants: [grant(p1, 10.500001, '10.500001'), grant(p3, 1, '1')],
+      },
+      {
+        creditsCurrencyId: CUR2, currencyName: CUR2, currencyKey: CUR2, available: 3, used: 0, total: 3, availableDecimal: '3', usedDecimal: '0', totalDecimal: '3',
+        periodStart: p2.createdAt, periodEnd: null, rolloverEndDate: null, recipient: 'organization', grants: [grant(p2, 3, '3')],
+      },
+    ],
+  });
+  const xid = (await c.get(`${C}/${cus}`)).body.externalId as string;
+  t.same((await c.get(`${C}/external/${enc(xid)}/credits/balances`)).body, r.body, 'by externalId');
+  await refused(t, c, () => c.get(`${C}/cus_AAAAAAAAAAAAAAAAAAAA/credits/balances`), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c, () => c.get(`${C}/external/nobody/credits/balances`), 404, 'NOT_FOUND', 'externalId');
 });
 
 t.test('units: create, replace, tree, cycles', async (t) => {
@@ -178,7 +347,7 @@ t.test('units: create, replace, tree, cycles', async (t) => {
 
 t.test('units: a deep chain, and a cycle through all of it', async (t) => {
   const c = client(org.live);
-  const cus = (await c.post(C, {})).body.id as string;
+  const cus = (await c.post(C, { name: 'n' })).body.id as string;
   const U = `${C}/${cus}/units`;
   const depth = 300;
   for (let i = 0; i < depth; i++) {
@@ -194,7 +363,7 @@ t.test('units: a deep chain, and a cycle through all of it', async (t) => {
 
 t.test('units: percent-encoded ids', async (t) => {
   const c = client(org.live);
-  const cus = (await c.post(C, {})).body.id as string;
+  const cus = (await c.post(C, { name: 'n' })).body.id as string;
   const U = `${C}/${cus}/units`;
   const ids = ['team/α β', '100% sure', 'a?b#c', 'x.y.z', ' lead', 'emoji 🚀', '%2F'];
   for (const id of ids) {
@@ -231,8 +400,8 @@ t.test('plans', async (t) => {
 
 t.test('order line attributes', async (t) => {
   const c = client(org.live);
-  const cus = (await c.post(C, {})).body.id as string;
-  const other = (await c.post(C, {})).body.id as string;
+  const cus = (await c.post(C, { name: 'n' })).body.id as string;
+  const other = (await c.post(C, { name: 'n' })).body.id as string;
   const plan = (await c.post('/api/v2/plans', { name: 'Usage' })).body.id as string;
   const A = `${C}/${cus}/order-line-attributes`;
   const count = await c.post(A, { planId: plan, eventName: 'api_call', unitPrice: '0.012500', currency: 'USD', includedQuantity: '1000.0' });
@@ -351,7 +520,7 @@ t.test('credit pools and top-ups', async (t) => {
 
 t.test('credit caps', async (t) => {
   const c = client(org.live);
-  const cus = (await c.post(C, {})).body.id as string;
+  const cus = (await c.post(C, { name: 'n' })).body.id as string;
   await c.put(`${C}/${cus}/units/root`, {});
   await c.put(`${C}/${cus}/units/leaf`, { parentExternalId: 'root' });
   const capPath = (unit: string, cur = CUR) => `${C}/${cus}/units/${enc(unit)}/credit-caps/${cur}`;
@@ -411,19 +580,19 @@ t.test('live and test are separate configurations; other organizations see nothi
   const { cus, credit } = await setup(live);
   await live.put(`${C}/${cus}/units/u`, {});
   const pool = (await live.post(`${C}/${cus}/credit-pools`, { orderLineAttributeId: credit, credits: '5' })).body.id as string;
-  const liveCount = (await all(live, C, 'customers')).length;
+  const liveCount = (await every(live, C)).length;
 
   const before = await snapshot(live);
-  t.notOk((await all<{ id: string }>(test, C, 'customers')).some((x) => x.id === cus), 'test mode does not list the live customer');
+  t.notOk((await every<{ id: string }>(test, C)).some((x) => x.id === cus), 'test mode does not list the live customer');
   t.equal((await test.get(`${C}/${cus}`)).status, 404);
   t.equal((await test.put(`${C}/${cus}/units/v`, {})).status, 404);
-  const tc = await test.post(C, { externalId: (await live.get(`${C}/${cus}`)).body.externalId });
+  const tc = await test.post(C, { name: 'Test', externalId: (await live.get(`${C}/${cus}`)).body.externalId });
   t.equal(tc.status, 201, 'the same externalId in the other mode');
 
   const stranger = await createOrg(svc.url);
   for (const key of [stranger.live, stranger.test]) {
     const s = client(key);
-    t.same((await s.get(C)).body, { customers: [], nextCursor: null });
+    t.same((await s.get(C)).body, { data: [], pagination: { limit: 100, offset: 0, total: 0, hasMore: false } });
     t.same((await s.get('/api/v2/plans')).body, { plans: [], nextCursor: null });
     for (const [m, p, b] of [
       ['GET', `${C}/${cus}`, undefined],
@@ -444,7 +613,7 @@ t.test('live and test are separate configurations; other organizations see nothi
     }
   }
   t.same(await snapshot(live), before, 'the live configuration is untouched');
-  t.equal((await all(live, C, 'customers')).length, liveCount);
+  t.equal((await every(live, C)).length, liveCount);
 });
 
 t.test('concurrent changes in one process are all applied', async (t) => {
@@ -455,9 +624,9 @@ t.test('concurrent changes in one process are all applied', async (t) => {
   const results = await Promise.all([
     ...Array.from({ length: n }, (_, i) => c.put(`${C}/${cus}/units/p${i}`, { name: `unit ${i}` })),
     ...Array.from({ length: n }, (_, i) => c.post(`${C}/${cus}/credit-pools/${pool}/top-ups`, { credits: `${i + 1}.000001` })),
-    ...Array.from({ length: n }, (_, i) => c.post(C, { externalId: `parallel-${i}` })),
+    ...Array.from({ length: n }, (_, i) => c.post(C, { name: `p${i}`, externalId: `parallel-${i}` })),
     // The same externalId 5 times at once: exactly one wins.
-    ...Array.from({ length: 5 }, () => c.post(C, { externalId: 'race' })),
+    ...Array.from({ length: 5 }, () => c.post(C, { name: 'race', externalId: 'race' })),
   ]);
   t.same(results.slice(0, 3 * n).map((r) => r.status), Array(3 * n).fill(201));
   t.same(results.slice(3 * n).map((r) => r.status).sort(), [201, 409, 409, 409, 409], 'one duplicate wins');
@@ -466,7 +635,7 @@ t.test('concurrent changes in one process are all applied', async (t) => {
   const p = (await c.get(`${C}/${cus}/credit-pools`)).body.creditPools[0];
   t.equal(p.topUps.length, n);
   t.equal(p.totalCredits, `${(n * (n + 1)) / 2}.00002`, 'sum of 1.000001 … 20.000001, exact');
-  const customers = await all<{ externalId: string | null }>(c, C, 'customers');
+  const customers = await every<{ externalId: string | null }>(c, C);
   t.equal(customers.filter((x) => x.externalId?.startsWith('parallel-')).length, n);
   t.equal(customers.filter((x) => x.externalId === 'race').length, 1);
 });
@@ -496,7 +665,7 @@ t.test('concurrent changes from two ingress processes on one bucket are all appl
   // Cross-entity rules raced from both processes at once: exactly one of each duplicate wins.
   for (let round = 0; round < 3; round++) {
     const xid = `two-proc-${round}-${Math.random()}`;
-    const made = await Promise.all([a, b, a, b].map((c) => c.post(C, { externalId: xid })));
+    const made = await Promise.all([a, b, a, b].map((c) => c.post(C, { name: 'x', externalId: xid })));
     t.same(made.map((r) => r.status).sort(), [201, 409, 409, 409], `externalId ${round}: one of four wins`);
     const owner = made.find((r) => r.status === 201)!.body.id as string;
     const plan = (await b.post('/api/v2/plans', { name: 'race' })).body.id as string;
@@ -520,7 +689,7 @@ t.test('lists are paginated: limit, opaque cursor, creation order; bad limit or 
   const plans: string[] = [];
   for (let i = 0; i < 7; i++) plans.push((await c.post('/api/v2/plans', { name: `p${i}` })).body.id);
   const ids: string[] = [];
-  for (let i = 0; i < 5; i++) ids.push((await c.post(C, { externalId: `page-${i}` })).body.id);
+  for (let i = 0; i < 5; i++) ids.push((await c.post(C, { name: `page ${i}`, externalId: `page-${i}` })).body.id);
   const p1 = await c.get('/api/v2/plans?limit=3');
   t.same(p1.body.plans.map((p: { id: string }) => p.id), plans.slice(0, 3));
   t.type(p1.body.nextCursor, 'string');
@@ -529,17 +698,22 @@ t.test('lists are paginated: limit, opaque cursor, creation order; bad limit or 
   const p3 = await c.get(`/api/v2/plans?limit=3&cursor=${p2.body.nextCursor}`);
   t.same([p3.body.plans.map((p: { id: string }) => p.id), p3.body.nextCursor], [plans.slice(6), null], 'the last page has nextCursor null');
   t.same((await c.get('/api/v2/plans')).body.plans.length, 7, 'no cursor: the first page (default limit 100)');
-  t.same((await all<{ id: string }>(c, C, 'customers', 2)).map((x) => x.id), ids, 'customers page by page, in creation order');
+  t.same((await every<{ id: string }>(c, C, 2)).map((x) => x.id), ids, 'customers page by page, in creation order');
+  const page = await c.get(`${C}?limit=2&offset=2`);
+  t.same([page.body.data.map((x: { id: string }) => x.id), page.body.pagination], [ids.slice(2, 4), { limit: 2, offset: 2, total: 5, hasMore: true }]);
+  const last = await c.get(`${C}?limit=2&offset=4`);
+  t.same([last.body.data.map((x: { id: string }) => x.id), last.body.pagination], [ids.slice(4), { limit: 2, offset: 4, total: 5, hasMore: false }]);
+  t.same((await c.get(`${C}?offset=99`)).body, { data: [], pagination: { limit: 100, offset: 99, total: 5, hasMore: false } }, 'past the end: an empty page');
 
   // The longest externalId (255 three-byte characters: a 1,020-character claim key) and ones with dots and slashes.
   for (const xid of ['界'.repeat(255), 'a.b/c*>', '']) {
-    const r = await c.post(C, { externalId: xid });
+    const r = await c.post(C, { name: 'x', externalId: xid });
     if (xid === '') {
       t.equal(r.status, 400, 'an empty externalId is refused');
       continue;
     }
     t.equal(r.status, 201, `externalId of ${xid.length} characters`);
-    t.equal((await c.post(C, { externalId: xid })).status, 409, 'and is unique');
+    t.equal((await c.post(C, { name: 'x', externalId: xid })).status, 409, 'and is unique');
   }
   const cus = ids[0]!;
   for (let i = 0; i < 5; i++) await c.put(`${C}/${cus}/units/u${i}`, {});
@@ -550,16 +724,29 @@ t.test('lists are paginated: limit, opaque cursor, creation order; bad limit or 
     ['limit=0', 'limit'],
     ['limit=1001', 'limit'],
     ['limit=abc', 'limit'],
-    ['cursor=not-a-cursor', 'cursor'],
-    [`cursor=${u1.body.nextCursor}`, 'cursor'], // a units cursor on the customers list
+    ['limit=-1', 'limit'],
+    ['offset=-1', 'offset'],
+    ['offset=1.5', 'offset'],
+    ['offset=x', 'offset'],
   ] as const) {
-    const r = await c.get(`${C}?${q}`);
+    for (const list of [C, '/api/v2/products']) {
+      const r = await c.get(`${list}?${q}`);
+      t.equal(r.status, 400, `${list} ${q}`);
+      t.equal(r.body.code, 'INVALID_BILLING_CONFIG');
+      t.match(r.body.details, new RegExp(`^${field}:`), `${q}: ${r.body.details}`);
+    }
+  }
+  for (const [q, field] of [
+    ['cursor=not-a-cursor', 'cursor'],
+    [`cursor=${u1.body.nextCursor}`, 'cursor'], // a units cursor on the plans list
+  ] as const) {
+    const r = await c.get(`/api/v2/plans?${q}`);
     t.equal(r.status, 400, q);
     t.equal(r.body.code, 'INVALID_BILLING_CONFIG');
     t.match(r.body.details, new RegExp(`^${field}:`), `${q}: ${r.body.details}`);
   }
   const r = await c.get(`${C}/${cus}/units?cursor=${p1.body.nextCursor}`);
-  t.same([r.status, r.body.details?.split(':')[0]], [400, 'cursor'], 'a customers cursor on a per-customer list');
+  t.same([r.status, r.body.details?.split(':')[0]], [400, 'cursor'], 'a plans cursor on a per-customer list');
 });
 
 t.test('BillingConfigStore: compare-and-set across instances, create-only externalId claims, refusals change nothing', async (t) => {
@@ -573,11 +760,11 @@ t.test('BillingConfigStore: compare-and-set across instances, create-only extern
   t.equal(await stores[0]!.getCustomer(orgId, 'live', cus), null);
   const taken = (owner: string) => new ApiError('CONFLICT', `externalId: taken by ${owner}`);
   const at = '2024-01-01T00:00:00Z';
-  await stores[0]!.createCustomer(orgId, 'live', { id: cus, externalId: 'store-x', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  await stores[0]!.createCustomer(orgId, 'live', { id: cus, externalId: 'store-x', name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken);
 
   // Four processes claim one externalId at once: exactly one wins.
   const claims = await Promise.allSettled(
-    stores.map((s, i) => s.createCustomer(orgId, 'live', { id: `cus_StoreTestStoreTest1${i}`, externalId: 'store-race', name: null, units: {}, createdAt: at, updatedAt: at }, taken)),
+    stores.map((s, i) => s.createCustomer(orgId, 'live', { id: `cus_StoreTestStoreTest1${i}`, externalId: 'store-race', name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken)),
   );
   t.equal(claims.filter((c) => c.status === 'fulfilled').length, 1, 'one creation wins the externalId');
   t.ok(claims.filter((c) => c.status === 'rejected').every((c) => (c as PromiseRejectedResult).reason.code === 'CONFLICT'));
@@ -631,18 +818,18 @@ t.test('BillingConfigStore: compare-and-set across instances, create-only extern
 
   // A claim whose customer was never written (a crash between the two): taken over once stale, not before.
   await kv.create(`xid.${orgId}.live.${Buffer.from('orphan').toString('base64url')}`, JSON.stringify({ customerId: 'cus_StoreTestNeverMade00' }));
-  const orphan = (s: BillingConfigStore, id: string) => s.createCustomer(orgId, 'live', { id, externalId: 'orphan', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  const orphan = (s: BillingConfigStore, id: string) => s.createCustomer(orgId, 'live', { id, externalId: 'orphan', name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken);
   await t.rejects(orphan(stores[0]!, 'cus_StoreTestStoreTest20'), { code: 'CONFLICT' }, 'a fresh claim without its customer is still taken');
   await orphan(new BillingConfigStore(kv, 1024 * 1024, 0), 'cus_StoreTestStoreTest21');
   t.equal((await stores[0]!.externalIdOwner(orgId, 'live', 'orphan'))?.customerId, 'cus_StoreTestStoreTest21', 'a stale orphaned claim is taken over');
 
   // A creation that fails after its claim (here: a document too large) releases the claim and leaves a position lists skip.
   await t.rejects(
-    big.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest30', externalId: 'released', name: 'x'.repeat(10_000), units: {}, createdAt: at, updatedAt: at }, taken),
+    big.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest30', externalId: 'released', name: 'x'.repeat(10_000), units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken),
     { code: 'BILLING_CONFIG_TOO_LARGE' },
   );
   t.equal(await stores[0]!.externalIdOwner(orgId, 'live', 'released'), null, 'the claim is released');
-  await stores[0]!.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest31', externalId: 'released', name: null, units: {}, createdAt: at, updatedAt: at }, taken);
+  await stores[0]!.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest31', externalId: 'released', name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken);
   const listed = await stores[0]!.list<{ customer: { id: string } }>(orgId, 'live', 'customers', 0, 1000);
   t.notOk(listed.items.some((d) => d.customer.id === 'cus_StoreTestStoreTest30'), 'the failed customer is not listed');
   t.equal(listed.items.at(-1)?.customer.id, 'cus_StoreTestStoreTest31', 'creation order kept past the dangling position');
@@ -675,27 +862,27 @@ t.test('a one-document configuration of the former layout is migrated on start, 
   await kv.put(`cfg.${o.id}.live`, JSON.stringify(old));
   // A crash part way through an earlier migration: one entity key already written.
   const store = new BillingConfigStore(kv, nc.info?.max_payload ?? 1024 * 1024);
-  await kv.create(`cus.${o.id}.live.${id(1)}`, JSON.stringify({ seq: 1, customer: customers[id(1)], attributes: {}, pools: {}, caps: {} }));
+  await kv.create(`cus.${o.id}.live.${id(1)}`, JSON.stringify({ seq: 1, customer: customers[id(1)], profile: defaultProfile(), deletedAt: null, attributes: {}, pools: {}, caps: {} }));
 
   const second = new ServiceProcess(iso, { ROLE: 'ingress' });
   await second.start(); // migrates on start
   t.teardown(() => second.stop());
   const c = client(o.live, second.url);
-  t.same((await all<{ id: string }>(c, C, 'customers', 2)).map((x) => x.id), [id(1), id(2), id(3)], 'customers, in the document order');
+  t.same((await every<{ id: string }>(c, C, 2)).map((x) => x.id), [id(1), id(2), id(3)], 'customers, in the document order');
   t.same((await c.get('/api/v2/plans')).body.plans, [plan]);
   t.same((await c.get(`${C}/${id(2)}/order-line-attributes`)).body.orderLineAttributes, [attr]);
   t.match((await c.get(`${C}/${id(2)}/credit-pools`)).body.creditPools, [{ id: pool.id, totalCredits: '15' }]);
   t.same((await c.get(`${C}/${id(2)}/credit-caps`)).body.creditCaps, [cap]);
   t.same((await c.get(`${C}/${id(3)}/units`)).body.units.map((u: { externalId: string }) => u.externalId), ['root']);
-  const dup = await c.post(C, { externalId: 'legacy-2' });
+  const dup = await c.post(C, { name: 'L', externalId: 'legacy-2' });
   t.same([dup.status, dup.body.code], [409, 'CONFLICT'], 'migrated externalIds stay unique');
-  const fresh = await c.post(C, { externalId: 'after-migration' });
+  const fresh = await c.post(C, { name: 'F', externalId: 'after-migration' });
   t.equal(fresh.status, 201);
-  t.same((await all<{ id: string }>(c, C, 'customers')).map((x) => x.id), [id(1), id(2), id(3), fresh.body.id], 'new customers list after the migrated ones');
+  t.same((await every<{ id: string }>(c, C)).map((x) => x.id), [id(1), id(2), id(3), fresh.body.id], 'new customers list after the migrated ones');
   const marker = await kv.get(`cfg.${o.id}.live`);
   t.match(marker?.json(), { migrated: true }, 'the old document is marked migrated');
   t.equal(await store.migrate(), 0, 'a second run migrates nothing');
-  t.same((await all<{ id: string }>(c, C, 'customers')).length, 4, 'and changes nothing');
+  t.same((await every<{ id: string }>(c, C)).length, 4, 'and changes nothing');
   const batch = await store.forBatch(o.id, 'live', ['legacy-2']);
   t.same(Object.keys(batch.config.attributes), [attr.id], 'evaluation reads migrated customers');
 });

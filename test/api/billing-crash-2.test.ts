@@ -203,7 +203,7 @@ t.test('two pipeline processes killed -9 at different points, many customers ove
   const customers: { id: string; pool: string; ola: string }[] = [];
   for (let c = 0; c < CUSTOMERS; c++) {
     const s = spec(c);
-    const cus = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `ext-${c}` });
+    const cus = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `ext-${c}`, name: `Customer ${c}` });
     await call(ingress.url, org, 'PUT', `/api/v2/customers/${cus.id}/units/root`, {});
     const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${cus.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.25', currency: 'EUR', includedQuantity: String(s.included), creditsCurrencyId: CUR, creditsPerUnit: '1' });
     const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${cus.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: String(s.granted) });
@@ -296,7 +296,7 @@ t.test('the former single billing lane: on start, its messages are routed into t
   });
   await ingress.start(); // creates the streams
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
   const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
   const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '100' });
@@ -389,7 +389,7 @@ async function bigCustomers(t: Test, name: string): Promise<{ iso: Isolation; in
   });
   await ingress.start(); // creates the streams and the partition consumers
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const made = await Promise.all(Array.from({ length: 64 }, (_, i) => call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `big-${i}` }) as Promise<{ id: string }>));
+  const made = await Promise.all(Array.from({ length: 64 }, (_, i) => call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: `big-${i}`, name: `Big ${i}` }) as Promise<{ id: string }>));
   const byPartition = new Map<number, string[]>();
   for (const c of made) {
     const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);

@@ -285,7 +285,7 @@ t.test('a batch is evaluated against (and pins) only the customers it names', as
   const plan = await call('POST', '/api/v2/plans', { name: 'Other' });
   const others: string[] = [];
   for (let i = 0; i < 3; i++) {
-    const c = await call('POST', '/api/v2/customers', { externalId: `bystander-${i}` });
+    const c = await call('POST', '/api/v2/customers', { externalId: `bystander-${i}`, name: `Bystander ${i}` });
     await call('POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'api_call', unitPrice: '1', currency: 'USD' });
     others.push(c.id);
   }

@@ -37,7 +37,7 @@ const callOn = async (p: ServiceProcess, org: TestOrg, method: string, path: str
 const call = (org: TestOrg, method: string, path: string, body?: unknown): Promise<any> => callOn(svc, org, method, path, body);
 /** Customer acme with a root unit, an attribute pricing event `e` and a pool: its signals are priced. */
 async function pricedAcme(p: ServiceProcess, org: TestOrg): Promise<void> {
-  const c = await callOn(p, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const c = await callOn(p, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   await callOn(p, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
   const plan = await callOn(p, org, 'POST', '/api/v2/plans', { name: 'Pro' });
   const ola = await callOn(p, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });

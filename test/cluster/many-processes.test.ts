@@ -137,7 +137,7 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
   const [a, b] = ingress.map((p) => p.url) as [string, string];
   const org = await createOrg(a, { burst: 1_000_000_000, refillPerSecond: 1_000_000_000 });
   // Billing configuration through one ingress, webhooks through the other: shared state.
-  const c = await ok(a, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const c = await ok(a, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   await ok(a, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
   const plan = await ok(a, org, 'POST', '/api/v2/plans', { name: 'Pro' });
   const ola = await ok(a, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.001', currency: 'EUR', includedQuantity: '1000', creditsCurrencyId: CUR, creditsPerUnit: '0.5' });

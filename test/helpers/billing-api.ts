@@ -13,7 +13,7 @@ export async function call(base: string, org: TestOrg, method: string, path: str
 
 /** Customer `acme` with a root unit, a credit-priced attribute for event `e` (1 EUR and 1 credit of currency `cur` per unit) and a pool of `credits`. */
 export async function acmeWithPool(url: string, org: TestOrg, credits: string, cur: string): Promise<{ c: { id: string }; pool: { id: string } }> {
-  const c = await call(url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const c = await call(url, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   await call(url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
   const plan = await call(url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
   const ola = await call(url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: cur, creditsPerUnit: '1' });

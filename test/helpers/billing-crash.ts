@@ -97,7 +97,7 @@ export function teardownBoth(t: Test, iso: Isolation, isoB: Isolation, procs: ()
 }
 
 export async function configure(base: string, org: TestOrg, granted: string): Promise<void> {
-  const c = await call(base, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const c = await call(base, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   await call(base, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
   const plan = await call(base, org, 'POST', '/api/v2/plans', { name: 'Pro' });
   const ola = await call(base, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '0.001', currency: 'EUR', includedQuantity: '1000', creditsCurrencyId: CUR, creditsPerUnit: '0.5' });
