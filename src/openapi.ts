@@ -115,16 +115,138 @@ const pageParams = [
   { name: 'cursor', in: 'query', schema: { type: 'string' }, description: 'The opaque nextCursor of the previous page; absent: the first page.' },
 ];
 const pageError = { 400: error('A bad limit or cursor (details name it).', ['INVALID_BILLING_CONFIG']) };
+/** `?limit` and `?offset` of the customers and products lists (the official client's paging). */
+const offsetParams = [
+  { name: 'limit', in: 'query', schema: { type: 'integer', minimum: 1, maximum: 1000, default: 100 } },
+  { name: 'offset', in: 'query', schema: { type: 'integer', minimum: 0, default: 0 }, description: 'Position in the creation order to start after (page with offset += limit while hasMore).' },
+];
+const offsetError = { 400: error('A bad limit or offset (details name it).', ['INVALID_BILLING_CONFIG']) };
+const offsetList = (item: string) =>
+  json(
+    {
+      type: 'object',
+      required: ['data', 'pagination'],
+      properties: {
+        data: { type: 'array', items: ref(item) },
+        pagination: {
+          type: 'object',
+          required: ['limit', 'offset', 'total', 'hasMore'],
+          properties: {
+            limit: { type: 'integer' },
+            offset: { type: 'integer' },
+            total: { type: 'integer', description: 'Positions of the creation order (every one created, deleted customers included).' },
+            hasMore: { type: 'boolean', description: 'offset + limit < total.' },
+          },
+        },
+      },
+    },
+    'The items at positions offset+1 … offset+limit of the creation order (fewer where a customer was deleted).',
+  );
+const metadataSchema = { type: ['object', 'null'], description: 'Any JSON object (at most 16 KiB as JSON), or null.' };
+const addressSchema = {
+  type: ['object', 'null'],
+  additionalProperties: false,
+  properties: Object.fromEntries(['line1', 'line2', 'city', 'state', 'zipCode', 'country'].map((k) => [k, { type: 'string', maxLength: MAX_STRING }])),
+};
+/** The fields of a customer a create or update body may carry (`name` is required on create). */
+const customerFields = {
+  name: str,
+  externalId: { ...externalIdSchema, description: "The caller's own id, unique within the organization and mode (also among deleted customers); not of the form cus_ + 20 characters. null on update removes it." },
+  legalName: nullableStr,
+  email: { type: 'string', maxLength: MAX_STRING, description: 'An e-mail address, or "" for none.' },
+  phone: { type: 'string', maxLength: MAX_STRING },
+  website: { type: 'string', maxLength: MAX_STRING },
+  billingAddress: addressSchema,
+  creationState: { enum: ['draft', 'active'], default: 'active' },
+  vatNumber: nullableStr,
+  metadata: metadataSchema,
+  defaultCurrency: { type: 'string', pattern: '^[A-Z]{3}$', default: 'USD', description: 'Informational: prices carry their own currency (order line attributes).' },
+};
+const productFields = {
+  name: str,
+  description: { type: ['string', 'null'], maxLength: 4096 },
+  active: { type: 'boolean', default: true },
+  productCode: nullableStr,
+  externalId: { ...externalIdSchema, description: "The caller's own id, unique among the products of the organization and mode; null on update removes it." },
+  metadata: metadataSchema,
+};
+const figure = (what: string) => ({ type: 'number', description: `${what} (the nearest double of the exact decimal).` });
+const figures = {
+  available: figure('total − used; negative once usage went past the pools'),
+  used: figure('Credits drawn by billed signals'),
+  total: figure('Credits granted plus top-ups'),
+  availableDecimal: { type: 'string', description: 'available, exact.' },
+  usedDecimal: { type: 'string', description: 'used, exact.' },
+  totalDecimal: { type: 'string', description: 'total, exact.' },
+};
 
 const billingSchemas = {
   Customer: {
     type: 'object',
+    description: "The official client's Customer. Unset text fields: email, phone, website \"\"; legalName, vatNumber, billingAddress, metadata, churnDate null.",
     properties: {
       id: { type: 'string', pattern: '^cus_[0-9A-Za-z]{20}$' },
+      name: { type: 'string' },
+      legalName: { type: ['string', 'null'] },
+      email: { type: 'string' },
+      phone: { type: 'string' },
+      website: { type: 'string' },
       externalId: { type: ['string', 'null'], description: "The caller's own id, unique within the organization and mode." },
-      name: { type: ['string', 'null'] },
+      billingAddress: addressSchema,
+      creationState: { enum: ['draft', 'active'] },
+      churnDate: { type: ['string', 'null'], format: 'date-time' },
+      vatNumber: { type: ['string', 'null'] },
+      metadata: metadataSchema,
+      defaultCurrency: { type: 'string' },
       createdAt: dateTime,
       updatedAt: dateTime,
+    },
+  },
+  Product: {
+    type: 'object',
+    properties: {
+      id: { type: 'string', pattern: '^prod_[0-9A-Za-z]{20}$' },
+      name: { type: 'string' },
+      description: { type: ['string', 'null'] },
+      active: { type: 'boolean' },
+      productCode: { type: ['string', 'null'] },
+      externalId: { type: ['string', 'null'] },
+      archivedAt: { type: ['string', 'null'], format: 'date-time', description: 'When active last became false; null while active.' },
+      metadata: metadataSchema,
+      createdAt: dateTime,
+      updatedAt: dateTime,
+    },
+  },
+  CreditBalance: {
+    type: 'object',
+    description: "One credits currency of the customer's credit pools (the official client's CreditBalance).",
+    properties: {
+      creditsCurrencyId: uuidSchema,
+      currencyName: { type: 'string', description: 'The credits currency id (credits currencies have no names here).' },
+      currencyKey: { type: 'string', description: 'The credits currency id.' },
+      ...figures,
+      periodStart: { type: ['string', 'null'], format: 'date-time', description: "The earliest pool's creation." },
+      periodEnd: { type: 'null', description: 'Pools have no periods.' },
+      rolloverEndDate: { type: 'null', description: 'Pools have no rollover.' },
+      recipient: { const: 'organization', description: 'The customer (no seats here).' },
+      grants: {
+        type: 'array',
+        description: 'One per credit pool of this currency.',
+        items: {
+          type: 'object',
+          properties: {
+            ...figures,
+            rolloverAmount: { type: 'null' },
+            periodStart: { ...dateTime, description: "The pool's creation." },
+            periodEnd: { type: 'null' },
+            rolloverEndDate: { type: 'null' },
+            expiresAt: { type: 'null', description: 'Pools never expire.' },
+            isInRolloverWindow: { const: false },
+            poolId: { type: 'string', pattern: '^cp_[0-9A-Za-z]{20}$' },
+            orderLineAttributeId: { type: 'string' },
+          },
+        },
+      },
     },
   },
   Unit: {
@@ -196,20 +318,71 @@ const billingSchemas = {
   },
 };
 
+const externalIdParam = { name: 'externalId', in: 'path', required: true, description: "The caller's own id, percent-encoded (1 to 255 characters once decoded).", schema: externalIdSchema };
+const productIdParam = { name: 'productId', in: 'path', required: true, schema: { type: 'string', pattern: '^prod_[0-9A-Za-z]{20}$' } };
+const customerOps = (parameters: object[]) => ({
+  get: { summary: 'A customer', security: [{ apiKey: [] }], parameters, responses: { 200: json(ref('Customer'), 'The customer.'), 400: billingErrors[400], ...billingRead } },
+  put: {
+    summary: 'Update a customer: only the fields given change (null clears a nullable one)',
+    security: [{ apiKey: [] }],
+    parameters,
+    requestBody: billingBody({ type: 'object', additionalProperties: false, properties: { ...customerFields, churnDate: { type: ['string', 'null'], format: 'date-time', description: 'RFC 3339 UTC.' } } }),
+    responses: { 200: json(ref('Customer'), 'The customer as updated.'), ...billingErrors },
+  },
+  delete: {
+    summary: 'Delete a customer',
+    description: 'The customer is kept, marked deleted: reads and changes answer 404, lists skip it, its externalId stays reserved, and from then on the billing evaluator prices none of its signals (they are stored as always).',
+    security: [{ apiKey: [] }],
+    parameters,
+    responses: { 200: json({ type: 'object', additionalProperties: false }, 'Deleted: {}.'), 400: billingErrors[400], 401: billingErrors[401], 404: billingNotFound, 409: billingErrors[409], 503: billingErrors[503] },
+  },
+});
+const balancesOp = (parameters: object[]) => ({
+  get: {
+    summary: "The customer's credit balances, one per credits currency of its credit pools",
+    security: [{ apiKey: [] }],
+    parameters,
+    responses: { 200: json({ type: 'object', required: ['data'], properties: { data: { type: 'array', items: ref('CreditBalance') } } }, 'As billing has committed them.'), 400: billingErrors[400], ...billingRead },
+  },
+});
+const productOps = (parameters: object[]) => ({
+  get: { summary: 'A product', security: [{ apiKey: [] }], parameters, responses: { 200: json(ref('Product'), 'The product.'), 400: billingErrors[400], ...billingRead } },
+  put: {
+    summary: 'Update a product: only the fields given change (active: false sets archivedAt)',
+    security: [{ apiKey: [] }],
+    parameters,
+    requestBody: billingBody({ type: 'object', additionalProperties: false, properties: productFields }),
+    responses: { 200: json(ref('Product'), 'The product as updated.'), ...billingErrors },
+  },
+});
+
 const billingPaths = {
   '/api/v2/customers': {
     post: {
       summary: 'Create a customer',
       description: 'Signals name their customer by the service id (cus_…) or by the externalId: the service id is tried first, then the externalId. An externalId of the form of a service id is refused.',
       security: [{ apiKey: [] }],
-      requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { externalId: externalIdSchema, name: externalIdSchema } } } } },
+      requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['name'], properties: customerFields }),
       responses: { 201: json(ref('Customer'), 'Created.'), ...billingCreateErrors },
     },
-    get: { summary: 'The customers', security: [{ apiKey: [] }], parameters: pageParams, responses: { ...pageError, 200: list('customers', 'Customer'), 401: billingErrors[401], 503: billingErrors[503] } },
+    get: { summary: 'The customers (deleted ones skipped)', security: [{ apiKey: [] }], parameters: offsetParams, responses: { ...offsetError, 200: offsetList('Customer'), 401: billingErrors[401], 503: billingErrors[503] } },
   },
-  '/api/v2/customers/{customerId}': {
-    get: { summary: 'A customer', security: [{ apiKey: [] }], parameters: [billingParams.customerId], responses: { 200: json(ref('Customer'), 'The customer.'), ...billingRead } },
+  '/api/v2/customers/{customerId}': customerOps([billingParams.customerId]),
+  '/api/v2/customers/external/{externalId}': customerOps([externalIdParam]),
+  '/api/v2/customers/{customerId}/credits/balances': balancesOp([billingParams.customerId]),
+  '/api/v2/customers/external/{externalId}/credits/balances': balancesOp([externalIdParam]),
+  '/api/v2/products': {
+    post: {
+      summary: 'Create a product',
+      description: "Signals' attribution names a product by its id (productId) or its externalId (externalProductId).",
+      security: [{ apiKey: [] }],
+      requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['name'], properties: productFields }),
+      responses: { 201: json(ref('Product'), 'Created.'), ...billingCreateErrors },
+    },
+    get: { summary: 'The products', security: [{ apiKey: [] }], parameters: offsetParams, responses: { ...offsetError, 200: offsetList('Product'), 401: billingErrors[401], 503: billingErrors[503] } },
   },
+  '/api/v2/products/{productId}': productOps([productIdParam]),
+  '/api/v2/products/external/{externalId}': productOps([externalIdParam]),
   '/api/v2/customers/{customerId}/units': {
     get: { summary: "The customer's units (the tree as parentExternalId links)", security: [{ apiKey: [] }], parameters: [billingParams.customerId, ...pageParams], responses: { ...pageError, 200: list('units', 'Unit'), ...billingRead } },
   },
