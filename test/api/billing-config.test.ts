@@ -835,6 +835,39 @@ t.test('BillingConfigStore: compare-and-set across instances, create-only extern
   t.equal(listed.items.at(-1)?.customer.id, 'cus_StoreTestStoreTest31', 'creation order kept past the dangling position');
   t.equal(listed.next, null);
 
+  // An externalId move (update) whose document change never happened leaves a claim naming a customer that does not carry it: taken over once stale, not before.
+  await kv.create(`xid.${orgId}.live.${Buffer.from('moved').toString('base64url')}`, JSON.stringify({ customerId: cus }));
+  await t.rejects(stores[0]!.createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest40', externalId: 'moved', name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken), { code: 'CONFLICT' }, 'a fresh claim of a customer that does not carry it is still taken');
+  await new BillingConfigStore(kv, 1024 * 1024, 0).createCustomer(orgId, 'live', { id: 'cus_StoreTestStoreTest41', externalId: 'moved', name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken);
+  t.equal((await stores[0]!.customerByExternalId(orgId, 'live', 'moved'))?.doc.customer.id, 'cus_StoreTestStoreTest41', 'a stale claim of a customer that does not carry it is taken over');
+  // Two customers moved to one externalId at once, from two instances: one wins; the loser keeps its own.
+  const movers = ['cus_StoreTestStoreTest50', 'cus_StoreTestStoreTest51'];
+  for (const [i, id] of movers.entries()) await stores[0]!.createCustomer(orgId, 'live', { id, externalId: `mover-${i}`, name: null, units: {}, createdAt: at, updatedAt: at }, defaultProfile(), taken);
+  const moved = await Promise.allSettled(movers.map((id, i) => stores[i]!.changeCustomerClaiming(orgId, 'live', id, 'target', missing, taken, (d) => {
+    d.customer.externalId = 'target';
+  })));
+  t.same(moved.map((m) => m.status).sort(), ['fulfilled', 'rejected'], 'one move to a taken externalId wins');
+  const winner = movers[moved.findIndex((m) => m.status === 'fulfilled')]!;
+  const loser = movers.find((id) => id !== winner)!;
+  t.equal((await stores[2]!.customerByExternalId(orgId, 'live', 'target'))?.doc.customer.id, winner);
+  t.equal((await stores[2]!.getCustomer(orgId, 'live', loser))?.doc.customer.externalId, `mover-${movers.indexOf(loser)}`, 'the loser is unchanged');
+  t.equal(await stores[2]!.externalIdOwner(orgId, 'live', `mover-${movers.indexOf(winner)}`), null, "the winner's former claim is released");
+
+  // Products: the same create-only claims (pxid.), crash-safe in the same way.
+  const product = (id: string, externalId: string | null, name = 'p') => ({ id, name, description: null, active: true, productCode: null, externalId, archivedAt: null, metadata: null, createdAt: at, updatedAt: at });
+  const made = await Promise.allSettled(stores.map((st, i) => st.createProduct(orgId, 'live', product(`prod_StoreTestStoreTest0${i}`, 'p-race'), taken)));
+  t.equal(made.filter((m) => m.status === 'fulfilled').length, 1, 'one product creation wins the externalId');
+  const pkey = (x: string) => `pxid.${orgId}.live.${Buffer.from(x).toString('base64url')}`;
+  await kv.create(pkey('p-orphan'), JSON.stringify({ productId: 'prod_StoreTestNeverMade00' }));
+  await t.rejects(stores[0]!.createProduct(orgId, 'live', product('prod_StoreTestStoreTest10', 'p-orphan'), taken), { code: 'CONFLICT' }, 'a fresh product claim without its product is still taken');
+  await new BillingConfigStore(kv, 1024 * 1024, 0).createProduct(orgId, 'live', product('prod_StoreTestStoreTest11', 'p-orphan'), taken);
+  t.equal((await stores[0]!.productByExternalId(orgId, 'live', 'p-orphan'))?.doc.id, 'prod_StoreTestStoreTest11', 'a stale orphaned product claim is taken over');
+  await t.rejects(big.createProduct(orgId, 'live', product('prod_StoreTestStoreTest20', 'p-released', 'x'.repeat(10_000)), taken), { code: 'BILLING_CONFIG_TOO_LARGE' });
+  t.equal(await stores[0]!.claimOwner('product', orgId, 'live', 'p-released'), null, 'a failed product creation releases its claim');
+  const products = await stores[0]!.list<{ id: string }>(orgId, 'live', 'products', 0, 1000, { window: true });
+  t.same(products.items.map((p) => p.id).sort(), [made.map((m, i) => (m.status === 'fulfilled' ? `prod_StoreTestStoreTest0${i}` : null)).find((x) => x)!, 'prod_StoreTestStoreTest11'].sort(), 'listed: the created products, not the failed one');
+  t.equal(products.total, 3, 'positions: the race winner, the takeover, the failed creation (claims are taken before positions)');
+
   const batch = await stores[0]!.forBatch(orgId, 'live', ['store-x', cus, 'nobody', 'cus_StoreTestStoreTest99']);
   t.same(Object.keys(batch.config.customers), [cus], 'a batch reads only the customers it names (by externalId or id)');
   t.same(Object.keys(batch.revisions), [`cus.${orgId}.live.${cus}`]);
