@@ -151,7 +151,7 @@ const addressSchema = {
 /** The fields of a customer a create or update body may carry (`name` is required on create). */
 const customerFields = {
   name: str,
-  externalId: { ...externalIdSchema, description: "The caller's own id, unique within the organization and mode (also among deleted customers); not of the form cus_ + 20 characters. null on update removes it." },
+  externalId: { ...externalIdSchema, description: "The caller's own id, unique within the organization and mode (also among deleted customers); not of the form cus_ + 20 characters. Set once: an update may give one to a customer without one, never change or remove it (400)." },
   legalName: nullableStr,
   email: { type: 'string', maxLength: MAX_STRING, description: 'An e-mail address, or "" for none.' },
   phone: { type: 'string', maxLength: MAX_STRING },
@@ -167,7 +167,7 @@ const productFields = {
   description: { type: ['string', 'null'], maxLength: 4096 },
   active: { type: 'boolean', default: true },
   productCode: nullableStr,
-  externalId: { ...externalIdSchema, description: "The caller's own id, unique among the products of the organization and mode; null on update removes it." },
+  externalId: { ...externalIdSchema, description: "The caller's own id, unique among the products of the organization and mode. Set once, as a customer's." },
   metadata: metadataSchema,
 };
 const figure = (what: string) => ({ type: 'number', description: `${what} (the nearest double of the exact decimal).` });

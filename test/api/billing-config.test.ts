@@ -135,15 +135,16 @@ t.test('customers: create, read by id and by externalId, update, list', async (t
   t.not(u.body.updatedAt, undefined);
   const same = await c.put(`${C}/external/globex`, { legalName: 'Globex Corporation' });
   t.same(same.body, u.body, 'an update that changes nothing keeps updatedAt');
-  const renamed = await c.put(`${C}/external/globex`, { name: 'Globex 2', externalId: 'globex-2', billingAddress: null });
-  t.match(renamed.body, { id: b.body.id, name: 'Globex 2', externalId: 'globex-2', billingAddress: null });
-  t.equal((await c.get(`${C}/external/globex`)).status, 404, 'the former externalId names nobody');
-  t.same((await c.get(`${C}/external/globex-2`)).body, renamed.body);
-  const again = await c.post(C, { name: 'New Globex', externalId: 'globex' });
-  t.equal(again.status, 201, 'the released externalId can be taken');
-  const none = await c.put(`${C}/${again.body.id}`, { externalId: null });
-  t.equal(none.body.externalId, null);
-  t.equal((await c.get(`${C}/external/globex`)).status, 404);
+  const renamed = await c.put(`${C}/external/globex`, { name: 'Globex 2', externalId: 'globex', billingAddress: null });
+  t.match(renamed.body, { id: b.body.id, name: 'Globex 2', externalId: 'globex', billingAddress: null }, 'the same externalId again is fine');
+  await refused(t, c, () => c.put(`${C}/external/globex`, { externalId: 'globex-2' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.put(`${C}/${b.body.id}`, { externalId: null }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  t.equal((await c.get(`${C}/external/globex-2`)).status, 404, 'a refused move claims nothing');
+  t.equal((await c.post(C, { name: 'Globex two', externalId: 'globex-2' })).status, 201);
+  const later = (await c.post(C, { name: 'Later' })).body;
+  const given = await c.put(`${C}/${later.id}`, { externalId: 'later' });
+  t.match(given.body, { id: later.id, externalId: 'later' }, 'a customer without an externalId can be given one');
+  t.same((await c.get(`${C}/external/later`)).body, given.body);
 
   await refused(t, c, () => c.get(`${C}/cus_AAAAAAAAAAAAAAAAAAAA`), 404, 'NOT_FOUND', 'customerId');
   await refused(t, c, () => c.get(`${C}/acme`), 404, 'NOT_FOUND', 'customerId');
@@ -152,7 +153,9 @@ t.test('customers: create, read by id and by externalId, update, list', async (t
   await refused(t, c, () => c.put(`${C}/external/nobody`, { name: 'x' }), 404, 'NOT_FOUND', 'externalId');
   await refused(t, c, () => c.get(`${C}/external/${'x'.repeat(256)}`), 400, 'INVALID_BILLING_CONFIG', 'externalId');
   await refused(t, c, () => c.post(C, { name: 'x', externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
-  await refused(t, c, () => c.put(`${C}/${renamed.body.id}`, { externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.put(`${C}/${later.id}`, { externalId: 'acme' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  const noId = (await c.post(C, { name: 'No id yet' })).body.id as string;
+  await refused(t, c, () => c.put(`${C}/${noId}`, { externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
   await refused(t, c, () => c.raw('POST', C, ''), 400, 'INVALID_BILLING_CONFIG', 'name');
   await refused(t, c, () => c.post(C, { externalId: 'no-name' }), 400, 'INVALID_BILLING_CONFIG', 'name');
   await refused(t, c, () => c.post(C, { name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
@@ -200,10 +203,12 @@ t.test('a deleted customer: reads answer 404, lists skip it, its externalId stay
   await refused(t, c, () => c.put(`${C}/${cus}/units/u`, {}), 404, 'NOT_FOUND', 'customerId');
   await refused(t, c, () => c.post(`${C}/${cus}/credit-pools/${pool}/top-ups`, { credits: '1' }), 404, 'NOT_FOUND', 'customerId');
   await refused(t, c, () => c.post(C, { name: 'Impostor', externalId: xid }), 409, 'CONFLICT', 'externalId');
-  await refused(t, c, () => c.put(`${C}/${other}`, { externalId: xid }), 409, 'CONFLICT', 'externalId');
+  const bare = (await c.post(C, { name: 'Bare' })).body.id as string;
+  await refused(t, c, () => c.put(`${C}/${bare}`, { externalId: xid }), 409, 'CONFLICT', 'externalId');
+  t.equal((await c.del(`${C}/${bare}`)).status, 200);
   const list = await c.get(C);
   t.same(list.body.data.map((x: { id: string }) => x.id), [other], 'the list skips it');
-  t.same(list.body.pagination, { limit: 100, offset: 0, total: 2, hasMore: false }, 'total counts positions, the deleted one included');
+  t.same(list.body.pagination, { limit: 100, offset: 0, total: 3, hasMore: false }, 'total counts positions, the deleted ones included');
   t.same((await c.del(`${C}/external/other`)).body, {}, 'by externalId too');
   t.equal((await c.get(`${C}/${other}`)).status, 404);
   t.same((await c.get(C)).body.data, []);
@@ -235,18 +240,23 @@ t.test('products: create, read, update by id and by externalId, list', async (t)
   t.same((await c.get(`${P}?limit=1&offset=1`)).body, { data: [b.body], pagination: { limit: 1, offset: 1, total: 2, hasMore: false } });
   const off = await c.put(`${P}/external/agent-1`, { active: false });
   t.match(off.body, { active: false, archivedAt: String, name: 'Agent', description: 'The agent' });
-  const on = await c.put(`${P}/${a.body.id}`, { active: true, externalId: 'agent-2', description: null });
-  t.match(on.body, { active: true, archivedAt: null, externalId: 'agent-2', description: null });
-  t.equal((await c.get(`${P}/external/agent-1`)).status, 404);
-  t.equal((await c.post(P, { name: 'Reuse', externalId: 'agent-1' })).status, 201, 'the former externalId is free again');
+  const on = await c.put(`${P}/${a.body.id}`, { active: true, externalId: 'agent-1', description: null });
+  t.match(on.body, { active: true, archivedAt: null, externalId: 'agent-1', description: null });
+  const given = await c.put(`${P}/external/${'agent-1'}`, { name: 'Agent' });
+  t.equal(given.body.name, 'Agent');
+  const named = await c.put(`${P}/${b.body.id}`, { externalId: 'plain' });
+  t.equal(named.body.externalId, 'plain', 'a product without an externalId can be given one');
+  await refused(t, c, () => c.put(`${P}/${a.body.id}`, { externalId: 'agent-2' }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, c, () => c.put(`${P}/external/plain`, { externalId: null }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  const third = (await c.post(P, { name: 'Third' })).body;
 
   await refused(t, c, () => c.get(`${P}/prod_AAAAAAAAAAAAAAAAAAAA`), 404, 'NOT_FOUND', 'productId');
   await refused(t, c, () => c.get(`${P}/nope`), 404, 'NOT_FOUND', 'productId');
   await refused(t, c, () => c.get(`${P}/external/nobody`), 404, 'NOT_FOUND', 'externalId');
   await refused(t, c, () => c.put(`${P}/prod_AAAAAAAAAAAAAAAAAAAA`, { name: 'x' }), 404, 'NOT_FOUND', 'productId');
   await refused(t, c, () => c.put(`${P}/external/nobody`, { name: 'x' }), 404, 'NOT_FOUND', 'externalId');
-  await refused(t, c, () => c.post(P, { name: 'Dup', externalId: 'agent-2' }), 409, 'CONFLICT', 'externalId');
-  await refused(t, c, () => c.put(`${P}/${b.body.id}`, { externalId: 'agent-2' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.post(P, { name: 'Dup', externalId: 'agent-1' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, c, () => c.put(`${P}/${third.id}`, { externalId: 'agent-1' }), 409, 'CONFLICT', 'externalId');
   await refused(t, c, () => c.post(P, {}), 400, 'INVALID_BILLING_CONFIG', 'name');
   await refused(t, c, () => c.post(P, { name: 'x', active: 'yes' }), 400, 'INVALID_BILLING_CONFIG', 'active');
   await refused(t, c, () => c.post(P, { name: 'x', description: 'd'.repeat(4097) }), 400, 'INVALID_BILLING_CONFIG', 'description');
@@ -257,7 +267,7 @@ t.test('products: create, read, update by id and by externalId, list', async (t)
 
   // The live and test modes, and other organizations, have their own products.
   t.equal((await client(o.test).get(`${P}/${a.body.id}`)).status, 404);
-  t.equal((await client(org.live).get(`${P}/external/agent-2`)).status, 404);
+  t.equal((await client(org.live).get(`${P}/external/agent-1`)).status, 404);
 });
 
 t.test('credit balances: one per credits currency, total = granted + top-ups, exact decimals beside the numbers', async (t) => {

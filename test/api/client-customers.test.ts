@@ -75,6 +75,7 @@ t.test('customers through the official client', async (t) => {
   await paidError(t, client.customers.updateCustomerById({ id: 'cus_AAAAAAAAAAAAAAAAAAAA', body: { name: 'x' } }), 404, 'NOT_FOUND', 'customerId');
   await paidError(t, client.customers.createCustomer({ name: 'Dup', externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
   await paidError(t, client.customers.updateCustomerById({ id: second.id, body: { externalId: 'acme' } }), 409, 'CONFLICT', 'externalId');
+  await paidError(t, client.customers.updateCustomerById({ id: created.id, body: { externalId: 'acme-2' } }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
   await paidError(t, client.customers.createCustomer({ name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
   await paidError(t, client.customers.createCustomer({ name: 'x', email: 'nope' }), 400, 'INVALID_BILLING_CONFIG', 'email');
   await paidError(t, client.customers.listCustomers({ limit: 0 }), 400, 'INVALID_BILLING_CONFIG', 'limit');
@@ -102,13 +103,14 @@ t.test('products through the official client', async (t) => {
   t.same([page.data.map((x) => x.id), page.pagination], [[p.id, q.id], { limit: 10, offset: 0, total: 2, hasMore: false }]);
   const archived = await client.products.updateProductById({ id: p.id, body: { active: false, metadata: { v: 2 } } });
   t.match(archived, { active: false, archivedAt: String, metadata: { v: 2 }, name: 'Agent' });
-  const renamed = await client.products.updateProductByExternalId({ externalId: 'agent', body: { name: 'Agent 2', externalId: 'agent-2' } });
-  t.match(renamed, { name: 'Agent 2', externalId: 'agent-2', active: false });
+  const renamed = await client.products.updateProductByExternalId({ externalId: 'agent', body: { name: 'Agent 2' } });
+  t.match(renamed, { name: 'Agent 2', externalId: 'agent', active: false });
   await paidError(t, client.products.getProductById({ id: 'prod_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'productId');
-  await paidError(t, client.products.getProductByExternalId({ externalId: 'agent' }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.products.updateProductByExternalId({ externalId: 'agent', body: { name: 'x' } }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.products.createProduct({ name: 'Dup', externalId: 'agent-2' }), 409, 'CONFLICT', 'externalId');
-  await paidError(t, client.products.updateProductById({ id: q.id, body: { externalId: 'agent-2' } }), 409, 'CONFLICT', 'externalId');
+  await paidError(t, client.products.getProductByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
+  await paidError(t, client.products.updateProductByExternalId({ externalId: 'nobody', body: { name: 'x' } }), 404, 'NOT_FOUND', 'externalId');
+  await paidError(t, client.products.createProduct({ name: 'Dup', externalId: 'agent' }), 409, 'CONFLICT', 'externalId');
+  await paidError(t, client.products.updateProductById({ id: q.id, body: { externalId: 'agent' } }), 409, 'CONFLICT', 'externalId');
+  await paidError(t, client.products.updateProductById({ id: p.id, body: { externalId: 'agent-2' } }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
   await paidError(t, client.products.createProduct({ name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
   await paidError(t, client.products.listProducts({ limit: 1001 }), 400, 'INVALID_BILLING_CONFIG', 'limit');
   t.same(await client.products.getProductById({ id: q.id }), q, 'refusals changed nothing');

@@ -34,6 +34,8 @@
  * A deleted customer stays stored, marked `deletedAt`: reads and changes answer 404, the list
  * skips it, its externalId stays reserved (a new customer cannot take it), and from the deletion
  * on the billing evaluator prices none of its signals (store.ts forBatch: as a stranger's).
+ * An externalId is set once (validate.ts settableOnce): given at creation or to a customer
+ * without one, never changed or removed.
  *
  * Every change is validated against the customer's document (or reads the plan it names,
  * which never changes) and applied with compare-and-set on that one key (store.ts); on any
@@ -71,6 +73,7 @@ import {
   quantityRule,
   readObject,
   required,
+  settableOnce,
   text,
   utcInstant,
   uuid,
@@ -360,8 +363,11 @@ export class BillingConfigApi {
     const externalId = body.externalId !== undefined ? customerExternalId(body.externalId) : undefined;
     const profile = profileFields(body);
     const now = new Date().toISOString();
+    // Checked again inside the change; first here, so that a refused move claims nothing.
+    if (externalId !== undefined) settableOnce((await this.doc(who, customerId)).customer.externalId, externalId, 'customer');
     const onTaken = (owner: string) => conflict('externalId', `customer ${owner} already has the externalId ${JSON.stringify(externalId)}`);
     const doc = await this.store.changeCustomerClaiming(who.org.id, who.mode, customerId, externalId, noCustomer(customerId), onTaken, (d) => {
+      if (externalId !== undefined) settableOnce(d.customer.externalId, externalId, 'customer');
       const before = JSON.stringify(d);
       if (name !== undefined) d.customer.name = name;
       if (externalId !== undefined) d.customer.externalId = externalId;

@@ -11,8 +11,9 @@
  * metadata, createdAt, updatedAt}`; `archivedAt` is when `active` last became false (null
  * while active). Signals' `attribution` names a product by `productId` or `externalProductId`.
  * Stored in the billing KV bucket (store.ts: `prod.`, `pxid.`, positions `ord.…products.<n>`).
- * A PUT changes the fields it has (null clears a nullable one); a new externalId is claimed
- * before the product carries it (409 CONFLICT when another product has it).
+ * A PUT changes the fields it has (null clears a nullable one); an externalId can be given to a
+ * product without one (claimed first: 409 CONFLICT when another product has it), never changed
+ * or removed once set (validate.ts settableOnce).
  */
 import { ApiError } from '../../errors.js';
 import { pathParams, type Method, type Reply, type Request, type Route } from '../../http/route.js';
@@ -20,7 +21,7 @@ import { randomToken } from '../../orgs/keys.js';
 import type { Principal } from '../../orgs/registry.js';
 import type { BillingConfigStore, ProductDoc } from './store.js';
 import { offsetPage, pagination } from './paging.js';
-import { bad, boolean, metadata, optionalText, readObject, required, text } from './validate.js';
+import { bad, boolean, metadata, optionalText, readObject, required, settableOnce, text } from './validate.js';
 
 const BODY_LIMIT = 64 * 1024;
 export const PRODUCT_ID = /^prod_[0-9A-Za-z]{20}$/;
@@ -112,7 +113,10 @@ export class ProductsApi {
     const meta = has('metadata') ? metadata(body.metadata, 'metadata') : undefined;
     const now = new Date().toISOString();
     const missing = () => notFound('productId', `no product ${JSON.stringify(id)}`);
+    // Checked again inside the change; first here, so that a refused move claims nothing.
+    if (externalId !== undefined) settableOnce((await this.byId(who, id)).externalId, externalId, 'product');
     const doc = await this.store.changeProduct(who.org.id, who.mode, id, externalId, missing, conflict(externalId ?? ''), (d) => {
+      if (externalId !== undefined) settableOnce(d.externalId, externalId, 'product');
       const before = JSON.stringify(d);
       if (name !== undefined) d.name = name;
       if (desc !== undefined) d.description = desc;

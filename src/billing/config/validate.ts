@@ -190,3 +190,15 @@ export function oneOf<T extends string>(v: unknown, field: string, values: reado
   if (typeof v !== 'string' || !(values as readonly string[]).includes(v)) throw bad(field, `must be one of ${values.join(', ')}, got ${JSON.stringify(v)}`);
   return v as T;
 }
+
+/**
+ * Refuses changing or removing an externalId once set (setting one where there is none, or the
+ * same again, is fine): the pipeline resolves an externalId to its service id once and keeps the
+ * answer for the process's life (src/billing/evaluator/partition.ts), so a moved externalId
+ * would keep billing its former owner.
+ */
+export function settableOnce(current: string | null, next: string | null, what: 'customer' | 'product'): void {
+  if (current !== null && next !== current) {
+    throw bad('externalId', `the ${what} already has the externalId ${JSON.stringify(current)}; an externalId cannot be changed or removed once set (signals are resolved by it)`);
+  }
+}

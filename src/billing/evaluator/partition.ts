@@ -10,7 +10,9 @@
  * Signals name a customer by its service id or its externalId, so the pipeline resolves each
  * reference to the service id before it splits a batch (an externalId through its claim key,
  * confirmed by the customer document; the answer never changes once found — an externalId is
- * set at creation and customers are never deleted — so found ones are cached). The resolved
+ * set once and never changed or removed (config/validate.ts settableOnce), and a deleted
+ * customer keeps its externalId reserved — so found ones are cached; a deleted customer's
+ * signals still go to its partition, where evaluation finds it deleted and prices nothing). The resolved
  * id travels with the signal (BillableLine `k`) and the evaluator prices the signal for that
  * customer only. A reference that names no customer when the batch is stored is not billed
  * (no customer, nothing priced, as before). An externalId that names none is left out of the
