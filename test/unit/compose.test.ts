@@ -33,7 +33,7 @@ const list = (v: YamlValue | undefined): string[] => (Array.isArray(v) ? (v as s
 
 const compose = obj(parseYamlSubset(read('docker-compose.yml')), 'docker-compose.yml');
 const services = obj(compose.services, 'services');
-const README = read('README.md');
+const README = read('docs/operations.md'); // the roles, the settings and the .env snippet are documented there
 const CONFIG_SRC = read('src/config.ts');
 const APP_SERVICES = ['ingress', 'pipeline', 'dispatcher'] as const;
 const env = (svc: string): Record<string, string> => {
