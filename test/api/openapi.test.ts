@@ -46,7 +46,7 @@ t.test('error codes in the document match the catalogue', async (t) => {
 });
 
 /**
- * Issue 10, item 2: path parameters are decoded once, by the HTTP layer. Every path template
+ * Path parameters are decoded once, by the HTTP layer. Every path template
  * of the document, with every method, gets malformed and hostile escapes in its parameters:
  * the answer is always a 4xx JSON error `{error, code, details}`, never a 5xx; a malformed
  * escape answers 400 INVALID_PATH naming the parameter, whichever parameter carries it. The

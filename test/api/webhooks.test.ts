@@ -320,7 +320,7 @@ t.test('test deliveries to a receiver that never answers: at most 2 at once per 
   t.match(after.body, { delivered: true, statusCode: 200 }, 'slots come back when the attempts end');
 });
 
-t.test('path parameters are decoded once (issue 10): %25ZZ is the text %ZZ, a malformed escape is 400 INVALID_PATH', async (t) => {
+t.test('path parameters are decoded once: %25ZZ is the text %ZZ, a malformed escape is 400 INVALID_PATH', async (t) => {
   const org = await createOrg(svc.url);
   const cases: [string, string, number, string, RegExp][] = [
     ['PATCH', '/api/v2/webhooks/%25ZZ', 404, 'NOT_FOUND', /^no webhook event "%ZZ"/],
