@@ -211,9 +211,9 @@ export class WebhookApi {
       const cur = d.webhooks[event] ?? { url: null, enabled: false, updatedAt: now };
       const next = { url: url === undefined ? cur.url : url, enabled: typeof b.enabled === 'boolean' ? b.enabled : cur.enabled, updatedAt: now };
       if (next.enabled && next.url === null) {
-        throw new ApiError('WEBHOOK_NOT_READY', url === null
-          ? `url: ${event} is enabled; a URL can be cleared only while it is disabled (send {"url": null, "enabled": false})`
-          : `enabled: ${event} has no URL; send {"url": "https://…", "enabled": true} to set both`);
+        throw new ApiError('WEBHOOK_NOT_READY', b.enabled === true
+          ? `enabled: ${event} ${url === null ? 'cannot be enabled without a URL' : 'has no URL'}; send {"url": "https://…", "enabled": true} to set both`
+          : `url: ${event} is enabled; a URL can be cleared only while it is disabled (send {"url": null, "enabled": false})`);
       }
       d.webhooks[event] = next;
     });
