@@ -321,7 +321,7 @@ const webhookSchema = {
   type: 'object',
   required: ['id', 'name', 'description', 'enabled', 'url', 'lastSentAt', 'lastStatus'],
   properties: {
-    id: { type: 'string', pattern: '^wh_[A-Za-z0-9_-]{22}$', description: 'Stable per organization, mode and event (an HMAC keyed with WEBHOOK_ENCRYPTION_KEY); reveals nothing of them.' },
+    id: { type: 'string', pattern: '^wh_[A-Za-z0-9_-]{22}$', description: 'Stable per organization, mode and event (an HMAC under a key derived from WEBHOOK_ENCRYPTION_KEY); reveals nothing of them.' },
     name: { type: 'string', enum: [...EVENT_NAMES], description: 'The event name (spec 6).' },
     description: { type: 'string', description: 'When the event fires.' },
     enabled: { type: 'boolean' },

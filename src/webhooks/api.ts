@@ -10,7 +10,7 @@
  *   POST  /api/v2/webhook-deliveries/:deliveryId/resend deliver that event again
  *
  * A Webhook is `{id, name, description, enabled, url, lastSentAt, lastStatus}` plus
- * `updatedAt` and `lastDelivery`: `id` is `wh_` and an HMAC (keyed with
+ * `updatedAt` and `lastDelivery`: `id` is `wh_` and an HMAC (keyed with a key derived from
  * WEBHOOK_ENCRYPTION_KEY) of organization, mode and event, stable and revealing nothing;
  * `lastSentAt`/`lastStatus` come from the newest attempt of the event in the delivery log,
  * test deliveries included (a test is a real delivery to the URL); events logged as not
@@ -33,7 +33,7 @@
  * delivered ("no signing secret") and test deliveries answer 409. Secrets are sealed with
  * WEBHOOK_ENCRYPTION_KEY (secret-box.ts) and never returned again.
  */
-import { createHmac, randomBytes } from 'node:crypto';
+import { createHmac, hkdfSync, randomBytes } from 'node:crypto';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { ApiError } from '../errors.js';
 import type { Method, Reply, Request, Route } from '../http/route.js';
@@ -88,13 +88,16 @@ export interface WebhookView {
   lastDelivery: LastDelivery | null;
 }
 
+/** The key of webhook ids: derived from the webhook key (HKDF-SHA256), so the sealing key itself signs nothing. */
+export const webhookIdKey = (key: Buffer): Buffer => Buffer.from(hkdfSync('sha256', key, Buffer.alloc(0), 'webhook-id', 32));
+
 /**
- * The stable id of a webhook: `wh_` and 128 bits of an HMAC-SHA256, keyed with the webhook
- * key, over organization, mode and event. The same for the same three while the key stays;
- * without the key it tells nothing about them.
+ * The stable id of a webhook: `wh_` and 128 bits of an HMAC-SHA256, keyed with
+ * {@link webhookIdKey}, over organization, mode and event. The same for the same three while
+ * WEBHOOK_ENCRYPTION_KEY stays; without the key it tells nothing about them.
  */
-export function webhookId(key: Buffer, orgId: string, mode: Mode, event: EventName): string {
-  return `wh_${createHmac('sha256', key).update(`webhook-id\0${orgId}\0${mode}\0${event}`).digest().subarray(0, 16).toString('base64url')}`;
+export function webhookId(idKey: Buffer, orgId: string, mode: Mode, event: EventName): string {
+  return `wh_${createHmac('sha256', idKey).update(`${orgId}\0${mode}\0${event}`).digest().subarray(0, 16).toString('base64url')}`;
 }
 
 /** Per event, its newest attempt (delivered or failed) among `records` (newest first). */
@@ -106,13 +109,16 @@ export function lastAttempts(records: readonly DeliveryRecord[]): Map<string, De
 
 export class WebhookApi {
   private readonly outbound = new InFlight(OUTBOUND_IN_FLIGHT);
+  private readonly idKey: Buffer | null;
 
   constructor(
     private readonly store: WebhookStore,
     private readonly log: DeliveryLog,
     private readonly nats: Nats,
     private readonly opts: WebhookOptions,
-  ) {}
+  ) {
+    this.idKey = opts.key ? webhookIdKey(opts.key) : null;
+  }
 
   /** The routes, relative to `/api/v2` (src/routes.ts), authenticated with the API key. */
   routes(): Route<Principal>[] {
@@ -155,7 +161,7 @@ export class WebhookApi {
   private view(who: Principal, event: EventName, doc: WebhookDoc, last: DeliveryRecord | undefined): WebhookView {
     const w = doc.webhooks[event];
     return {
-      id: webhookId(this.opts.key!, who.org.id, who.mode, event),
+      id: webhookId(this.idKey!, who.org.id, who.mode, event),
       name: event,
       description: eventDescription(event),
       enabled: w?.enabled ?? false,
