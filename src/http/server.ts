@@ -5,6 +5,7 @@
  * every other route is mounted by the route table (src/routes.ts), each feature's routes
  * once its components are ready. Until the table says so (`markReady`) an unknown path
  * answers 503 SERVICE_STARTING; afterwards 404. A known path with another method is a 405.
+ * Every path answers the same with and without a trailing slash (`add`).
  *
  * Nothing here knows a feature: authentication is the functions the route table hands
  * `mount` (src/http/route.ts AuthHooks).
@@ -94,18 +95,30 @@ export class Server {
     }
   }
 
+  /**
+   * Registers `pattern` and its trailing-slash form (`/webhooks` and `/webhooks/`, as the
+   * official client calls collection paths) with the same handler, and for both a 405
+   * naming the allowed methods. uWS matches paths exactly, so each form is its own pattern;
+   * both share one metrics route label (the form without the slash) and one set of allowed
+   * methods. A `:name` segment never matches an empty segment: `/webhooks/` is the
+   * collection, not `/webhooks/:event` with an empty event.
+   */
   private add<P>(method: Method, pattern: string, handler: Handler<P>, opts?: RouteOptions<P>): void {
-    this.app[method === 'delete' ? 'del' : method](pattern, wrap(handler, opts, pattern));
-    let allowed = this.methods.get(pattern);
+    const canonical = withoutTrailingSlash(pattern) || '/';
+    const forms = canonical === '/' ? ['/'] : [canonical, `${canonical}/`];
+    const wrapped = wrap(handler, opts, canonical);
+    for (const form of forms) this.app[method === 'delete' ? 'del' : method](form, wrapped);
+    let allowed = this.methods.get(canonical);
     if (!allowed) {
       const set = new Set<string>();
       allowed = set;
-      this.methods.set(pattern, set);
+      this.methods.set(canonical, set);
       // Method-specific handlers take precedence over `any` in uWS, whatever the order.
-      this.app.any(pattern, wrap(() => {
+      const notAllowed = wrap(() => {
         const allow = [...set].join(', ');
         throw new ApiError('METHOD_NOT_ALLOWED', `allowed: ${allow}`, { Allow: allow });
-      }, { route: pattern }));
+      }, { route: canonical });
+      for (const form of forms) this.app.any(form, notAllowed);
     }
     allowed.add(method.toUpperCase());
   }
@@ -115,6 +128,9 @@ export class Server {
     this.ready = true;
   }
 }
+
+/** `/a/b/` → `/a/b`; `/` → `` (the root has one form). */
+const withoutTrailingSlash = (pattern: string): string => (pattern.endsWith('/') ? pattern.slice(0, -1) : pattern);
 
 export function listen(app: uWS.TemplatedApp, host: string, port: number): Promise<{ port: number; socket: uWS.us_listen_socket }> {
   return new Promise((resolve, reject) => {

@@ -5,7 +5,8 @@
  * are guarded by the operator hook and not mounted at all without one; a route mounted
  * without the API-key hook it needs is refused at mount time; a known path with another
  * method is a 405 naming the allowed ones; unknown paths answer 503 SERVICE_STARTING until
- * the server is marked ready, 404 afterwards.
+ * the server is marked ready, 404 afterwards; every path answers the same with one trailing
+ * slash (the official client calls collections as `/webhooks/`).
  */
 import t from 'tap';
 import { ApiError } from '../../src/errors.js';
@@ -85,6 +86,34 @@ t.test('405 names the allowed methods of a known path', async (t) => {
   t.equal(r.status, 405);
   t.equal(r.headers.get('allow'), 'POST');
   t.equal(await code(r), 'METHOD_NOT_ALLOWED');
+});
+
+t.test('every route answers with and without a trailing slash: handlers, path parameters, 405, health', async (t) => {
+  const withSlash = await get('/api/things/a%20b/', 'Bearer key-1');
+  t.equal(withSlash.status, 200);
+  t.same(await withSlash.json(), { org: 'org-1', id: 'a b' }, 'the same handler, its parameter decoded once');
+  t.equal((await get('/api/things/x/')).status, 401, 'authenticated the same way');
+  const posted = await fetch(`${base}/api/things/`, { method: 'POST', headers: { authorization: 'Bearer key-1' }, body: 'xyz' });
+  t.equal(posted.status, 201);
+  t.same(await posted.json(), { bytes: 3, org: 'org-1' }, 'the body is read the same way');
+  const big = await fetch(`${base}/api/things/`, { method: 'POST', headers: { authorization: 'Bearer key-1' }, body: 'x'.repeat(11) });
+  t.equal(big.status, 413, 'and held to the same limit');
+
+  for (const p of ['/api/things/', '/api/things/a/']) {
+    const r = await fetch(`${base}${p}`, { method: 'DELETE' });
+    t.equal(r.status, 405, `DELETE ${p}`);
+    t.equal(r.headers.get('allow'), p === '/api/things/' ? 'POST' : 'GET', `DELETE ${p}: the allowed methods of the path`);
+    t.equal(await code(r), 'METHOD_NOT_ALLOWED');
+  }
+  t.equal((await get('/healthz/')).status, 200);
+  t.equal((await get('/ops/secret/', 'Bearer operator-secret')).status, 200);
+  t.equal((await get('/ops/secret/')).status, 401);
+
+  for (const p of ['/api/things//', '/api/things/a//', '/api//things']) {
+    const r = await get(p, 'Bearer key-1');
+    t.equal(r.status, 404, `${p}: one trailing slash only, no empty parameter`);
+    t.equal(await code(r), 'NOT_FOUND');
+  }
 });
 
 t.test('an API-key route mounted without the API-key hook is refused at mount time', async (t) => {
