@@ -13,7 +13,7 @@
  * store in this process, and the same statements with the same settings run --requests times
  * (timed around the store call: the engine's own time including the chdb call).
  *
- * Overhead = API p50 − engine p50, per query. Target (issue): at most 5 ms at p50.
+ * Overhead = API p50 − engine p50, per query. Target: at most 5 ms at p50.
  *
  *   node dist/bench/analytics.js [--signals N (default 20000)] [--requests N (default 300)]
  */

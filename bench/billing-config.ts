@@ -1,5 +1,5 @@
 /**
- * Billing configuration at scale (issue 14, "Size"): one organization with 100,000
+ * Billing configuration at scale: one organization with 100,000
  * customers and 1,000 organizations on one deployment.
  *
  * 1. Starts the service (ROLE=ingress: the configuration API and the operator API) and

@@ -1,5 +1,5 @@
 /**
- * Billing evaluation throughput and lag (issue 14, "Parallel evaluation").
+ * Billing evaluation throughput and lag.
  *
  * Starts the service (ROLE=all, plus --pipelines − 1 extra ROLE=pipeline processes with their
  * own data directories), seeds --orgs organizations × --customers customers each (direct KV
@@ -20,7 +20,7 @@
  * evaluated), the lag p99 of each second of the scenario (by when a message was stored: where a
  * tail comes from), and the CPU per batch of the service, its engine host and nats-server.
  * After the producers stop it waits until every stored message is evaluated.
- * Target (issue): billing keeps up (the backlog drains with the producers) with lag p99 ≤ 1 s.
+ * Target: billing keeps up (the backlog drains with the producers) with lag p99 ≤ 1 s.
  *
  * With --rate R the producers are an open loop instead: R batches per second at fixed times,
  * whatever the answers (billing lag at a load the service sustains, rather than at the

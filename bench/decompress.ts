@@ -3,7 +3,7 @@
  * 500-signal batch (bench/lib/signals.ts), the CPU to inflate one, how long the event loop is
  * held when many are decoded at once by the service's decoder (src/http/content-encoding.ts,
  * zlib's stream API on the thread pool) against zlib's synchronous call, and how far a bomb
- * gets before the decoder stops it. The figures quoted in content-encoding.ts and the README
+ * gets before the decoder stops it. The figures quoted in content-encoding.ts and docs/api.md
  * ("Compressed bodies") come from here.
  *
  *   node dist/bench/decompress.js [--concurrent N] [--limit BYTES]

@@ -1,5 +1,5 @@
 /**
- * The billing evaluator's worker task, in process (issue 14): what workers/billing.ts does
+ * The billing evaluator's worker task, in process: what workers/billing.ts does
  * for one group — parse the pin's configurations and the messages' texts, list the cap
  * periods the group touches, evaluate every message in order and render its rows — on groups
  * shaped like the billing bench's 500-signal scenario: --messages partition messages per

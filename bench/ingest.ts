@@ -15,7 +15,7 @@
  * Linux; the kernel spreads the connections): CPU-seconds are the sum over the N processes.
  *
  * Without --url the service is started here with isolated NATS/Redis prefixes and a temp
- * DATA_DIR, and everything it made is removed at the end. Target (issue): full/raw ≥ 0.7.
+ * DATA_DIR, and everything it made is removed at the end. Target: full/raw ≥ 0.7.
  */
 import path from 'node:path';
 import { statfsSync } from 'node:fs';

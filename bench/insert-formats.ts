@@ -4,7 +4,7 @@
  * format): the same rows (the rows worker over the pipeline bench's batches, workers/rows.ts),
  * rendered once per format, inserted in turn into one session in this process, --rounds
  * times. Prints rows/s, CPU-seconds per million rows and bytes per insert for each format
- * (issue 13: what a cheaper format would save the engine; its `data` JSON column is parsed
+ * (what a cheaper format would save the engine; its `data` JSON column is parsed
  * from text in every one).
  *
  *   node dist/bench/insert-formats.js [--rows N (10000 per insert)] [--inserts N (30 per format and round)] [--rounds N (2)]

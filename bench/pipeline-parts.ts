@@ -7,8 +7,8 @@
  * src/billing/config/store.ts `forBatch` did for customers named by externalId), measured
  * both ways, alternately A, B, A, B (the lower of each kept): `kv.get` per key, and the
  * batched reader the evaluator now uses (src/bus/kv-read.ts: direct gets, one shared reply
- * subscription, one timer per batch). The README's
- * "where the time goes" figures for issue 13 come from here. CPU of this process is
+ * subscription, one timer per batch). The pipeline's
+ * "where the time goes" figures (docs/benchmarks.md) come from here. CPU of this process is
  * process.cpuUsage (the main thread does all the work here); nats-server's is read from /proc.
  *
  *   node dist/bench/pipeline-parts.js [--batches N (default 200)]

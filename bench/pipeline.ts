@@ -16,7 +16,7 @@
  * batches and stops; a ROLE=pipeline process then drains it. In ROLE=all the ingress and the
  * pipeline share one event loop and two cores, so phase 1 may be bounded by the ingress.
  *
- * Targets (issue 13): end to end ≥ 0.6 × the raw engine rate, the pipeline alone ≥ 0.8 ×.
+ * Targets: end to end ≥ 0.6 × the raw engine rate, the pipeline alone ≥ 0.8 ×.
  * Each phase also prints the CPU-seconds per million signals of the service, its engine host
  * and nats-server (and the raw phase per million rows), so progress shows on any machine.
  *
@@ -51,7 +51,7 @@ import { OPERATOR_TOKEN, createUnlimitedOrg, http } from './lib/api.js';
 import { Poster } from './lib/post.js';
 import { NATS_URL, cleanup, isolation, onInterrupt, startBenchService as startService, type BenchService as Service } from '../harness/service.js';
 
-/** Issue 13: end to end (ROLE=all) ≥ 0.6 × the raw engine insert; the pipeline alone ≥ 0.8 ×. */
+/** Target: end to end (ROLE=all) ≥ 0.6 × the raw engine insert; the pipeline alone ≥ 0.8 ×. */
 const TARGET_RATIO = 0.6;
 const BACKLOG_TARGET_RATIO = 0.8;
 const FLUSH_ROWS = 10_000; // PIPELINE_FLUSH_ROWS default
@@ -78,7 +78,7 @@ const drainTimeout = args.num('drain-timeout', Math.max(120, 2 * duration), 1, 2
 const steadySkip = Math.min(10, Math.floor(duration / 5));
 const backlogBatches = args.num('backlog', 1000, 0, 1_000_000);
 const freshnessSeconds = args.num('freshness-seconds', 20, 1, 3600);
-/** Issue 13: freshness at half the sustained maximum, p50 ≤ 300 ms and p99 ≤ 1 s. */
+/** Target: freshness at half the sustained maximum, p50 ≤ 300 ms and p99 ≤ 1 s. */
 const FRESHNESS_TARGET = { p50: 300, p99: 1_000 };
 /** How often the freshness phase reads the stored count. */
 const FRESHNESS_POLL_MS = 50;

@@ -9,7 +9,7 @@
  * Phase 2 (deliveries/s): --events payment events published through the operator API as fast
  * as it takes them; rate at which the receiver verifies them.
  *
- * Target (issue): p99 ≤ 250 ms at moderate load.
+ * Target: p99 ≤ 250 ms at moderate load.
  *
  *   node dist/bench/webhooks.js [--customers N (200)] [--rate R (20)] [--events N (2000)] [--flush-ms MS (service default)]
  */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the whole service (all roles in one process, embedded ClickHouse under DATA_DIR).
-# Usage: ./scripts/run.sh            (settings from the environment; see README "Configuration")
+# Usage: ./scripts/run.sh            (settings from the environment; see docs/operations.md "Configuration")
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 source ./scripts/setup.sh

@@ -4,7 +4,7 @@
  * reads its own BILLING_URL and OPERATOR_TOKEN). Each bad value produces one clear
  * message; all messages are reported together and the process refuses to start.
  *
- * Every setting, its default and its meaning is listed in README.md ("Configuration").
+ * Every setting, its default and its meaning is listed in docs/operations.md ("Configuration").
  */
 import os from 'node:os';
 import path from 'node:path';
@@ -22,12 +22,12 @@ export const BILLING_FAULT_POINTS = ['before-states', 'after-pin', 'after-events
 export type BillingFaultPoint = (typeof BILLING_FAULT_POINTS)[number];
 /** BILLING_PARTITIONS' upper bound (and of the number a deployment keeps: billing/evaluator/streams.ts). */
 export const MAX_BILLING_PARTITIONS = 256;
-/** BILLING_PARTITIONS' default (README, Benchmarks 2026-11-24 14:00: why 8). */
+/** BILLING_PARTITIONS' default (docs/decisions/0005-partitioned-billing.md: why 8). */
 export const DEFAULT_BILLING_PARTITIONS = 8;
 /**
  * BILLING_INLINE_SIGNALS' default: a group of up to this many signals (about 20 ms of CPU at
- * ~9 µs a signal) is evaluated on the evaluator's thread rather than on a worker (README,
- * Benchmarks 2026-11-25 07:30: the hop's waits cost more than the work).
+ * ~9 µs a signal) is evaluated on the evaluator's thread rather than on a worker (docs/decisions/
+ * 0009-billing-groups-inline.md: the hop's waits cost more than the work).
  */
 export const DEFAULT_BILLING_INLINE_SIGNALS = 2_048;
 

@@ -489,7 +489,27 @@ const billingPaths = {
 
 
 const webhookEventParam = { name: 'event', in: 'path', required: true, schema: { type: 'string', enum: [...EVENT_NAMES] } };
-const webhookView = { type: 'object', properties: { event: { type: 'string', enum: [...EVENT_NAMES] }, url: { type: ['string', 'null'] }, enabled: { type: 'boolean' }, updatedAt: { type: ['string', 'null'], format: 'date-time' } } };
+/** The official client's `Webhook` (its seven fields, required), then the service's own. */
+const webhookSchema = {
+  type: 'object',
+  required: ['id', 'name', 'description', 'enabled', 'url', 'lastSentAt', 'lastStatus'],
+  properties: {
+    id: { type: 'string', pattern: '^wh_[A-Za-z0-9_-]{22}$', description: 'Stable per organization, mode and event (an HMAC under a key derived from WEBHOOK_ENCRYPTION_KEY); reveals nothing of them.' },
+    name: { type: 'string', enum: [...EVENT_NAMES], description: 'The event name (spec 6).' },
+    description: { type: 'string', description: 'When the event fires.' },
+    enabled: { type: 'boolean' },
+    url: { type: ['string', 'null'], description: 'null: not configured.' },
+    lastSentAt: { type: ['string', 'null'], format: 'date-time', description: 'Start of the newest delivery attempt of this event in the delivery log (test deliveries included); null: none in the log.' },
+    lastStatus: { type: ['string', 'null'], enum: ['success', 'failed', null], description: 'Outcome of that attempt: success (the receiver answered 2xx) or failed.' },
+    updatedAt: { type: ['string', 'null'], format: 'date-time', description: 'Extra: the last change of url or enabled.' },
+    lastDelivery: {
+      type: ['object', 'null'],
+      description: 'Extra: the attempt lastSentAt and lastStatus describe.',
+      properties: { deliveryId: { type: 'string' }, attempt: { type: 'integer' }, isTest: { type: 'boolean' }, statusCode: { type: ['integer', 'null'] } },
+    },
+  },
+};
+const webhookView = ref('Webhook');
 const webhookCommon = {
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
   503: error('WEBHOOK_ENCRYPTION_KEY is not set on this service, or the service is starting.', ['WEBHOOKS_UNAVAILABLE', 'SERVICE_STARTING']),
@@ -524,7 +544,7 @@ const WEBHOOK_PATHS = {
     },
   },
   '/api/v2/webhooks': {
-    get: { summary: 'The ten webhook events with their URL, switch and last change; whether a signing secret exists', security: [{ apiKey: [] }], responses: { 200: json({ type: 'object', properties: { webhooks: { type: 'array', items: webhookView }, signingSecret: { type: 'object', properties: { exists: { type: 'boolean' }, createdAt: { type: ['string', 'null'] } } } } }, 'The webhooks.'), ...webhookCommon } },
+    get: { summary: 'The ten webhook events with their URL, switch and last delivery; whether a signing secret exists', security: [{ apiKey: [] }], responses: { 200: json({ type: 'object', required: ['data'], properties: { data: { type: 'array', items: webhookView }, signingSecret: { type: 'object', description: 'Extra: whether a signing secret exists (it is never shown again).', properties: { exists: { type: 'boolean' }, createdAt: { type: ['string', 'null'] } } } } }, 'The webhooks, in the order of spec 6.'), ...webhookCommon } },
   },
   '/api/v2/webhooks/rotate-secret': {
     post: { summary: 'A new signing secret, returned this once (also how an organization gets its first one); the old one stops being used on the next delivery', security: [{ apiKey: [] }], responses: { 201: json({ type: 'object', properties: { signingSecret: { type: 'string', pattern: '^whsec_[A-Za-z0-9_-]{43}$' }, createdAt: { type: 'string' } } }, 'The secret: store it now.'), ...webhookCommon } },
@@ -534,8 +554,15 @@ const WEBHOOK_PATHS = {
       summary: 'Configure the webhook of one event',
       security: [{ apiKey: [] }],
       parameters: [webhookEventParam],
-      requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { url: { type: ['string', 'null'], description: 'Absolute HTTPS URL resolving only to public addresses (unless the operator allowed plain HTTP or networks).' }, enabled: { type: 'boolean' } } } } } },
-      responses: { 200: json(webhookView, 'The updated webhook.'), 400: error('Bad body, URL or enabled.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_WEBHOOK']), 404: error('Unknown event name.', ['NOT_FOUND']), 429: outboundLimited, ...webhookCommon },
+      requestBody: { required: true, content: { 'application/json': { schema: { type: 'object', additionalProperties: false, properties: { url: { type: ['string', 'null'], description: 'Absolute HTTPS URL resolving only to public addresses (unless the operator allowed plain HTTP or networks); null clears it while the webhook is disabled.' }, enabled: { type: 'boolean', description: 'true only with a URL (set before or in the same request).' } } } } } },
+      responses: {
+        200: json(webhookView, 'The updated webhook.'),
+        400: error('Bad body, URL or enabled.', ['INVALID_JSON', 'INVALID_BODY', 'INVALID_WEBHOOK']),
+        404: error('Unknown event name.', ['NOT_FOUND']),
+        409: error('The change would leave the webhook enabled without a URL (enabling it with none, or clearing the URL while it is enabled); nothing changed.', ['WEBHOOK_NOT_READY']),
+        429: outboundLimited,
+        ...webhookCommon,
+      },
     },
   },
   '/api/v2/webhooks/{event}/test': {
@@ -545,10 +572,17 @@ const WEBHOOK_PATHS = {
       parameters: [webhookEventParam],
       requestBody: { required: false, content: { 'application/json': { schema: { type: 'object', maxProperties: 0 } } } },
       responses: {
-        200: json({ type: 'object', properties: { deliveryId: { type: 'string' }, event: { type: 'string' }, delivered: { type: 'boolean' }, statusCode: { type: ['integer', 'null'] }, latencyMs: { type: 'number' }, error: { type: ['string', 'null'] } } }, 'The attempt.'),
+        200: json({
+          type: 'object',
+          required: ['success'],
+          properties: {
+            success: { type: 'boolean', description: 'The receiver answered 2xx.' },
+            deliveryId: { type: 'string' }, event: { type: 'string' }, delivered: { type: 'boolean', description: 'The same as success.' }, statusCode: { type: ['integer', 'null'] }, latencyMs: { type: 'number' }, error: { type: ['string', 'null'] },
+          },
+        }, 'The attempt was made: success says whether the receiver accepted it (a refused or unanswered delivery is a 200 with success false).'),
         400: error('The body is not {}.', ['INVALID_JSON', 'INVALID_BODY']),
         404: error('Unknown event name.', ['NOT_FOUND']),
-        409: error('No URL, disabled, or no signing secret yet.', ['WEBHOOK_NOT_READY']),
+        409: error('No URL, disabled, or no signing secret yet: nothing was sent.', ['WEBHOOK_NOT_READY']),
         429: outboundLimited,
         ...webhookCommon,
       },
@@ -564,7 +598,7 @@ const WEBHOOK_PATHS = {
 
 const DOCUMENT = {
   openapi: '3.1.0',
-  info: { title: 'usage-billing', version: '2.0.0', description: 'Usage signals, rate limits and the operator API. See README.md.' },
+  info: { title: 'usage-billing', version: '2.0.0', description: 'Usage signals, rate limits and the operator API. See README.md. Every path also answers with one trailing slash (the official client calls collections as `/webhooks/`).' },
   components: {
     securitySchemes: {
       apiKey: { type: 'http', scheme: 'bearer', description: 'sk_live_… or sk_test_…' },
@@ -587,6 +621,7 @@ const DOCUMENT = {
         },
       },
       Limits: limits,
+      Webhook: webhookSchema,
       ...billingSchemas,
       Organization: {
         type: 'object',

@@ -2,12 +2,12 @@
  * The benches' load generator's HTTP client: POSTs over keep-alive connections with
  * node:http, one connection per request in flight.
  *
- * The producers share the machine's cores with the service they measure (issue 13: everything
+ * The producers share the machine's cores with the service they measure (everything
  * on the same 2 cores), so whatever the producer spends is taken from the service. With
  * `fetch` (undici: WHATWG streams, an AbortSignal per request) a producer spent 1,389–2,236 µs
  * of CPU per 500-signal POST, rendering the body included, against 633–1,421 µs with this
  * client; the service's own CPU per request was the same with both
- * (`node dist/bench/producer-client.js`, README): at the pipeline bench's ~90 batches/s, about
+ * (`node dist/bench/producer-client.js`, docs/decisions/0014): at the pipeline bench's ~90 batches/s, about
  * a tenth of a core more for the service.
  */
 import http from 'node:http';

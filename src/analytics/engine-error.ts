@@ -6,8 +6,8 @@
  * a time limit → 408, a name outside the views → 403, a class in SERVICE_FAULT (the engine's
  * own bugs, I/O, memory allocation, network, cancellation) → 500 with the class only, every
  * other class → 400 with the class and the engine's reason, cleaned of internals. A class a
- * later engine adds is a 400, never a 500 (issue 11: classes such as TLD_LIST_NOT_FOUND or
- * AGGREGATE_FUNCTION_THROW used to answer 500). A message chdb cut at a NUL byte (it hands
+ * later engine adds is a 400, never a 500 (classes such as TLD_LIST_NOT_FOUND or
+ * AGGREGATE_FUNCTION_THROW are the query's own failures). A message chdb cut at a NUL byte (it hands
  * back C strings) has its code number but no class: the number decides. An error without a
  * ClickHouse code (the engine host, the client) is the service's failure: 500.
  */

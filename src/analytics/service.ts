@@ -1,5 +1,5 @@
 /**
- * The analytics operations (spec 4.1, 4.2; issue 4):
+ * The analytics operations (spec 4.1, 4.2):
  *   POST /api/v2/analytics/query            one compiled SELECT, scoped to the caller
  *   GET  /api/v2/analytics/schema           the views and their columns
  *   GET  /api/v2/analytics/signals/metadata JSON paths seen in the caller's fact_signal.data

@@ -1,6 +1,6 @@
 /**
  * The billing events (spec section 6): ONE list, `EVENTS`, in the spec's order. Each entry
- * names an event and gives its sample payload (test deliveries) and, for the events other
+ * names an event and gives when it fires (one sentence), its sample payload (test deliveries) and, for the events other
  * billing components publish (operator API), the check of its `data`. The compiler holds each
  * entry to its payload type (`EventData`: the receiver package's types, spec 2.5–2.8, what
  * receivers read) and demands one entry per event name: adding an event is one entry here
@@ -24,6 +24,8 @@ export type EventName = WebhookEventName;
 export type EventData<E extends EventName = EventName> = WebhookEventData[E];
 
 interface EventSpec<E extends EventName> {
+  /** When the event fires, as one sentence (spec section 6's table); the webhook list shows it. */
+  description: string;
   /** Synthetic payload of a test delivery: the exact shape of the real event. */
   sample(k: SampleKit): EventData<E>;
   /**
@@ -37,26 +39,31 @@ const invoice = primaryKey('invoice', (o) => checkObject(o, 'invoice'));
 const checkout = primaryKey('checkout', (o) => checkObject(o, 'checkout'));
 
 export const EVENTS = {
-  'billing-invoice-created': { sample: (k) => ({ invoice: k.invoice(false) }), external: invoice },
-  'billing-invoice-paid': { sample: (k) => ({ invoice: k.invoice(true) }), external: invoice },
-  'billing-checkout-created': { sample: (k) => ({ checkout: k.checkout('open') }), external: checkout },
-  'billing-checkout-completed': { sample: (k) => ({ checkout: k.checkout('complete') }), external: checkout },
-  'billing-checkout-expired': { sample: (k) => ({ checkout: k.checkout('expired') }), external: checkout },
+  'billing-invoice-created': { description: 'Fires when a new invoice is created.', sample: (k) => ({ invoice: k.invoice(false) }), external: invoice },
+  'billing-invoice-paid': { description: 'Fires when an invoice becomes fully paid.', sample: (k) => ({ invoice: k.invoice(true) }), external: invoice },
+  'billing-checkout-created': { description: 'Fires when a checkout session is created.', sample: (k) => ({ checkout: k.checkout('open') }), external: checkout },
+  'billing-checkout-completed': { description: 'Fires when a checkout payment completes.', sample: (k) => ({ checkout: k.checkout('complete') }), external: checkout },
+  'billing-checkout-expired': { description: 'Fires when a checkout session expires.', sample: (k) => ({ checkout: k.checkout('expired') }), external: checkout },
   'billing-payment-succeeded': {
+    description: 'Fires when a payment succeeds.',
     sample: (k) => ({ payment: { id: k.id('pay_test_'), invoiceId: k.id('inv_test_'), invoiceNumber: 'TEST-0001', customerId: k.customerId, customerName: k.customerName, amount: 12_500, currency: 'USD', status: 'posted', paymentDate: k.at, paymentType: 'card', externalPaymentId: null } }),
     external: primaryKey('payment', (p) => checkPayment(p, 'succeeded')),
   },
   'billing-payment-failed': {
+    description: 'Fires when a payment attempt fails.',
     sample: (k) => ({ payment: { id: k.id('pay_test_'), invoiceId: null, invoiceNumber: null, customerId: k.customerId, customerName: k.customerName, amount: 12_500, currency: 'USD', status: 'failed', failureReason: 'Card declined (test)', failureDate: k.at, paymentType: 'card', externalPaymentId: null } }),
     external: primaryKey('payment', (p) => checkPayment(p, 'failed')),
   },
   'billing-credits-depleted': {
+    description: 'Fires when a customer runs out of prepaid credits.',
     sample: (k) => ({ credits: { customerId: k.customerId, customerName: k.customerName, orderLineAttributeId: k.id('ola_test_'), creditsCurrencyId: '00000000-0000-4000-8000-000000000000', totalCredits: 100, remainingCredits: -0.5, usedCredits: 1.5, totalCreditsDecimal: '100', remainingCreditsDecimal: '-0.5', usedCreditsDecimal: '1.5', eventName: 'api_call', signalId: k.id('sig_test_'), depletedAt: k.at } }),
   },
   'billing-overage-incurred': {
+    description: 'Fires when usage exceeds the included threshold, creating an overage condition.',
     sample: (k) => ({ overage: { customerId: k.customerId, customerName: k.customerName, planId: k.id('plan_test_'), planName: 'Test Plan', orderLineAttributeId: k.id('ola_test_'), eventType: 'OverageUsage', threshold: 1000, currentUsage: 1001, occurredAt: k.at } }),
   },
   'billing-credit-cap-reached': {
+    description: 'Fires when the credits of one currency spent by a customer unit and everything under it reach the cap set on that unit (once per cap and period).',
     sample: (k) => ({
       customer: { id: k.customerId, externalId: 'test-customer' },
       cap: { creditsCurrencyId: '00000000-0000-4000-8000-000000000000', amount: 500, amountDecimal: '500', frequency: 'MONTHLY', effectiveFrom: '2026-01-01T00:00:00Z' },
@@ -83,6 +90,9 @@ export const EXTERNAL_EVENT_NAMES = EVENT_NAMES.filter((e) => SPECS[e].external 
 export function externalCheck(e: EventName): ((data: Obj, event: string) => string) | null {
   return SPECS[e].external ?? null;
 }
+
+/** When `event` fires, as one sentence (spec section 6). */
+export const eventDescription = (event: EventName): string => SPECS[event].description;
 
 /** Synthetic payload of a test delivery of `event` (spec 4.4, 6 note 6). */
 export function samplePayload<E extends EventName>(event: E, now = new Date()): EventData<E> {

@@ -74,7 +74,7 @@ export { isDataError };
  * together (the engine host has two writer sessions, a ClickHouse server takes concurrent
  * inserts), so draining a backlog is not held to one insert's pace — the engine parses one
  * insert on one core. Pipeline alone 90,744 / 93,284 → 104,822 / 101,420 signals/s, end to end
- * unchanged (README, Benchmarks 2026-11-25 08:45).
+ * unchanged (docs/decisions/0011-inserts-and-flushes.md).
  */
 const MAX_FLUSHES = 2;
 /** Where the pipeline hands each batch's billable lines (main.ts gives the billing partitioner, src/billing/evaluator/partition.ts). */

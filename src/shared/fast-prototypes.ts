@@ -7,7 +7,7 @@
  * %HasFastProperties after a run). Optimized code then cannot fold the lookup of a string
  * method (`s.charCodeAt`, `s.slice`, …): every call goes through the generic LoadIC and is not
  * inlined. That was 3–4% of the machine's CPU in the pipeline bench (the claim index's
- * `charCodeAt`; README, "Issue 13, session 13"), and more in every other string-heavy path.
+ * `charCodeAt`; docs/architecture.md, "Process details"), and more in every other string-heavy path.
  * The worker threads are separate V8 instances that do not load ioredis: not affected.
  *
  * A property lookup through an ordinary object whose prototype is String.prototype, once the

@@ -6,7 +6,7 @@
  *   --max-semi-space-size=64   a young generation of 64 MiB semi-spaces instead of 16: the
  *                              service makes much short-lived garbage per batch (bodies, rows,
  *                              bus messages), and with the default the main thread spent 14%
- *                              of its time in the scavenger. Measured (README, results): the
+ *                              of its time in the scavenger. Measured (docs/decisions/0008): the
  *                              service's CPU per 500-signal billed batch −15 to −18%, per
  *                              million signals through the pipeline −8 to −10%; 32 and 128
  *                              did less.

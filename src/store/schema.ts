@@ -65,7 +65,7 @@ export function schemaStatements(db: string): string[] {
     ) ENGINE = MergeTree
     PARTITION BY toYYYYMM(timestamp)
     ORDER BY (org_id, livemode, timestamp, signal_id)`,
-    // One row per priced signal, written by the billing engine (issue 5); read through the
+    // One row per priced signal, written by the billing engine; read through the
     // analytics view fact_cost. cost_amount is in minor units with fractional cents. Every
     // decimal is STORED_DECIMAL, which holds every product exactly (src/store/stored.ts).
     `CREATE TABLE IF NOT EXISTS ${db}.costs (
@@ -122,8 +122,8 @@ export function schemaStatements(db: string): string[] {
 }
 
 /**
- * Decimal columns whose type changed after data directories were created: before issue 10
- * they were Decimal(38, 12), which cut products to 12 places. Start-up reads their types
+ * Decimal columns whose type changed after data directories were created: in data directories
+ * made before STORED_DECIMAL they were Decimal(38, 12), which cut products to 12 places. Start-up reads their types
  * (DECIMAL_TYPES_SQL) and widens each one that is not STORED_DECIMAL yet; values already
  * stored are kept as they are (widening loses nothing), and a second start changes nothing.
  */

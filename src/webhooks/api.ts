@@ -1,11 +1,28 @@
 /**
- * Webhook management (spec 4.4), with an organization API key, per organization and mode:
- *   GET   /api/v2/webhooks                              the ten events: url, enabled, updatedAt
- *   PATCH /api/v2/webhooks/:event {url?, enabled?}      configure one (url checked: public HTTPS)
- *   POST  /api/v2/webhooks/:event/test {}               a synthetic delivery now; answers its outcome
+ * Webhook management (spec 4.4), with an organization API key, per organization and mode, in
+ * the shapes of the official client (`@paid-ai/paid-node`: `Webhook`, `WebhookListResponse`,
+ * `WebhookTestResponse`), the service's own fields beside them:
+ *   GET   /api/v2/webhooks                              {data: Webhook[], signingSecret}: the ten events
+ *   PATCH /api/v2/webhooks/:event {url?, enabled?}      configure one (url checked: public HTTPS); answers its Webhook
+ *   POST  /api/v2/webhooks/:event/test {}               a synthetic delivery now; answers {success, …its outcome}
  *   POST  /api/v2/webhooks/rotate-secret                a new signing secret, shown this once
  *   GET   /api/v2/webhook-deliveries                    the delivery log, newest first
  *   POST  /api/v2/webhook-deliveries/:deliveryId/resend deliver that event again
+ *
+ * A Webhook is `{id, name, description, enabled, url, lastSentAt, lastStatus}` plus
+ * `updatedAt` and `lastDelivery`: `id` is `wh_` and an HMAC (keyed with a key derived from
+ * WEBHOOK_ENCRYPTION_KEY) of organization, mode and event, stable and revealing nothing;
+ * `lastSentAt`/`lastStatus` come from the newest attempt of the event in the delivery log,
+ * test deliveries included (a test is a real delivery to the URL); events logged as not
+ * delivered (webhook off, no secret) are no attempt and do not count.
+ *
+ * A webhook is enabled only with a URL: a change that would leave it enabled without one
+ * (`{enabled: true}` with no URL set, `{url: null}` while enabled) answers 409
+ * WEBHOOK_NOT_READY and changes nothing; `{url: null, enabled: false}` clears it.
+ *
+ * A test delivery the receiver refused or never answered is still a 200 with
+ * `success: false` (the test was sent; its outcome is the answer); 409 WEBHOOK_NOT_READY
+ * means nothing was sent.
  *
  * At most {@link OUTBOUND_IN_FLIGHT} URL checks and test deliveries of one organization and
  * mode run at once in a process (in-flight.ts); one more answers 429 CONCURRENCY_LIMIT_EXCEEDED
@@ -16,7 +33,7 @@
  * delivered ("no signing secret") and test deliveries answer 409. Secrets are sealed with
  * WEBHOOK_ENCRYPTION_KEY (secret-box.ts) and never returned again.
  */
-import { randomBytes } from 'node:crypto';
+import { createHmac, hkdfSync, randomBytes } from 'node:crypto';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { ApiError } from '../errors.js';
 import type { Method, Reply, Request, Route } from '../http/route.js';
@@ -25,11 +42,12 @@ import type { Principal } from '../orgs/registry.js';
 import type { Nats } from '../bus/connection.js';
 import { publishDurable } from '../bus/publish.js';
 import { H_MODE, H_ORG } from '../bus/batch.js';
-import { EVENT_NAMES, H_RESEND_OF, isEventName, samplePayload, type EventName } from '../bus/events.js';
+import { EVENT_NAMES, H_RESEND_OF, eventDescription, isEventName, samplePayload, type EventName } from '../bus/events.js';
+import type { Mode } from '../shared/mode.js';
 import { open, seal } from './secret-box.js';
 import { newSigningSecret } from './signature.js';
-import type { WebhookStore } from './store.js';
-import type { DeliveryLog } from './delivery-log.js';
+import type { WebhookDoc, WebhookStore } from './store.js';
+import { PER_ORG_RECORDS, type DeliveryLog, type DeliveryRecord } from './delivery-log.js';
 import type { Deliverer } from './deliver.js';
 import { InFlight } from './in-flight.js';
 
@@ -49,15 +67,58 @@ const BODY_LIMIT = 64 * 1024;
 
 export const secretContext = (orgId: string, mode: string): string => `webhook-secret:${orgId}:${mode}`;
 
+/** The newest attempt of a delivery, as the webhook list shows it beside `lastStatus`. */
+export interface LastDelivery {
+  deliveryId: string;
+  attempt: number;
+  isTest: boolean;
+  statusCode: number | null;
+}
+
+/** A webhook as answered: the official client's `Webhook`, then the service's own fields. */
+export interface WebhookView {
+  id: string;
+  name: EventName;
+  description: string;
+  enabled: boolean;
+  url: string | null;
+  lastSentAt: string | null;
+  lastStatus: 'success' | 'failed' | null;
+  updatedAt: string | null;
+  lastDelivery: LastDelivery | null;
+}
+
+/** The key of webhook ids: derived from the webhook key (HKDF-SHA256), so the sealing key itself signs nothing. */
+export const webhookIdKey = (key: Buffer): Buffer => Buffer.from(hkdfSync('sha256', key, Buffer.alloc(0), 'webhook-id', 32));
+
+/**
+ * The stable id of a webhook: `wh_` and 128 bits of an HMAC-SHA256, keyed with
+ * {@link webhookIdKey}, over organization, mode and event. The same for the same three while
+ * WEBHOOK_ENCRYPTION_KEY stays; without the key it tells nothing about them.
+ */
+export function webhookId(idKey: Buffer, orgId: string, mode: Mode, event: EventName): string {
+  return `wh_${createHmac('sha256', idKey).update(`${orgId}\0${mode}\0${event}`).digest().subarray(0, 16).toString('base64url')}`;
+}
+
+/** Per event, its newest attempt (delivered or failed) among `records` (newest first). */
+export function lastAttempts(records: readonly DeliveryRecord[]): Map<string, DeliveryRecord> {
+  const out = new Map<string, DeliveryRecord>();
+  for (const r of records) if (r.outcome !== 'not-delivered' && !out.has(r.event)) out.set(r.event, r);
+  return out;
+}
+
 export class WebhookApi {
   private readonly outbound = new InFlight(OUTBOUND_IN_FLIGHT);
+  private readonly idKey: Buffer | null;
 
   constructor(
     private readonly store: WebhookStore,
     private readonly log: DeliveryLog,
     private readonly nats: Nats,
     private readonly opts: WebhookOptions,
-  ) {}
+  ) {
+    this.idKey = opts.key ? webhookIdKey(opts.key) : null;
+  }
 
   /** The routes, relative to `/api/v2` (src/routes.ts), authenticated with the API key. */
   routes(): Route<Principal>[] {
@@ -82,16 +143,33 @@ export class WebhookApi {
   }
 
   private async list(who: Principal): Promise<Reply> {
-    const doc = await this.store.get(who.org.id, who.mode);
+    const [doc, last] = await Promise.all([this.store.get(who.org.id, who.mode), this.lastAttempts(who)]);
     return {
       status: 200,
       body: {
-        webhooks: EVENT_NAMES.map((event) => {
-          const w = doc.webhooks[event];
-          return { event, url: w?.url ?? null, enabled: w?.enabled ?? false, updatedAt: w?.updatedAt ?? null };
-        }),
+        data: EVENT_NAMES.map((event) => this.view(who, event, doc, last.get(event))),
         signingSecret: { exists: doc.secret !== null, createdAt: doc.secret?.createdAt ?? null },
       },
+    };
+  }
+
+  /** The newest attempt per event in the organization's delivery log (the latest {@link PER_ORG_RECORDS} records). */
+  private async lastAttempts(who: Principal): Promise<Map<string, DeliveryRecord>> {
+    return lastAttempts(await this.log.list(who.org.id, who.mode, PER_ORG_RECORDS));
+  }
+
+  private view(who: Principal, event: EventName, doc: WebhookDoc, last: DeliveryRecord | undefined): WebhookView {
+    const w = doc.webhooks[event];
+    return {
+      id: webhookId(this.idKey!, who.org.id, who.mode, event),
+      name: event,
+      description: eventDescription(event),
+      enabled: w?.enabled ?? false,
+      url: w?.url ?? null,
+      lastSentAt: last?.at ?? null,
+      lastStatus: last ? (last.outcome === 'delivered' ? 'success' : 'failed') : null,
+      updatedAt: w?.updatedAt ?? null,
+      lastDelivery: last ? { deliveryId: last.deliveryId, attempt: last.attempt, isTest: last.isTest, statusCode: last.statusCode } : null,
     };
   }
 
@@ -137,10 +215,15 @@ export class WebhookApi {
     const now = new Date().toISOString();
     const { doc } = await this.store.change(who.org.id, who.mode, (d) => {
       const cur = d.webhooks[event] ?? { url: null, enabled: false, updatedAt: now };
-      d.webhooks[event] = { url: url === undefined ? cur.url : url, enabled: typeof b.enabled === 'boolean' ? b.enabled : cur.enabled, updatedAt: now };
+      const next = { url: url === undefined ? cur.url : url, enabled: typeof b.enabled === 'boolean' ? b.enabled : cur.enabled, updatedAt: now };
+      if (next.enabled && next.url === null) {
+        throw new ApiError('WEBHOOK_NOT_READY', b.enabled === true
+          ? `enabled: ${event} ${url === null ? 'cannot be enabled without a URL' : 'has no URL'}; send {"url": "https://…", "enabled": true} to set both`
+          : `url: ${event} is enabled; a URL can be cleared only while it is disabled (send {"url": null, "enabled": false})`);
+      }
+      d.webhooks[event] = next;
     });
-    const w = doc.webhooks[event]!;
-    return { status: 200, body: { event, url: w.url, enabled: w.enabled, updatedAt: w.updatedAt } };
+    return { status: 200, body: this.view(who, event, doc, (await this.lastAttempts(who)).get(event)) };
   }
 
   private async rotate(who: Principal): Promise<Reply> {
@@ -171,7 +254,8 @@ export class WebhookApi {
       deliveryId, attempt: 1, event, eventId: deliveryId, eventSeq: null, isTest: true, at: now.toISOString(), url: w.url,
       statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, outcome: outcome.ok ? 'delivered' : 'failed', error: outcome.error, nextAttemptAt: null,
     });
-    return { status: 200, body: { deliveryId, event, delivered: outcome.ok, statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, error: outcome.error } };
+    // A 200 whatever the receiver answered: the test was sent, and `success` is its outcome.
+    return { status: 200, body: { success: outcome.ok, deliveryId, event, delivered: outcome.ok, statusCode: outcome.statusCode, latencyMs: outcome.latencyMs, error: outcome.error } };
   }
 
   private async deliveries(req: Request, who: Principal): Promise<Reply> {

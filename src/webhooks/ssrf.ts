@@ -1,11 +1,11 @@
 /**
- * The public-address guard for webhook URLs (issue 6, spec 2.3: "HTTPS receiver URL,
+ * The public-address guard for webhook URLs (spec 2.3: "HTTPS receiver URL,
  * publicly reachable"). A webhook URL is accepted only when it is an absolute http(s) URL
  * whose host is, or resolves only to, publicly routable unicast addresses. The function
  * returns the vetted addresses: deliveries connect to THOSE only (deliver.ts pins them in the
  * socket's lookup, keeping the URL's host name for TLS SNI, certificate checks and the Host
  * header) and never resolve the name again, or a DNS answer that changes between check and connect (DNS rebinding) would
- * defeat the check. Deliveries must also not follow redirects (issue 6), or the first hop
+ * defeat the check. Deliveries must also not follow redirects, or the first hop
  * could send them anywhere.
  *
  * The URL (the raw string, before and after WHATWG parsing):

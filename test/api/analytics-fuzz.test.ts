@@ -1,5 +1,5 @@
 /**
- * Grammar-driven fuzzing of POST /api/v2/analytics/query (issue 11, "Checks").
+ * Grammar-driven fuzzing of POST /api/v2/analytics/query.
  *
  * fast-check generates queries from a grammar that mixes every construct of the engine's
  * SQL that can carry a read: column transformers (`* APPLY(f)`, `APPLY(x -> …)`, EXCEPT,

@@ -1,5 +1,5 @@
 /**
- * Work isolation (issue 11): no analytics request holds up another organization or the
+ * Work isolation: no analytics request holds up another organization or the
  * pipeline, the time limit holds on the wall clock, and the embedded engine's host process
  * survives being killed — by the service at a deadline or from outside — without losing or
  * doubling a signal.
@@ -38,7 +38,7 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
   await waitFor(() => counts(svc.url, attacker.id), (c) => c.live === 2_000, 30_000);
   const firstHost = hosts(svc).at(-1)!;
 
-  // The issue's unbounded per-row cost is refused by the query compiler before it reaches the
+  // An unbounded per-row cost (editDistance over repeat()) is refused by the query compiler before it reaches the
   // engine: a 400 naming the function, at once.
   const refusedAt = Date.now();
   const refused = await query(attacker.live, "SELECT sum(editDistance(repeat('a', 65536 - number), repeat('b', 65536))) FROM numbers(9)");

@@ -1,5 +1,5 @@
 /**
- * Exact stored decimals (issue 10, item 4), through the real HTTP API: configuration by the
+ * Exact stored decimals, through the real HTTP API: configuration by the
  * billing API, signals by the ingress (raw JSON text, so numbers keep the digits written),
  * rows read back by the analytics API, balances by the pool API. The reference for every
  * expected value is decimal.js at a precision that never rounds these numbers.

@@ -147,7 +147,7 @@ t.test('a cap fires once in each period across a boundary', async (t) => {
   t.same(caps.map((c) => [c.period.start, c.usedDecimal]), [['2026-03-01T06:00:00Z', '2'], ['2026-03-02T06:00:00Z', '2']], 'a spend before effectiveFrom counts in no period');
 });
 
-t.test('a late signal in an old period reaches its cap, once, whatever came in between (issue 10)', async (t) => {
+t.test('a late signal in an old period reaches its cap, once, whatever came in between', async (t) => {
   // DAILY cap 5 on root: 3 credits in P0, 1 in each of the next four periods, then a late
   // signal of 3 credits timestamped in P0: P0's spend is 6 and its cap event must fire.
   const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-04-01T00:00:00Z', path: 'credits' });

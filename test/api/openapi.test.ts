@@ -23,8 +23,28 @@ t.test('every documented operation is served', async (t) => {
       t.not(res.status, 405, `${method.toUpperCase()} ${path} is routed`);
       t.not(res.body?.code, 'NOT_FOUND', `${method.toUpperCase()} ${path} exists`);
       t.ok(res.status === 200 || res.status === 401, `${method.toUpperCase()} ${path}: ${res.status} (200, or 401 without credentials)`);
+      const slash = await http(svc.url, method.toUpperCase(), `${concrete}/`, method === 'get' ? {} : { body: {} });
+      t.equal(slash.status, res.status, `${method.toUpperCase()} ${path}/: the same answer with a trailing slash`);
     }
   }
+});
+
+t.test('a trailing slash: the same routes, parameters and 405 as without (the official client calls collections as /webhooks/)', async (t) => {
+  const org = await createOrg(svc.url);
+  const list = await http(svc.url, 'GET', '/api/v2/webhooks/', { token: org.live });
+  t.equal(list.status, 200);
+  t.equal(list.body.data.length, 10);
+  const created = await http(svc.url, 'POST', '/api/v2/customers/', { token: org.live, body: { externalId: 'slash', name: 'Slash' } });
+  t.equal(created.status, 201, JSON.stringify(created.body));
+  const read = await http(svc.url, 'GET', `/api/v2/customers/${created.body.id}/`, { token: org.live });
+  t.equal(read.status, 200, 'a path parameter before the slash');
+  t.equal(read.body.id, created.body.id);
+  const notAllowed = await http(svc.url, 'DELETE', '/api/v2/webhooks/', { token: org.live });
+  t.equal(notAllowed.status, 405);
+  t.equal(notAllowed.body.code, 'METHOD_NOT_ALLOWED');
+  t.equal(notAllowed.headers.get('allow'), 'GET');
+  const twice = await http(svc.url, 'GET', '/api/v2/webhooks//', { token: org.live });
+  t.equal(twice.status, 404, 'one slash only');
 });
 
 t.test('error codes in the document match the catalogue', async (t) => {
@@ -46,7 +66,7 @@ t.test('error codes in the document match the catalogue', async (t) => {
 });
 
 /**
- * Issue 10, item 2: path parameters are decoded once, by the HTTP layer. Every path template
+ * Path parameters are decoded once, by the HTTP layer. Every path template
  * of the document, with every method, gets malformed and hostile escapes in its parameters:
  * the answer is always a 4xx JSON error `{error, code, details}`, never a 5xx; a malformed
  * escape answers 400 INVALID_PATH naming the parameter, whichever parameter carries it. The

@@ -1,5 +1,5 @@
 /**
- * Issue 10, item 1: webhooks reach receivers named by host names, through the real service.
+ * Webhooks reach receivers named by host names, through the real service.
  *
  * A real DNS responder on loopback UDP (test/helpers/dns.ts, WEBHOOK_DNS_SERVERS) serves test
  * names that resolve to several addresses: `multi.test` → 127.0.0.2 (nothing listens there)
@@ -225,7 +225,7 @@ t.test('without WEBHOOK_DNS_SERVERS and WEBHOOK_CA_FILE: localhost works, an unt
   plain.secret = secret;
   secure.secret = secret;
 
-  // The issue's reproduction: http://localhost:<port> answered ERR_INVALID_IP_ADDRESS.
+  // A host name through the system resolver: a lookup answering one address string for {all: true} failed here with ERR_INVALID_IP_ADDRESS.
   t.equal((await call(api.url, 'PATCH', `/api/v2/webhooks/${EVENT}`, { token: org.live, body: { url: `http://localhost:${plain.port}/x`, enabled: true } })).status, 200);
   const ok = await call(api.url, 'POST', `/api/v2/webhooks/${EVENT}/test`, { token: org.live, body: {} });
   t.equal(ok.body.delivered, true, `delivered to localhost (${ok.body.error})`);

@@ -6,8 +6,9 @@
  */
 import t from 'tap';
 import http from 'node:http';
-import { createHmac, timingSafeEqual } from 'node:crypto';
-import { OPERATOR_TOKEN, createOrg, http as call, sendBatch, sleep, useService, waitFor, type TestOrg } from '../helpers/service.js';
+import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
+import { OPERATOR_TOKEN, TEST_WEBHOOK_KEY, createOrg, http as call, sendBatch, sleep, useService, waitFor, type TestOrg } from '../helpers/service.js';
+import { EVENT_NAMES } from '../../src/bus/events.js';
 
 const { svc } = useService(t, 'webhooks', { WEBHOOK_RETRY_SCHEDULE_MS: '300,300,300', WEBHOOK_TIMEOUT_MS: '1000' });
 
@@ -86,12 +87,43 @@ t.teardown(() => receiver.close());
 
 const api = (org: TestOrg, method: string, path: string, body?: unknown) => call(svc.url, method, path, { token: org.live, body });
 
+interface Webhook {
+  id: string;
+  name: string;
+  description: string;
+  enabled: boolean;
+  url: string | null;
+  lastSentAt: string | null;
+  lastStatus: 'success' | 'failed' | null;
+  updatedAt: string | null;
+  lastDelivery: { deliveryId: string; attempt: number; isTest: boolean; statusCode: number | null } | null;
+}
+
 t.test('management: the ten events, validation, secret shown once, test deliveries', async (t) => {
   const org = await createOrg(svc.url);
   const list = await api(org, 'GET', '/api/v2/webhooks');
   t.equal(list.status, 200);
-  t.equal(list.body.webhooks.length, 10);
-  t.same(list.body.webhooks[0], { event: 'billing-invoice-created', url: null, enabled: false, updatedAt: null });
+  const listed = list.body.data as Webhook[];
+  t.same(listed.map((w) => w.name), EVENT_NAMES, 'the ten events of spec 6 in order, billing-credit-cap-reached included');
+  t.same(listed[0], {
+    id: listed[0]!.id, name: 'billing-invoice-created', description: 'Fires when a new invoice is created.', enabled: false, url: null, lastSentAt: null, lastStatus: null,
+    updatedAt: null, lastDelivery: null,
+  }, "the client's Webhook, then the service's own fields");
+  t.match(listed[9], { name: 'billing-credit-cap-reached', description: /reach the cap set on that unit/ });
+  t.ok(listed.every((w) => /^wh_[A-Za-z0-9_-]{22}$/.test(w.id)), 'ids: wh_ and 128 bits');
+  t.equal(new Set(listed.map((w) => w.id)).size, 10, 'one id per event');
+  t.ok(listed.every((w) => !w.id.includes(org.id.slice(4)) && !w.id.includes(w.name)), 'an id shows neither the organization nor the event');
+  const other = await createOrg(svc.url);
+  const otherIds = ((await api(other, 'GET', '/api/v2/webhooks')).body.data as Webhook[]).map((w) => w.id);
+  const testIds = ((await call(svc.url, 'GET', '/api/v2/webhooks', { token: org.test })).body.data as Webhook[]).map((w) => w.id);
+  t.equal(otherIds.filter((id) => listed.some((w) => w.id === id)).length, 0, 'another organization: other ids');
+  t.equal(testIds.filter((id) => listed.some((w) => w.id === id)).length, 0, 'the test mode: other ids');
+  const idKey = Buffer.from(hkdfSync('sha256', Buffer.from(TEST_WEBHOOK_KEY, 'hex'), Buffer.alloc(0), 'webhook-id', 32));
+  const hmac = createHmac('sha256', idKey).update(`${org.id}\0live\0billing-invoice-created`).digest().subarray(0, 16);
+  t.equal(listed[0]!.id, `wh_${hmac.toString('base64url')}`, 'an HMAC under a key derived from the webhook key: derived again alike, guessed by no one');
+  const slash = await api(org, 'GET', '/api/v2/webhooks/');
+  t.equal(slash.status, 200, 'the client calls the collection with a trailing slash');
+  t.same(slash.body, list.body, 'the same answer');
   t.same(list.body.signingSecret, { exists: false, createdAt: null });
 
   const bad: [string, unknown, number, string, RegExp][] = [
@@ -112,18 +144,34 @@ t.test('management: the ten events, validation, secret shown once, test deliveri
     t.equal(r.body.code, code);
     t.match(r.body.details, details);
   }
-  t.same((await api(org, 'GET', '/api/v2/webhooks')).body.webhooks[6], { event: 'billing-payment-failed', url: null, enabled: false, updatedAt: null }, 'nothing changed');
+  t.match((await api(org, 'GET', '/api/v2/webhooks')).body.data[6], { name: 'billing-payment-failed', url: null, enabled: false, updatedAt: null }, 'nothing changed');
+
+  // Enabled only with a URL: the state it would leave is refused whole.
+  const notReady = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { enabled: true });
+  t.equal(notReady.status, 409, 'enabling without a URL');
+  t.equal(notReady.body.code, 'WEBHOOK_NOT_READY');
+  t.match(notReady.body.details, /^enabled: billing-payment-failed has no URL/);
+  const contradiction = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { url: null, enabled: true });
+  t.equal(contradiction.status, 409, 'enabled with a null URL');
+  t.match(contradiction.body.details, /^enabled: /);
+  t.match((await api(org, 'GET', '/api/v2/webhooks')).body.data[6], { url: null, enabled: false, updatedAt: null }, 'nothing changed');
 
   const set = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { url: `${receiver.url}/payments`, enabled: false });
   t.equal(set.status, 200);
-  t.match(set.body, { event: 'billing-payment-failed', url: `${receiver.url}/payments`, enabled: false });
+  t.same(Object.keys(set.body), Object.keys(listed[0]!), 'one Webhook, as listed');
+  t.match(set.body, { id: listed[6]!.id, name: 'billing-payment-failed', url: `${receiver.url}/payments`, enabled: false, lastStatus: null });
   let r = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
   t.equal(r.status, 409, 'disabled → no test delivery');
   t.equal(r.body.code, 'WEBHOOK_NOT_READY');
-  await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { enabled: true });
+  t.equal((await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { enabled: true })).status, 200, 'enabled: the URL is set');
+  const clearWhileOn = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed', { url: null });
+  t.equal(clearWhileOn.status, 409, 'clearing the URL of an enabled webhook');
+  t.match(clearWhileOn.body, { code: 'WEBHOOK_NOT_READY', details: /^url: billing-payment-failed is enabled; a URL can be cleared only while it is disabled/ });
+  t.match((await api(org, 'GET', '/api/v2/webhooks')).body.data[6], { url: `${receiver.url}/payments`, enabled: true }, 'nothing changed');
   r = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
   t.equal(r.status, 409, 'no signing secret yet');
   t.match(r.body.details, /rotate-secret/);
+  t.equal((await api(org, 'GET', '/api/v2/webhooks')).body.data[6].lastSentAt, null, 'nothing sent, nothing to show');
 
   const rot = await api(org, 'POST', '/api/v2/webhooks/rotate-secret');
   t.equal(rot.status, 201);
@@ -131,12 +179,12 @@ t.test('management: the ten events, validation, secret shown once, test deliveri
   t.notMatch(JSON.stringify((await api(org, 'GET', '/api/v2/webhooks')).body), rot.body.signingSecret, 'the secret is never readable again');
   receiver.secrets = [rot.body.signingSecret];
 
-  for (const event of (await api(org, 'GET', '/api/v2/webhooks')).body.webhooks.map((w: { event: string }) => w.event) as string[]) {
+  for (const event of ((await api(org, 'GET', '/api/v2/webhooks')).body.data as Webhook[]).map((w) => w.name)) {
     await api(org, 'PATCH', `/api/v2/webhooks/${event}`, { url: `${receiver.url}/all`, enabled: true });
     const before = receiver.got.length;
     const test = await api(org, 'POST', `/api/v2/webhooks/${event}/test`, {});
     t.equal(test.status, 200, event);
-    t.match(test.body, { event, delivered: true, statusCode: 200 });
+    t.match(test.body, { success: true, event, delivered: true, statusCode: 200, deliveryId: /^whd_test_/ });
     const got = receiver.got[before]!;
     t.equal(got.verifiedWith, rot.body.signingSecret, `${event}: verifies with the spec's rules and the secret`);
     t.equal(got.envelope.event, event);
@@ -145,6 +193,23 @@ t.test('management: the ten events, validation, secret shown once, test deliveri
     const ids = JSON.stringify(got.envelope.data).match(/"(?:id|customerId|planId|orderLineAttributeId|externalId)":"([a-z]+_test_[^"]*)"/g) ?? [];
     t.ok(ids.length > 0, `${event}: synthetic ids carry test prefixes`);
   }
+  const after = (await api(org, 'GET', '/api/v2/webhooks')).body.data as Webhook[];
+  t.ok(after.every((w) => w.lastStatus === 'success' && w.lastDelivery?.isTest === true && w.lastDelivery.statusCode === 200), 'every event: the test delivery is its last, a success');
+  t.ok(after.every((w) => Date.parse(w.lastSentAt!) >= Date.parse(w.updatedAt!)), 'sent after its last change');
+
+  // A receiver that refuses: the test was sent, so a 200 with success false; the list says failed.
+  receiver.script = [500];
+  const refused = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test/', {});
+  t.equal(refused.status, 200, 'a refused test delivery is still a 200 (and the path answers with a trailing slash)');
+  t.match(refused.body, { success: false, delivered: false, statusCode: 500, error: /500/ });
+  const failed = ((await api(org, 'GET', '/api/v2/webhooks')).body.data as Webhook[])[6]!;
+  t.match(failed, { name: 'billing-payment-failed', lastStatus: 'failed', lastDelivery: { deliveryId: refused.body.deliveryId, isTest: true, statusCode: 500 } });
+  t.ok(Date.parse(failed.lastSentAt!) > Date.parse(after[6]!.lastSentAt!), 'a later attempt');
+
+  // Cleared while disabled: the client's {url: null} with enabled false.
+  const cleared = await api(org, 'PATCH', '/api/v2/webhooks/billing-payment-failed/', { url: null, enabled: false });
+  t.equal(cleared.status, 200, JSON.stringify(cleared.body));
+  t.match(cleared.body, { url: null, enabled: false, lastStatus: 'failed' }, 'the delivery history stays');
   const shapes: Record<string, string[]> = {
     'billing-credits-depleted': ['credits'],
     'billing-overage-incurred': ['overage'],
@@ -224,6 +289,11 @@ t.test('real events: delivered signed, 500 then 200 retried, a hanging receiver 
   const again = receiver.got[before]!;
   t.equal(again.body, got[0]!.body, 'the resent event carries the same envelope');
   t.equal(again.verifiedWith, rot2.body.signingSecret, 'signed with the new secret, not the old one');
+
+  const depleted = ((await api(org, 'GET', '/api/v2/webhooks')).body.data as Webhook[]).find((w) => w.name === 'billing-credits-depleted')!;
+  t.match(depleted, { lastStatus: 'success', lastDelivery: { isTest: false, statusCode: 200 } }, 'the last attempt of a real event: delivered');
+  const overage = ((await api(org, 'GET', '/api/v2/webhooks')).body.data as Webhook[]).find((w) => w.name === 'billing-overage-incurred')!;
+  t.match(overage, { lastSentAt: null, lastStatus: null, lastDelivery: null }, 'an event logged as not delivered was never sent');
 
   const unknown = await api(org, 'POST', '/api/v2/webhook-deliveries/nope/resend');
   t.equal(unknown.status, 404);
@@ -310,17 +380,17 @@ t.test('test deliveries to a receiver that never answers: at most 2 at once per 
   const neighbour = api(other, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
   await waitFor(async () => hanging.got.length, (n) => n === 3, 5_000);
   t.pass('another organization is not held back');
-  for (const r of [...(await Promise.all(first)), await neighbour]) t.match(r.body, { delivered: false, statusCode: null, error: 'no answer within 1000 ms' });
+  for (const r of [...(await Promise.all(first)), await neighbour]) t.match(r, { status: 200, body: { success: false, delivered: false, statusCode: null, error: 'no answer within 1000 ms' } });
   t.equal(hanging.got.length, 3, 'the refused one never reached the receiver');
   const log = (await api(org, 'GET', '/api/v2/webhook-deliveries')).body.deliveries as unknown[];
   t.equal(log.length, 2, 'and was not logged');
-  t.equal((await api(org, 'GET', '/api/v2/webhooks')).body.webhooks.find((w: { event: string }) => w.event === 'billing-payment-failed').url, `${hanging.url}/slow`, 'the refused PATCH changed nothing');
+  t.equal(((await api(org, 'GET', '/api/v2/webhooks')).body.data as Webhook[]).find((w) => w.name === 'billing-payment-failed')!.url, `${hanging.url}/slow`, 'the refused PATCH changed nothing');
   hanging.script = [];
   const after = await api(org, 'POST', '/api/v2/webhooks/billing-payment-failed/test', {});
   t.match(after.body, { delivered: true, statusCode: 200 }, 'slots come back when the attempts end');
 });
 
-t.test('path parameters are decoded once (issue 10): %25ZZ is the text %ZZ, a malformed escape is 400 INVALID_PATH', async (t) => {
+t.test('path parameters are decoded once: %25ZZ is the text %ZZ, a malformed escape is 400 INVALID_PATH', async (t) => {
   const org = await createOrg(svc.url);
   const cases: [string, string, number, string, RegExp][] = [
     ['PATCH', '/api/v2/webhooks/%25ZZ', 404, 'NOT_FOUND', /^no webhook event "%ZZ"/],
@@ -336,10 +406,10 @@ t.test('path parameters are decoded once (issue 10): %25ZZ is the text %ZZ, a ma
     t.equal(r.body.code, code, `${method} ${p}`);
     t.match(r.body.details, details, `${method} ${p}`);
   }
-  const list = (await call(svc.url, 'GET', '/api/v2/webhooks', { token: org.live })).body.webhooks as { enabled: boolean }[];
+  const list = (await call(svc.url, 'GET', '/api/v2/webhooks', { token: org.live })).body.data as Webhook[];
   t.ok(list.every((w) => !w.enabled), 'nothing changed');
   // An event name written with escapes is the same event: decoded once, it matches.
   const r = await call(svc.url, 'PATCH', '/api/v2/webhooks/billing%2Dpayment%2Dfailed', { token: org.live, body: { enabled: false } });
   t.equal(r.status, 200);
-  t.equal(r.body.event, 'billing-payment-failed');
+  t.equal(r.body.name, 'billing-payment-failed');
 });

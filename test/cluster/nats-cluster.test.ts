@@ -3,7 +3,7 @@
  * loopback ports) with NATS_REPLICAS=3. Under a producer loop of 500-signal batches, one node
  * is killed with -9, restarted, then the leader of the signals stream is killed with -9 and
  * restarted. Every acknowledged batch is stored exactly once, ingestion comes back by itself,
- * and no answer is a 500 (503 QUEUE_UNAVAILABLE while a leader is elected, as the README says;
+ * and no answer is a 500 (503 QUEUE_UNAVAILABLE while a leader is elected, as docs/operations.md says;
  * the producer resends those with the same idempotency keys, as a client should).
  *
  * Also: how replicas are applied to streams and buckets that already exist, and the startup

@@ -1,5 +1,5 @@
 /**
- * Redis Sentinel failover under load (the issue's contract): a local primary, a replica
+ * Redis Sentinel failover under load (the rate limiter's failover contract): a local primary, a replica
  * (`--replicaof`) and 3 sentinels (`redis-server --sentinel`), on loopback ports, never
  * the machine's own Redis; the service (ROLE=all) configured with REDIS_SENTINELS and
  * REDIS_SENTINEL_NAME; producers posting without pause; the primary killed with SIGKILL.

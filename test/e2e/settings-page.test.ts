@@ -90,7 +90,7 @@ const api = (method: string, path: string, body?: unknown) => call(svc.url, meth
 const msg = (event: string) => page.locator(`#msg-${event}`);
 
 t.test('the page and its assets: served without a key, with strict headers', async (t) => {
-  for (const [path, type] of [['/settings', /^text\/html/], ['/settings/app.js', /^text\/javascript/], ['/settings/app.css', /^text\/css/]] as const) {
+  for (const [path, type] of [['/settings', /^text\/html/], ['/settings/', /^text\/html/], ['/settings/app.js', /^text\/javascript/], ['/settings/app.css', /^text\/css/]] as const) {
     const r = await fetch(svc.url + path);
     t.equal(r.status, 200, path);
     t.match(r.headers.get('content-type'), type, `${path} content type`);
@@ -103,7 +103,7 @@ t.test('the page and its assets: served without a key, with strict headers', asy
     t.equal(r.headers.get('cache-control'), 'no-store');
     t.equal(r.headers.get('x-content-type-options'), 'nosniff');
     const text = await r.text();
-    if (path === '/settings') t.notMatch(text, /<script>|<style>|\sstyle=|\son[a-z]+=/i, 'no inline script, style or handler');
+    if (path.startsWith('/settings') && type.source.includes('html')) t.notMatch(text, /<script>|<style>|\sstyle=|\son[a-z]+=/i, 'no inline script, style or handler');
   }
   t.equal((await fetch(`${svc.url}/settings`, { method: 'POST' })).status, 405);
 });
@@ -140,10 +140,19 @@ t.test('configure one event: saved, persisted across a reload, and through the A
   t.equal(await page.getByLabel(`URL for ${EVENT}`).inputValue(), `${receiverUrl}/hook`, 'the URL after a reload (the key came from sessionStorage)');
   t.equal(await page.getByRole('switch', { name: `Enabled for ${EVENT}` }).isChecked(), true, 'enabled after a reload');
   const list = await api('GET', '/api/v2/webhooks');
-  const w = list.body.webhooks.find((x: { event: string }) => x.event === EVENT);
-  t.match(w, { event: EVENT, url: `${receiverUrl}/hook`, enabled: true }, 'the API agrees');
+  const w = list.body.data.find((x: { name: string }) => x.name === EVENT);
+  t.match(w, { name: EVENT, url: `${receiverUrl}/hook`, enabled: true, lastStatus: null }, 'the API agrees');
   t.match(w.updatedAt, /^\d{4}-/);
-  t.equal(list.body.webhooks.filter((x: { url: string | null }) => x.url !== null).length, 1, 'no other event touched');
+  t.equal(list.body.data.filter((x: { url: string | null }) => x.url !== null).length, 1, 'no other event touched');
+  t.equal(await page.locator(`tr[data-event="${EVENT}"] th`).getAttribute('title'), w.description, 'the event row says when it fires');
+  t.equal(await page.locator(`#last-${EVENT}`).textContent(), '—', 'no delivery yet');
+
+  // The same page with a trailing slash: its script, style sheet and API calls still resolve.
+  await page.goto(`${svc.url}/settings/`);
+  await page.locator('#webhooks tbody tr').nth(9).waitFor();
+  t.equal(await page.getByLabel(`URL for ${EVENT}`).inputValue(), `${receiverUrl}/hook`, 'at /settings/ too');
+  await page.goto(`${svc.url}/settings`);
+  await page.locator('#webhooks tbody tr').nth(9).waitFor();
 });
 
 t.test('Test, rotate, signatures', async (t) => {
@@ -190,6 +199,8 @@ t.test('Test, rotate, signatures', async (t) => {
   };
   const d1 = await test();
   t.ok(verifies(d1, first), 'signed with the secret the page showed');
+  await page.locator(`#last-${EVENT}`).filter({ hasText: /^success/ }).waitFor();
+  t.match(await page.locator(`#last-${EVENT}`).textContent(), /^successtest /, 'the last delivery on the row: the test, delivered');
 
   await page.getByRole('button', { name: /I have stored it/ }).click();
   t.equal(await page.locator('#secret-once').isVisible(), false, 'hidden');
@@ -246,7 +257,7 @@ t.test('delivery log: newest first, refresh, resend', async (t) => {
 });
 
 t.test('a refused URL: the API error on the page, nothing changed', async (t) => {
-  const before = (await api('GET', '/api/v2/webhooks')).body.webhooks;
+  const before = (await api('GET', '/api/v2/webhooks')).body.data;
   const direct = await api('PATCH', `/api/v2/webhooks/${EVENT}`, { url: 'http://10.0.0.1/' });
   t.equal(direct.status, 400);
 
@@ -257,14 +268,14 @@ t.test('a refused URL: the API error on the page, nothing changed', async (t) =>
   t.equal(await msg(EVENT).textContent(), `Not saved: ${direct.body.details} (INVALID_WEBHOOK)`, "the API's details, inline on the row");
   t.equal(await url.getAttribute('aria-invalid'), 'true', 'the field is marked invalid');
   t.equal(await url.inputValue(), 'http://10.0.0.1/', 'what the user typed stays for correction');
-  t.same((await api('GET', '/api/v2/webhooks')).body.webhooks, before, 'nothing changed');
+  t.same((await api('GET', '/api/v2/webhooks')).body.data, before, 'nothing changed');
 
   // Markup in what the API echoes back stays text.
   await url.fill('https://<img src=x id=pwned>.example/');
   await page.getByRole('button', { name: `Save ${EVENT}` }).click();
   await msg(EVENT).filter({ hasText: 'Not saved' }).waitFor();
   t.equal(await page.locator('#pwned, #msg-' + EVENT + ' img').count(), 0, 'no element made from data');
-  t.same((await api('GET', '/api/v2/webhooks')).body.webhooks, before, 'still nothing changed');
+  t.same((await api('GET', '/api/v2/webhooks')).body.data, before, 'still nothing changed');
 
   await page.reload();
   await page.locator('#webhooks tbody tr').nth(9).waitFor();

@@ -47,7 +47,7 @@ t.test('classification', async (t) => {
 });
 
 t.test('every error the query causes is a 400: the classes the engine adds over time included', async (t) => {
-  // Error classes a compiled query has caused (issue 11 and the attack review), none of which
+  // Error classes a compiled query has caused (the adversarial corpus and the fuzzer), none of which
   // a fixed list of "client faults" had: the query is at fault unless the class says the
   // service or the host failed.
   for (const name of [

@@ -268,7 +268,7 @@ t.test('caller ids that name Object.prototype members resolve to nothing', async
 const DAY = 86_400_000;
 const D0 = Date.parse('2026-01-01T00:00:00Z');
 
-t.test('a late signal in an old period reaches its cap (issue 10: the 4-period window forgot it)', async (t) => {
+t.test('a late signal in an old period reaches its cap (no window of recent periods forgets it)', async (t) => {
   // DAILY cap 5: 3 credits in P0, 1 in each of P1..P4, then 3 credits late, timestamped in P0.
   const cfg = config({ granted: '1000', path: 'q', caps: [{ unit: 'root', amount: '5', frequency: 'DAILY', from: '2026-01-01T00:00:00Z' }] });
   const at = (day: number, q: number) => sig({ unitId: 'dev', ts: D0 + day * DAY + 3_600_000, data: { q } });

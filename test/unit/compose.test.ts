@@ -1,11 +1,11 @@
 /**
  * docker-compose.yml as shipped (no Docker engine runs here, so what can be checked is
  * checked): read with the YAML-subset reader, it must
- * - run the roles as separate services whose ROLE values are the README's roles;
+ * - run the roles as separate services whose ROLE values are the roles of docs/operations.md;
  * - give each service a health check, and the roles' dependencies `service_healthy`;
- * - use only environment variables the service reads (src/config.ts) and the README
+ * - use only environment variables the service reads (src/config.ts) and docs/operations.md
  *   documents (Configuration), spelled right, with every secret taken from .env (required
- *   `${VAR:?…}` references, no literal) — and the .env the README's snippet generates
+ *   `${VAR:?…}` references, no literal) — and the .env the snippet in docs/operations.md generates
  *   fills every one of them;
  * - make each role's environment one the service accepts: loadConfig() on it, with the
  *   generated .env, must not refuse it, and gives the role and the settings it needs;
@@ -33,7 +33,7 @@ const list = (v: YamlValue | undefined): string[] => (Array.isArray(v) ? (v as s
 
 const compose = obj(parseYamlSubset(read('docker-compose.yml')), 'docker-compose.yml');
 const services = obj(compose.services, 'services');
-const README = read('README.md');
+const README = read('docs/operations.md'); // the roles, the settings and the .env snippet are documented there
 const CONFIG_SRC = read('src/config.ts');
 const APP_SERVICES = ['ingress', 'pipeline', 'dispatcher'] as const;
 const env = (svc: string): Record<string, string> => {
@@ -43,16 +43,16 @@ const env = (svc: string): Record<string, string> => {
 
 /** Names the service reads: every Reader call in src/config.ts. */
 const configNames = new Set([...CONFIG_SRC.matchAll(/r\.(?:str|int|num|oneOf|urlList|url|prefix|optional)(?:<[^>]*>)?\('([A-Z0-9_]+)'/g)].map((m) => m[1]!));
-/** Names the README documents: first column of the Configuration table. */
+/** Names docs/operations.md documents: first column of the Configuration table. */
 const configSection = README.slice(README.indexOf('\n## Configuration'), README.indexOf('\n## ', README.indexOf('\n## Configuration') + 5));
 const documented = new Set([...configSection.matchAll(/^\| ([^|]+)\|/gm)].flatMap((m) => [...m[1]!.matchAll(/`([A-Z][A-Z0-9_]+)`/g)].map((x) => x[1]!)));
 const rolesSection = README.slice(README.indexOf('\n## Roles'), README.indexOf('\n## ', README.indexOf('\n## Roles') + 5));
 const readmeRoles = [...rolesSection.matchAll(/^\| `([a-z]+)`/gm)].map((m) => m[1]!);
 
-/** The .env the README's snippet generates (run with bash in a temporary directory). */
+/** The .env the snippet in docs/operations.md generates (run with bash in a temporary directory). */
 function generatedEnv(): Record<string, string> {
   const block = [...README.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!).find((b) => b.includes('openssl rand') && b.includes('.env'));
-  if (!block) throw new Error('README: no ```sh block generating .env with openssl rand');
+  if (!block) throw new Error('docs/operations.md: no ```sh block generating .env with openssl rand');
   const dir = mkdtempSync(path.join(tmpdir(), 'compose-env-'));
   try {
     execFileSync('bash', ['-euo', 'pipefail', '-c', block], { cwd: dir, stdio: 'pipe' });
@@ -89,11 +89,11 @@ t.test('the YAML-subset reader refuses what it does not understand', async (t) =
   for (const [src, re] of bad) t.throws(() => parseYamlSubset(src), re, JSON.stringify(src));
 });
 
-t.test('roles run as separate services with the README ROLE values', async (t) => {
-  t.same(readmeRoles, [...ROLES], 'the README Roles table lists the roles src/config.ts accepts');
+t.test('roles run as separate services with the documented ROLE values', async (t) => {
+  t.same(readmeRoles, [...ROLES], 'the Roles table of docs/operations.md lists the roles src/config.ts accepts');
   for (const s of APP_SERVICES) {
     t.equal(env(s).ROLE, s, `${s}: ROLE=${s}`);
-    t.ok(readmeRoles.includes(env(s).ROLE!), `${s}: a role the README documents`);
+    t.ok(readmeRoles.includes(env(s).ROLE!), `${s}: a documented role`);
     t.equal(obj(services[s], s).image, 'usage-billing:local', `${s}: the one image`);
     t.equal(obj(services[s], s).build, '.', `${s}: built from the Dockerfile`);
   }
@@ -118,23 +118,23 @@ t.test('every service has a health check; the roles wait for healthy dependencie
   }
 });
 
-t.test('environment: names the service reads and the README documents; secrets only from .env', async (t) => {
+t.test('environment: names the service reads and docs/operations.md documents; secrets only from .env', async (t) => {
   t.ok(configNames.size > 40, `src/config.ts reads ${configNames.size} settings`);
   for (const s of APP_SERVICES) {
     for (const [k, v] of Object.entries(env(s))) {
       t.ok(configNames.has(k), `${s}: ${k} is read by src/config.ts`);
-      t.ok(documented.has(k), `${s}: ${k} is documented in README "Configuration"`);
+      t.ok(documented.has(k), `${s}: ${k} is documented in docs/operations.md "Configuration"`);
       if (/PASSWORD|TOKEN|KEY/.test(k) || k === 'REDIS_URL') t.match(v, /\$\{[A-Z_]+:\?[^}]+\}/, `${s}: ${k} comes from .env, required`);
     }
     for (const [k, v] of Object.entries(env(s))) if (/^[A-Z_]+_URL$/.test(k)) t.ok(Object.hasOwn(services, new URL(v.replace(/\$\{[^}]+\}/g, 'x')).hostname), `${s}: ${k} points at a compose service`);
   }
-  // Every reference anywhere in the file is the required form, and the README's .env fills it.
+  // Every reference anywhere in the file is the required form, and the documented .env fills it.
   const text = read('docker-compose.yml');
   const refs = [...text.matchAll(/\$\{([^}]*)\}/g)].map((m) => m[1]!);
   t.ok(refs.every((r) => /^[A-Z_][A-Z0-9_]*:\?.+$/.test(r)), 'every ${…} is ${VAR:?message}: compose refuses to start without it');
   const vars = new Set(refs.map((r) => r.slice(0, r.indexOf(':'))));
   const generated = generatedEnv();
-  t.same(Object.keys(generated).sort(), [...vars].sort(), "the README's snippet generates exactly the variables the compose file needs");
+  t.same(Object.keys(generated).sort(), [...vars].sort(), "the snippet in docs/operations.md generates exactly the variables the compose file needs");
   for (const [k, v] of Object.entries(generated)) t.match(v, /^[0-9a-f]{64}$/, `${k}: 32 random bytes in hex`);
   t.match(read('.gitignore'), /^\.env$/m, '.env is git-ignored');
   t.match(read('.dockerignore'), /^\.env$/m, '.env stays out of the image');

@@ -1,6 +1,6 @@
 /**
  * The stored decimal type in the real engine (chdb, through the store): a data directory
- * made before issue 10 (decimal columns Decimal(38, 12), no unpriced table) is widened on
+ * made with narrower decimals (decimal columns Decimal(38, 12), no unpriced table) is widened on
  * start, keeps its rows, then stores every digit; a second start changes nothing.
  *
  * Only this file's main thread uses chdb (one chdb thread per process).

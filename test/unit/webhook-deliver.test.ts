@@ -1,5 +1,5 @@
 /**
- * Delivery to host names (issue 10, item 1; src/webhooks/deliver.ts): the pinned lookup
+ * Delivery to host names (src/webhooks/deliver.ts): the pinned lookup
  * answers what Node asks for (an array with `{all: true}`, one address without, only the
  * asked family), the DNS-server resolver (WEBHOOK_DNS_SERVERS) answers AAAA then A records of
  * a real DNS responder on loopback, and the Deliverer reaches receivers named by host names

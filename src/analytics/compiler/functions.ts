@@ -1,5 +1,5 @@
 /**
- * The functions an analytics query may call: an allowlist, never a denylist (issue 11).
+ * The functions an analytics query may call: an allowlist, never a denylist.
  *
  * Every entry names a function by the engine's own name for it (what the printer sends),
  * its kind, its arity and the arguments that must be literals. A name that is not here is
@@ -15,7 +15,7 @@
  * outside the lambda (`arrayFilter(x -> has(a, x), a)` with `a = groupArray(…)`) is
  * quadratic in the data within one row, where the engine does not check its time limit.
  * The compiler should allow only the lambda's own parameters and literals in a lambda body,
- * or the engine must be stoppable on the wall clock (issue 11, "Work isolation").
+ * or the engine must be stoppable on the wall clock (docs/security.md, "Work isolation").
  *
  * test/unit/analytics-functions.test.ts holds this catalogue against the engine's own
  * `system.functions`: every name exists there with the same aggregate/non-aggregate nature,

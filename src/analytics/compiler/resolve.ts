@@ -4,7 +4,7 @@
  * lambda parameter; every function is on the allowlist (functions.ts) with its arity, its
  * lambdas only where the function takes them, its constant arguments literal and bounded.
  *
- * Cost bounds checked here (issue 11, "Work isolation"; the engine checks its time limit only
+ * Cost bounds checked here (docs/security.md, "Work isolation"; the engine checks its time limit only
  * between blocks, so what one row costs must be bounded before the query runs):
  *   - literal arguments and parameters within their bounds, on the absolute value; range() by
  *     the elements it generates; array literals where a literal is required, ≤ MAX_LITERAL_ELEMENTS;

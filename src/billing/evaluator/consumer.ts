@@ -139,7 +139,7 @@ const evaluateTask = workerTask<AskingTask, GroupOutput>(WORKER_FILE, 'evaluateA
 export const GROUP_MESSAGES = 64;
 /**
  * At most this many distinct customers in a group (each adds its documents to the pin: ≈2 KB for a customer with a unit tree of three, an attribute, a pool and a cap, so ≈900 KB;
- * a pin over max_payload pins the group's first half instead: pinOf). 448 rather than 256: twice the messages per group for 500-signal batches (README, Benchmarks).
+ * a pin over max_payload pins the group's first half instead: pinOf). 448 rather than 256: twice the messages per group for 500-signal batches (docs/decisions/0004-pins-with-documents.md).
  */
 export const GROUP_CUSTOMERS = 448;
 /** Messages of one partition a process holds at most (the partition consumer's max_ack_pending). */
@@ -259,7 +259,7 @@ export interface EvaluatorOptions {
    * 0: no bound, every group on a worker). A worker's evaluation hands the group over four times
    * (task, cap periods asked, states answered, result), and on a loaded machine each handover
    * waits for a thread to be scheduled and for the other thread's queue: a 500-signal step
-   * spent ~150 ms of wall time in handovers around ~9 ms of evaluation (README, Benchmarks).
+   * spent ~150 ms of wall time in handovers around ~9 ms of evaluation (docs/decisions/0009-billing-groups-inline.md).
    * Inline, the pin's documents are used as they are (no JSON copy to parse on the other
    * side) and the step runs in one thread's turns; the bound keeps one group from holding the
    * event loop (which also answers the ingress) for more than about 20 ms.

@@ -1,7 +1,7 @@
 /**
  * Test-only fault hook of the billing evaluator, so that crash tests act at a known point of
  * the commit order (consumer.ts) instead of after a guessed sleep. Off unless
- * BILLING_FAULT_POINT is set (README "Configuration"; parsed in src/config.ts).
+ * BILLING_FAULT_POINT is set (docs/operations.md "Configuration"; parsed in src/config.ts).
  *
  * The first evaluation of this process that reaches the named point *with at least one event
  * to publish* (at `before-states`, where its events are not known yet: any priced group) logs

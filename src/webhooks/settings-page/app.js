@@ -8,7 +8,9 @@
 
 (() => {
   const KEY_STORE = 'billing.apiKey';
-  const API = new URL('api/v2/', document.baseURI);
+  // The API beside this script (served at <root>/settings/app.js): the same wherever the page
+  // itself is opened (/settings or /settings/).
+  const API = new URL('../api/v2/', document.currentScript ? document.currentScript.src : document.baseURI);
 
   const $ = (id) => {
     const e = document.getElementById(id);
@@ -148,18 +150,33 @@
 
   async function loadWebhooks() {
     const data = await call('GET', 'webhooks');
-    renderWebhooks(data.webhooks);
+    renderWebhooks(data.data);
     renderSecretStatus(data.signingSecret);
   }
 
-  const ids = (event) => ({ url: `url-${event}`, enabled: `enabled-${event}`, msg: `msg-${event}`, updated: `updated-${event}` });
+  const ids = (event) => ({ url: `url-${event}`, enabled: `enabled-${event}`, msg: `msg-${event}`, updated: `updated-${event}`, last: `last-${event}` });
+
+  /** The webhook's last delivery attempt (tests included): its status and time, or a dash. */
+  function lastDelivery(w) {
+    if (!w.lastStatus) return '—';
+    const test = w.lastDelivery && w.lastDelivery.isTest ? el('span', { class: 'badge', text: 'test' }) : null;
+    return el('span', {}, el('span', { class: `outcome ${w.lastStatus === 'success' ? 'delivered' : 'failed'}`, text: String(w.lastStatus) }), test, ' ', timeEl(w.lastSentAt));
+  }
+
+  /** Shows a webhook as the API answered it (list or save) in its row. */
+  function showSaved(w) {
+    const event = String(w.name);
+    saved.set(event, { url: w.url, enabled: w.enabled === true, updatedAt: w.updatedAt });
+    $(ids(event).updated).replaceChildren(timeEl(w.updatedAt));
+    $(ids(event).last).replaceChildren(lastDelivery(w));
+  }
 
   function renderWebhooks(list) {
     const body = $('webhooks').tBodies[0];
     const rows = [];
     saved.clear();
     for (const w of list) {
-      const event = String(w.event);
+      const event = String(w.name);
       saved.set(event, { url: w.url, enabled: w.enabled === true, updatedAt: w.updatedAt });
       const id = ids(event);
       const url = el('input', {
@@ -179,12 +196,13 @@
         }
       });
       url.addEventListener('input', () => url.removeAttribute('aria-invalid'));
-      rows.push(el('tr', { 'data-event': event },
-        el('th', { scope: 'row' }, el('code', { text: event })),
+      rows.push(el('tr', { 'data-event': event, 'data-webhook-id': w.id },
+        el('th', { scope: 'row', title: w.description ? String(w.description) : undefined }, el('code', { text: event })),
         el('td', {}, url),
         el('td', { class: 'center' }, el('label', { class: 'switch' }, enabled, el('span', { class: 'slider', 'aria-hidden': 'true' }))),
         el('td', { class: 'nowrap' }, save, ' ', test),
         el('td', { id: id.updated }, timeEl(w.updatedAt)),
+        el('td', { id: id.last, class: 'nowrap' }, lastDelivery(w)),
         el('td', {}, msg),
       ));
     }
@@ -210,11 +228,10 @@
     say(msg, 'Saving…', 'info');
     try {
       const w = await call('PATCH', `webhooks/${encodeURIComponent(event)}`, change);
-      saved.set(event, { url: w.url, enabled: w.enabled === true, updatedAt: w.updatedAt });
+      showSaved(w);
       urlInput.value = w.url || '';
       urlInput.removeAttribute('aria-invalid');
       $(id.enabled).checked = w.enabled === true;
-      $(id.updated).replaceChildren(timeEl(w.updatedAt));
       say(msg, 'Saved.', 'ok');
     } catch (err) {
       if ('url' in change) urlInput.setAttribute('aria-invalid', 'true');
@@ -232,13 +249,25 @@
       const r = await call('POST', `webhooks/${encodeURIComponent(event)}/test`, {});
       const status = r.statusCode === null || r.statusCode === undefined ? '' : ` ${r.statusCode}`;
       const latency = typeof r.latencyMs === 'number' ? ` in ${r.latencyMs} ms` : '';
-      if (r.delivered) say(msg, `Test: delivered${status}${latency}.`, 'ok');
+      if (r.success) say(msg, `Test: delivered${status}${latency}.`, 'ok');
       else say(msg, `Test: failed${status}${latency}${r.error ? `: ${r.error}` : ''}.`, 'error');
       void loadDeliveries();
+      void refreshLast(event);
     } catch (err) {
       say(msg, `Test not sent: ${describe(err)}`, 'error');
     } finally {
       button.disabled = false;
+    }
+  }
+
+  /** Reads the webhooks again and shows the last delivery of `event` (after a test). */
+  async function refreshLast(event) {
+    try {
+      const data = await call('GET', 'webhooks');
+      const w = data.data.find((x) => x.name === event);
+      if (w) $(ids(event).last).replaceChildren(lastDelivery(w));
+    } catch {
+      // The row keeps what it showed; the test's own result is already on it.
     }
   }
 

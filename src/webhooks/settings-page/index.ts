@@ -1,5 +1,5 @@
 /**
- * The web settings page for webhooks (issue 6, spec 4.4 rule 3), served without
+ * The web settings page for webhooks (spec 4.4 rule 3), served without
  * authentication at GET /settings with its script and style sheet; everything the page
  * does goes through the webhook API with the API key the user enters (kept in the
  * browser's sessionStorage only).
