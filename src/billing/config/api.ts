@@ -53,7 +53,7 @@ import { randomToken } from '../../orgs/keys.js';
 import type { Principal } from '../../orgs/registry.js';
 import { parseDecimal, sub, sum, toCanonicalString } from '../decimal.js';
 import { capKey, type CreditCap, type CreditPool, type Customer, type OrderLineAttribute, type Plan, type Unit } from '../model.js';
-import { DEFAULT_CURRENCY, type BillingConfigStore, type CustomerDoc, type CustomerProfile } from './store.js';
+import { defaultProfile, type BillingConfigStore, type CustomerDoc, type CustomerProfile } from './store.js';
 import { creditBalances } from './balances.js';
 import { DEFAULT_LIMIT, MAX_LIMIT, offsetPage, pagination } from './paging.js';
 import { ProductsApi } from './products.js';
@@ -396,19 +396,7 @@ export class BillingConfigApi {
     const body = readObject(req, CREATE_FIELDS, true);
     const name = text(required(body, 'name'), 'name');
     const externalId = customerExternalId(body.externalId);
-    const profile: CustomerProfile = {
-      legalName: null,
-      email: '',
-      phone: '',
-      website: '',
-      billingAddress: null,
-      creationState: 'active',
-      churnDate: null,
-      vatNumber: null,
-      metadata: null,
-      defaultCurrency: DEFAULT_CURRENCY,
-      ...profileFields(body),
-    };
+    const profile: CustomerProfile = { ...defaultProfile(), ...profileFields(body) };
     const id = newId('cus');
     const now = new Date().toISOString();
     const c: Customer = { id, externalId, name, units: {}, createdAt: now, updatedAt: now };
