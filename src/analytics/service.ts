@@ -8,8 +8,9 @@
  * framework is on for analytics (spec 8.3, off by default) → the compiler (compiler/: the
  * project's own parser, name resolution and printer, which writes the caller's organization
  * and mode into every view read; in process, no slot needed), a text not compiled before
- * through the compile gate (compile-gate.ts: one compilation per turn of the event loop, in
- * turn among organizations, within a compile-time budget per organization) → a concurrency slot (429
+ * through the compile gate (compile-gate.ts: one compilation per turn of the event loop, the
+ * organization with the most compile-time budget left first, within a budget per
+ * organization) → a concurrency slot (429
  * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → a place in the engine (fair-queue.ts:
  * a process-wide limit shared in turn by the organizations) → the engine, with readonly=1,
  * the time left and the row limits as settings → the exact 10,000-row cut.
