@@ -72,6 +72,5 @@ t.test('an error of the work is the caller\'s, and the gate goes on', async (t) 
   });
   await t.rejects(boom, /refused/);
   const queued = [gate.run('A', busy(1, 'x', log)), gate.run('A', () => { throw new Error('second'); }), gate.run('A', busy(1, 'y', log))];
-  const [x, second, y] = await Promise.allSettled(queued);
-  t.same([x.status, second.status, y.status], ['fulfilled', 'rejected', 'fulfilled']);
+  t.same((await Promise.allSettled(queued)).map((r) => r.status), ['fulfilled', 'rejected', 'fulfilled']);
 });
