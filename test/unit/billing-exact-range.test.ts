@@ -57,7 +57,7 @@ const decimalOf = (intDigits: number, places: number, digits: string): string =>
   return frac ? `${int}.${frac}` : int;
 };
 
-t.test('the issue\'s example: 123456789012345678901.123456 at unit price 1 is priced, drawn, depletes and reaches the cap', async (t) => {
+t.test('123456789012345678901.123456 at unit price 1 is priced, drawn, depletes the pool and reaches the cap', async (t) => {
   const cfg = config('1', '1', '1000', '5');
   const out = evaluateOne(cfg, signal('123456789012345678901.123456'));
   t.same(out.unpriced, []);
