@@ -2,17 +2,19 @@
  * Errors of the analytics engine (chdb or a ClickHouse server), classified for the API.
  *
  * Only statements printed by the query compiler reach the engine, so an engine error with a
- * ClickHouse code is the query's doing unless its class says the service or the host failed:
+ * ClickHouse code is the query's doing unless its class says the service or the host failed.
+ * The class is the engine's exception code number (src/store/error-codes.ts names it), never
+ * a name read from the message, which may quote the caller's own literals:
  * a time limit → 408, a name outside the views → 403, a class in SERVICE_FAULT (the engine's
  * own bugs, I/O, memory allocation, network, cancellation) → 500 with the class only, every
  * other class → 400 with the class and the engine's reason, cleaned of internals. A class a
  * later engine adds is a 400, never a 500 (classes such as TLD_LIST_NOT_FOUND or
- * AGGREGATE_FUNCTION_THROW are the query's own failures). A message chdb cut at a NUL byte (it hands
- * back C strings) has its code number but no class: the number decides. An error without a
- * ClickHouse code (the engine host, the client) is the service's failure: 500.
+ * AGGREGATE_FUNCTION_THROW are the query's own failures). An error without a ClickHouse code (the
+ * engine host, the client) is the service's failure: 500.
  */
 import { ApiError } from '../errors.js';
 import type { EngineError } from '../store/engine-error.js';
+import { errorCodeNumber, errorCodes } from '../store/error-codes.js';
 
 /** Cuts the parts of an engine message that could show internals: scopes, plans, hints, stacks, the engine's version. */
 export function cleanReason(reason: string, internalNames: readonly string[]): string {
@@ -40,24 +42,28 @@ const SERVICE_FAULT = new Set([
   'LOGICAL_ERROR', 'CANNOT_ALLOCATE_MEMORY', 'STD_EXCEPTION', 'POCO_EXCEPTION', 'UNKNOWN_EXCEPTION', 'ABORTED',
   'NOT_ENOUGH_SPACE', 'CORRUPTED_DATA', 'CHECKSUM_DOESNT_MATCH', 'CANNOT_READ_ALL_DATA', 'FILE_DOESNT_EXIST', 'FILE_ALREADY_EXISTS',
   'DIRECTORY_DOESNT_EXIST', 'TABLE_IS_DROPPED', 'TABLE_IS_READ_ONLY', 'NO_SUCH_DATA_PART', 'TOO_MANY_SIMULTANEOUS_QUERIES',
-  'QUERY_WAS_CANCELLED', 'QUERY_WAS_CANCELLED_BY_CLIENT', 'SYSTEM_ERROR', 'THREAD_IS_NOT_JOINABLE', 'SESSION_NOT_FOUND', 'SESSION_IS_LOCKED',
+  'QUERY_WAS_CANCELLED', 'QUERY_WAS_CANCELLED_BY_CLIENT', 'SYSTEM_ERROR', 'SESSION_NOT_FOUND', 'SESSION_IS_LOCKED',
   'UNKNOWN_USER', 'AUTHENTICATION_FAILED', 'REQUIRED_PASSWORD', 'WRONG_PASSWORD', 'UNKNOWN_PACKET_FROM_SERVER', 'UNEXPECTED_PACKET_FROM_SERVER',
   'ALL_CONNECTION_TRIES_FAILED', 'NO_FREE_CONNECTION', 'SERVER_OVERLOADED',
 ]);
 const SERVICE_FAULT_PREFIX = /^(CANNOT_(OPEN|READ_FROM|WRITE_TO|FSYNC|CREATE|SCHEDULE|STAT|TRUNCATE|UNLINK|RENAME|PIPE|FORK|MREMAP|MUNMAP|SEEK|SELECT|CLOCK|SET_|BLOCK|WAIT|LINK|MKDIR|REMOVE|ALLOCATE|MPROTECT|DLOPEN|FCNTL|IOSETUP|POLL|CLOSE|STATVFS)|NETWORK_|SOCKET_|KEEPER_|ZOOKEEPER|DISK_|S3_|HDFS_|AZURE_|REPLICA_|RECEIVED_ERROR_)/;
-/** Service-fault code numbers, for messages cut before their class (checked against the engine's errorCodeToName). */
-const SERVICE_FAULT_NUMBERS = new Set([49, 173, 1000, 1001, 1002, 236, 243, 246, 40, 33, 107, 74, 75, 76, 210, 209, 202, 394, 439, 218]);
-const OUTSIDE_VIEWS = new Set(['UNKNOWN_TABLE', 'UNKNOWN_DATABASE', 'UNKNOWN_DICTIONARY', 'READONLY', 'ACCESS_DENIED', 'UNKNOWN_STORAGE', 'UNKNOWN_TABLE_FUNCTION']);
+const OUTSIDE_VIEWS = new Set(['UNKNOWN_TABLE', 'UNKNOWN_DATABASE', 'READONLY', 'ACCESS_DENIED', 'UNKNOWN_STORAGE', 'DICTIONARY_ACCESS_DENIED']);
 
+/** The numbers of the classes above, from the engine's own table: the number decides, never a name in a message. */
+const numbersOf = (is: (name: string) => boolean): Set<number> => new Set([...errorCodes()].filter(([, name]) => is(name)).map(([n]) => n));
+const TIMEOUT_NUMBER = errorCodeNumber('TIMEOUT_EXCEEDED');
+const OUTSIDE_VIEWS_NUMBERS = numbersOf((name) => OUTSIDE_VIEWS.has(name));
+const SERVICE_FAULT_NUMBERS = numbersOf((name) => SERVICE_FAULT.has(name) || SERVICE_FAULT_PREFIX.test(name));
+
+/** The service's or the host's failure: no engine code at all (0), or a code of a service-fault class. */
 export function isServiceFault(e: EngineError): boolean {
-  if (e.codeName === '') return e.codeNumber === 0 || SERVICE_FAULT_NUMBERS.has(e.codeNumber);
-  return SERVICE_FAULT.has(e.codeName) || SERVICE_FAULT_PREFIX.test(e.codeName);
+  return e.codeNumber === 0 || SERVICE_FAULT_NUMBERS.has(e.codeNumber);
 }
 
-/** The API error for an engine error raised while running a guarded query. */
+/** The API error for an engine error raised while running a guarded query, decided by its code number. */
 export function apiErrorFor(e: EngineError, internalNames: readonly string[], viewNames: readonly string[]): ApiError {
-  if (e.codeName === 'TIMEOUT_EXCEEDED') return new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
-  if (OUTSIDE_VIEWS.has(e.codeName)) {
+  if (e.codeNumber === TIMEOUT_NUMBER) return new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
+  if (OUTSIDE_VIEWS_NUMBERS.has(e.codeNumber)) {
     return new ApiError('FORBIDDEN', `${cleanReason(e.reason, internalNames)}. Only the analytics views (${viewNames.join(', ')}) and names the query defines with WITH can be read`);
   }
   if (isServiceFault(e)) return new ApiError('INTERNAL', `the analytics engine failed (${e.codeName || (e.codeNumber ? `code ${e.codeNumber}` : 'unknown error')}); it has been logged`);

@@ -7,7 +7,10 @@
  * Order of a query, and why: validate the body (free) → one token, only when the rate
  * framework is on for analytics (spec 8.3, off by default) → the compiler (compiler/: the
  * project's own parser, name resolution and printer, which writes the caller's organization
- * and mode into every view read; in process, no slot needed) → a concurrency slot (429
+ * and mode into every view read; in process, no slot needed), a text not compiled before
+ * through the compile gate (compile-gate.ts: one compilation per turn of the event loop, the
+ * organization with the most compile-time budget left first, within a budget per
+ * organization) → a concurrency slot (429
  * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → a place in the engine (fair-queue.ts:
  * a process-wide limit shared in turn by the organizations) → the engine, with readonly=1,
  * the time left and the row limits as settings → the exact 10,000-row cut.
@@ -33,6 +36,7 @@ import { toEngineError } from '../store/engine-error.js';
 import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
 import { MAX_ROWS, shapeResult } from './result.js';
 import { FairQueue } from './fair-queue.js';
+import { CompileGate } from './compile-gate.js';
 import { engineUnreachable } from './unreachable.js';
 import { NO_PUSHDOWN_SETTINGS, VIEW_NAMES, VIEW_SCHEMAS, schemaDocument } from '../store/views.js';
 
@@ -71,6 +75,7 @@ export class AnalyticsService {
   private readonly metadata: Compiled;
   private readonly schemaBody: string;
   private readonly lanes: FairQueue;
+  private readonly gate = new CompileGate();
 
   constructor(
     private readonly engine: AnalyticsEngine,
@@ -91,8 +96,8 @@ export class AnalyticsService {
   async query(req: Request, p: Principal): Promise<Reply> {
     const text = queryText(req.body);
     await this.takeToken(p);
-    // In process and well under a millisecond: a refused query never takes a slot.
-    const sql = this.compileFor(text, p);
+    // In process, metered per organization by the compile gate: a refused query never takes a slot.
+    const sql = await this.compileFor(text, p);
     return this.withSlot(p, async (track) => {
       const out = await this.execute(sql, p, track);
       return { status: 200, body: shapeResult(out, MAX_ROWS).body, headers: JSON_HEADERS };
@@ -109,10 +114,15 @@ export class AnalyticsService {
     });
   }
 
-  /** The SQL to run for the caller's text: compiled, then printed with the caller's scope. */
-  private compileFor(text: string, p: Principal): string {
+  /**
+   * The SQL to run for the caller's text: compiled (a text compiled or refused before comes
+   * from the cache; a new one waits for its organization's turn at the compile gate), then
+   * printed with the caller's scope.
+   */
+  private async compileFor(text: string, p: Principal): Promise<string> {
+    const c = this.compiler.cached(text) ?? (await this.gate.run(p.org.id, () => this.compiler.cached(text) ?? this.compiler.compileNew(text)));
     try {
-      return this.compiler.compile(text, { orgId: p.org.id, mode: p.mode });
+      return this.compiler.print(c, { orgId: p.org.id, mode: p.mode });
     } catch (err) {
       if (err instanceof CompileError) throw err.toApiError();
       throw err;

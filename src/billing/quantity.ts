@@ -3,13 +3,15 @@
  * others are not.
  *
  * A quantity is a JSON number or a decimal string (`"12.5"`, the syntax of
- * src/billing/decimal.ts), ≥ 0, with at most QUANTITY_MAX_DECIMAL_PLACES (12) places and at
- * most QUANTITY_MAX_INTEGER_DIGITS (15) digits before the point (so below 10^15). These bounds
- * make every product with a configured price or credits per unit fit the stored type exactly
- * (src/store/stored.ts). A JSON number is taken at the value its text states: the pipeline
- * passes the text of every number a double would not keep (more than 15 significant digits,
- * or out of the double's range) next to the data (src/pipeline/exact-numbers.ts), so
- * `0.10000000000000000001` is 20 places, not the double's 0.1.
+ * src/billing/decimal.ts), ≥ 0, with at most QUANTITY_MAX_DECIMAL_PLACES (24) places and at
+ * most QUANTITY_MAX_INTEGER_DIGITS (52) digits before the point: the bounds of the stored
+ * decimal type (src/store/stored.ts), since the quantity is stored as it is. Whether its
+ * cost and credit draw fit the type too is judged on their actual values when the signal is
+ * priced (src/billing/evaluator/evaluate.ts, AMOUNT_OUT_OF_RANGE). A JSON number is taken at
+ * the value its text states: the pipeline passes the text of every number a double would not
+ * keep (more than 15 significant digits, or out of the double's range) next to the data
+ * (src/pipeline/exact-numbers.ts), so `0.10000000000000000001` is 20 places, not the double's
+ * 0.1.
  *
  * A value outside the rule is never rounded or cut: the signal is not priced, and the reason
  * is stored in fact_unpriced (one row per signal, with `reason` and a `detail` naming the
@@ -17,14 +19,16 @@
  *   QUANTITY_MISSING                  nothing (or null) at the path
  *   QUANTITY_NOT_A_NUMBER             neither a JSON number nor a decimal string
  *   QUANTITY_NEGATIVE                 below zero
- *   QUANTITY_TOO_MANY_DECIMAL_PLACES  more than 12 places
- *   QUANTITY_TOO_LARGE                more than 15 integer digits
+ *   QUANTITY_TOO_MANY_DECIMAL_PLACES  more than 24 places (the stored type's scale)
+ *   QUANTITY_TOO_LARGE                more than 52 integer digits (the stored type's)
  *   QUANTITY_DIGITS_NOT_KEPT          a JSON number in a batch too full of long numbers for
  *                                     their texts to be kept (src/pipeline/exact-numbers.ts);
  *                                     a decimal string is never affected
- *   AMOUNT_OUT_OF_RANGE               (not a quantity problem) an amount to store, in practice
- *                                     the pool balance after the draw, would not fit the
- *                                     stored type (src/store/stored.ts)
+ *   AMOUNT_OUT_OF_RANGE               (not a quantity problem) an amount to store — the cost,
+ *                                     the credits drawn or the pool balance after the draw —
+ *                                     would not fit the stored type exactly (more than 52
+ *                                     integer digits, or more than 24 places: a quantity of
+ *                                     20 places at a price of 12)
  */
 import { DecimalError, decimalFromJsonNumberText, decimalFromNumber, decimalPlaces, integerDigitsOf, parseDecimal, sign, type Dec, type ParseOptions } from './decimal.js';
 import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, UNPRICED_REASONS } from '../store/stored.js';

@@ -4,9 +4,11 @@
  * error means for the API (400, 403, 408 or 500) is the analytics stage's decision
  * (src/analytics/engine-error.ts).
  */
+import { errorCodeName } from './error-codes.js';
+
 export class EngineError extends Error {
   constructor(
-    /** ClickHouse error code name, e.g. SYNTAX_ERROR; '' when unknown. */
+    /** The engine's name of `codeNumber` (src/store/error-codes.ts); '' when unknown. Never read from the message. */
     readonly codeName: string,
     readonly codeNumber: number,
     /** The engine's message without the code prefix and suffix. */
@@ -16,18 +18,36 @@ export class EngineError extends Error {
   }
 }
 
-const CH_MESSAGE = /Code: (\d+)\.\s*(?:DB::Exception:\s*)?([\s\S]*?)\s*\(([A-Z][A-Z0-9_]*)\)(?:\s*\(version [^)]*\))?\s*$/;
-const CH_CUT_MESSAGE = /^Code: (\d+)\.\s*(?:DB::Exception:\s*)?([\s\S]*)$/;
+/**
+ * The error for exception code `code` (from the engine's answer: a header, a chdb error's
+ * `clickhouseCode`) and the engine's message. The class is the code's name; the message only
+ * gives the reason: its leading `Code: N. DB::Exception: ` and its trailing `(NAME)` and
+ * `(version …)` are cut when they are the code's own, and anything the message quotes (the
+ * caller's literals, class names in parentheses included) stays text.
+ */
+export function engineErrorOf(code: number, message: string): EngineError {
+  const name = errorCodeName(code);
+  let reason = message.trimEnd();
+  const prefix = /^Code: (\d+)\.\s*(?:DB::Exception:\s*)?/.exec(reason);
+  if (prefix && Number(prefix[1]) === code) reason = reason.slice(prefix[0].length);
+  reason = reason.replace(/\s*\(version [^)]*\)$/, '');
+  if (name && reason.endsWith(`(${name})`)) reason = reason.slice(0, -name.length - 2).trimEnd();
+  return new EngineError(name, code, reason);
+}
 
-/** Reads an error thrown by chdb ("Code: 62. DB::Exception: … (SYNTAX_ERROR)") or passes an EngineError through. */
+/**
+ * An error thrown by the engine's client (chdb's errors carry the code as `clickhouseCode`),
+ * as an EngineError; an EngineError passes through. Without a code property, the number of the
+ * message's leading `Code: N.` (the engine writes it first, before any text of the caller's);
+ * anything else is no engine answer: code 0.
+ */
 export function toEngineError(err: unknown): EngineError {
   if (err instanceof EngineError) return err;
   const msg = err instanceof Error ? err.message : String(err);
-  const m = CH_MESSAGE.exec(msg);
-  if (m) return new EngineError(m[3]!, Number(m[1]), m[2]!);
-  // chdb returns C strings: a message with a NUL byte ends there, before its class.
-  const cut = CH_CUT_MESSAGE.exec(msg);
-  if (cut) return new EngineError('', Number(cut[1]), cut[2]!);
+  const own = (err as { clickhouseCode?: unknown } | null)?.clickhouseCode;
+  if (typeof own === 'number' && Number.isInteger(own)) return engineErrorOf(own, msg);
+  const lead = /^Code: (\d+)\./.exec(msg);
+  if (lead) return engineErrorOf(Number(lead[1]), msg);
   return new EngineError('', 0, msg);
 }
 

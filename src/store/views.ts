@@ -77,7 +77,7 @@ export const VIEWS: readonly ViewDef[] = [
       { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit, if the signal named one.' },
       { name: 'plan_id', expr: 'plan_id', type: 'String', description: 'The plan whose price applied.' },
       { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that priced the signal.' },
-      { name: 'quantity', expr: 'quantity', type: STORED_DECIMAL, description: `Quantity the signal counted for (at most ${QUANTITY_MAX_INTEGER_DIGITS} integer digits and ${QUANTITY_MAX_DECIMAL_PLACES} decimal places; others are in fact_unpriced).` },
+      { name: 'quantity', expr: 'quantity', type: STORED_DECIMAL, description: `Quantity the signal counted for (at most ${QUANTITY_MAX_INTEGER_DIGITS} integer digits and ${QUANTITY_MAX_DECIMAL_PLACES} decimal places, and a cost and draw that fit this type; others are in fact_unpriced).` },
       { name: 'unit_price', expr: 'unit_price', type: STORED_DECIMAL, description: 'Price per unit in minor units (fractional cents allowed).' },
       { name: 'cost_amount', expr: 'cost_amount', type: STORED_DECIMAL, description: 'quantity × unit_price in minor units (cents), exact: every digit of the product is stored, so sum(cost_amount) is the exact total.' },
       { name: 'currency', expr: 'currency', type: 'LowCardinality(String)', description: 'ISO 4217 currency of unit_price and cost_amount.' },

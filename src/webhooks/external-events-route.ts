@@ -12,6 +12,7 @@ import { parseJson } from '../http/json.js';
 import type { Nats } from '../bus/connection.js';
 import type { OrgRegistry } from '../orgs/registry.js';
 import { publishExternalEvent, validateExternalEvent } from './external-events.js';
+import { ORG_ID_PATTERN } from '../orgs/keys.js';
 
 const BODY_LIMIT = 256 * 1024;
 
@@ -30,9 +31,11 @@ export function externalEventRoutes(deps: ExternalEventDeps): Route[] {
       auth: 'operator',
       bodyLimit: BODY_LIMIT,
       handler: async (req) => {
+        const orgId = req.params[0] ?? '';
+        // Checked before anything else: an id of another shape is no organization, and never a KV key.
+        if (!ORG_ID_PATTERN.test(orgId)) throw new ApiError('NOT_FOUND', `no organization ${JSON.stringify(orgId)}`);
         const e = validateExternalEvent(parseJson(req.body));
-        const orgId = req.params[0]!;
-        if (!(await registry.get(orgId))) throw new ApiError('NOT_FOUND', `no organization ${orgId}`);
+        if (!(await registry.get(orgId))) throw new ApiError('NOT_FOUND', `no organization ${JSON.stringify(orgId)}`);
         try {
           const r = await publishExternalEvent(nats, orgId, e, publishTimeoutMs);
           if (!r.duplicate) billingEvents.inc({ event: e.event, source: 'external' });

@@ -4,7 +4,7 @@
  * server mode too by test/server-store/analytics.test.ts.
  */
 import t from 'tap';
-import { createOrg, drained, embeddedOnly, serverOnly, http, sendBatch, ServiceProcess, startService, useService, type TestOrg } from '../helpers/service.js';
+import { createOrg, drained, embeddedOnly, serverOnly, http, logLines, sendBatch, ServiceProcess, startService, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'analytics');
 
@@ -188,6 +188,29 @@ t.test('refusals: status, code and a details text naming the problem', async (t)
     t.match(r.body.details, details, q);
     t.notMatch(JSON.stringify(r.body), /billing\.|\/tmp\/billing|log_comment|scope:|Stack|\.cpp/, `${q}: no internals in the answer`);
   }
+});
+
+t.test('engine errors are classified by the engine\'s code, never by a class name the query quotes', async (t) => {
+  // Each name would mean 408, 403 or 500 if the class were read from the message, which
+  // quotes the caller's own literal; the engine's code is CANNOT_PARSE_TEXT (6) every time.
+  const names = [
+    'TIMEOUT_EXCEEDED', 'UNKNOWN_TABLE', 'UNKNOWN_DATABASE', 'UNKNOWN_DICTIONARY', 'READONLY', 'ACCESS_DENIED', 'UNKNOWN_STORAGE', 'UNKNOWN_TABLE_FUNCTION',
+    'LOGICAL_ERROR', 'CANNOT_ALLOCATE_MEMORY', 'STD_EXCEPTION', 'POCO_EXCEPTION', 'UNKNOWN_EXCEPTION', 'ABORTED', 'NOT_ENOUGH_SPACE', 'CORRUPTED_DATA',
+    'CHECKSUM_DOESNT_MATCH', 'CANNOT_READ_ALL_DATA', 'FILE_DOESNT_EXIST', 'TABLE_IS_DROPPED', 'TOO_MANY_SIMULTANEOUS_QUERIES', 'QUERY_WAS_CANCELLED',
+    'SYSTEM_ERROR', 'SESSION_NOT_FOUND', 'AUTHENTICATION_FAILED', 'ALL_CONNECTION_TRIES_FAILED', 'SERVER_OVERLOADED', 'CANNOT_OPEN_FILE', 'NETWORK_ERROR',
+    'SOCKET_TIMEOUT', 'KEEPER_EXCEPTION', 'MEMORY_LIMIT_EXCEEDED',
+  ];
+  const loggedBefore = logLines(svc, 'analytics engine error').length;
+  for (const name of names) {
+    for (const literal of [`(${name})`, `Code: 159. DB::Exception: x. (${name}) (version 26.7.1.1)`, `x\\0(${name})`]) {
+      const q = `SELECT toUInt64('${literal}')`;
+      const started = Date.now();
+      const r = await query(A.live, q);
+      t.same([r.status, r.body.code], [400, 'QUERY_FAILED'], `${q} → ${r.status} ${JSON.stringify(r.body)} after ${Date.now() - started} ms`);
+      t.match(r.body.details, /^CANNOT_PARSE_TEXT: /, `${q}: the engine's class`);
+    }
+  }
+  t.equal(logLines(svc, 'analytics engine error').length, loggedBefore, 'no engine error was logged as the service\'s failure');
 });
 
 t.test('body validation', async (t) => {

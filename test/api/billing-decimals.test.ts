@@ -6,7 +6,7 @@
  */
 import t from 'tap';
 import { Decimal as DecimalJs } from 'decimal.js';
-import { billed } from '../helpers/bus.js';
+import { billed, busEvents } from '../helpers/bus.js';
 import { createOrg, http, ok, useService, type TestOrg } from '../helpers/service.js';
 import { EXACT_TEXTS_MAX_BYTES } from '../../src/pipeline/exact-numbers.js';
 
@@ -43,9 +43,9 @@ async function setup(): Promise<Setup> {
 
 const query = async (key: string, q: string): Promise<unknown[][]> => (await ok(http(svc.url, 'POST', '/api/v2/analytics/query', { token: key, body: { query: q } }), [200])).rows;
 
-/** A signal as raw JSON text: `data` is written as given, so numbers keep every digit. */
-const raw = (eventName: string, second: number, data: string): string =>
-  `{"eventName":"${eventName}","customerId":"acme","timestamp":"2026-01-10T00:00:${String(second).padStart(2, '0')}Z","data":${data}}`;
+/** A signal as raw JSON text (the one place this file builds a signal): `data` is written as given, so numbers keep every digit. */
+const raw = (eventName: string, second: number, data: string, unitId?: string): string =>
+  `{"eventName":"${eventName}","customerId":"acme",${unitId === undefined ? '' : `"unitId":${JSON.stringify(unitId)},`}"timestamp":"2026-01-10T00:00:${String(second).padStart(2, '0')}Z","data":${data}}`;
 const bulk = (key: string, signals: string[]) => ok(http(svc.url, 'POST', '/api/v2/signals/bulk', { token: key, raw: `{"signals":[${signals.join(',')}]}` }), [202]);
 
 t.test('costs and credit draws are stored exactly; sums equal the exact sums; draws equal the pool balance to the last digit', async (t) => {
@@ -91,9 +91,9 @@ t.test('costs and credit draws are stored exactly; sums equal the exact sums; dr
 t.test('a quantity outside the rule is not priced, and fact_unpriced says why', async (t) => {
   const s = await setup();
   const signals = [
-    raw('draw', 0, '{"q":0.10000000000000000001}'), // 20 places; a double reads 0.1
-    raw('draw', 1, '{"q":"0.0000000000001"}'),
-    raw('draw', 2, '{"q":1000000000000000}'),
+    raw('draw', 0, '{"q":0.1000000000000000000000001}'), // 25 places; a double reads 0.1
+    raw('draw', 1, '{"q":"0.0000000000000000000000001"}'),
+    raw('draw', 2, `{"q":1${'0'.repeat(52)}}`),
     raw('draw', 3, '{"q":-1}'),
     raw('draw', 4, '{"q":"ten"}'),
     raw('draw', 5, '{"r":1}'),
@@ -103,13 +103,13 @@ t.test('a quantity outside the rule is not priced, and fact_unpriced says why', 
   await bulk(s.org.live, signals);
   await billed(iso);
   t.same(await query(s.org.live, 'SELECT reason, detail, event_name, customer_id, order_line_attribute_id FROM fact_unpriced ORDER BY created_at'), [
-    ['QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 20 decimal places; at most 12 are allowed', 'draw', s.customerId, s.drawOla],
-    ['QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 13 decimal places; at most 12 are allowed', 'draw', s.customerId, s.drawOla],
-    ['QUANTITY_TOO_LARGE', 'data.q has 16 integer digits; at most 15 are allowed', 'draw', s.customerId, s.drawOla],
+    ['QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 25 decimal places; at most 24 are allowed', 'draw', s.customerId, s.drawOla],
+    ['QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 25 decimal places; at most 24 are allowed', 'draw', s.customerId, s.drawOla],
+    ['QUANTITY_TOO_LARGE', 'data.q has 53 integer digits; at most 52 are allowed', 'draw', s.customerId, s.drawOla],
     ['QUANTITY_NEGATIVE', 'data.q must not be negative', 'draw', s.customerId, s.drawOla],
     ['QUANTITY_NOT_A_NUMBER', 'data.q must be a decimal number like "12.5" or "-0.000001", got "ten"', 'draw', s.customerId, s.drawOla],
     ['QUANTITY_MISSING', 'data.q is missing', 'draw', s.customerId, s.drawOla],
-    ['QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 400 decimal places; at most 12 are allowed', 'draw', s.customerId, s.drawOla],
+    ['QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 400 decimal places; at most 24 are allowed', 'draw', s.customerId, s.drawOla],
   ]);
   t.same(await query(s.org.live, 'SELECT toString(quantity), toString(cost_amount) FROM fact_cost'), [['0.000000000001', '0.000000000001']], 'only the signal within the rule is priced');
   t.same(await query(s.org.live, 'SELECT toString(credits), toString(balance_after) FROM fact_credit_consumption'), [['0.000000000000000001', '0.999999999999999999']]);
@@ -119,6 +119,31 @@ t.test('a quantity outside the rule is not priced, and fact_unpriced says why', 
   t.same(await query(s.org.test, 'SELECT count() FROM fact_unpriced'), [['0']], 'per mode');
   const other = await createOrg(svc.url);
   t.same(await query(other.live, 'SELECT count() FROM fact_unpriced'), [['0']], 'and per organization');
+});
+
+t.test('a quantity far past 10^15 whose cost and draw fit the stored type is priced: cost, draw, depletion and the cap', async (t) => {
+  const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
+  const call = (method: string, path: string, body?: unknown) => ok(http(svc.url, method, path, { token: org.live, body }));
+  const customer = await call('POST', '/api/v2/customers', { externalId: 'acme' });
+  await call('PUT', `/api/v2/customers/${customer.id}/units/root`, {});
+  const plan = await call('POST', '/api/v2/plans', { name: 'Pro' });
+  const big = await call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, {
+    planId: plan.id, eventName: 'big', quantity: { kind: 'path', path: 'q' }, unitPrice: '1', currency: 'USD', creditsCurrencyId: CUR, creditsPerUnit: '1',
+  });
+  await call('POST', `/api/v2/customers/${customer.id}/credit-pools`, { orderLineAttributeId: big.id, credits: '1000' });
+  await call('PUT', `/api/v2/customers/${customer.id}/units/root/credit-caps/${CUR}`, { amount: '5', frequency: 'MONTHLY', effectiveFrom: '2026-01-01T00:00:00Z' });
+  const q = '123456789012345678901.123456';
+  // As a JSON number (its text kept by the pipeline) and as a decimal string.
+  await bulk(org.live, [raw('big', 0, `{"q":${q}}`, 'root'), raw('big', 1, `{"q":"${q}"}`, 'root')]);
+  await billed(iso);
+  t.same(await query(org.live, 'SELECT count() FROM fact_unpriced'), [['0']], 'nothing left unpriced');
+  t.same(await query(org.live, 'SELECT toString(quantity), toString(cost_amount) FROM fact_cost ORDER BY created_at'), [[q, q], [q, q]], 'cost = 1.23·10^20, exact');
+  const first = new Decimal(1000).minus(q);
+  const second = first.minus(q);
+  t.same(await query(org.live, 'SELECT toString(credits), toString(balance_after) FROM fact_credit_consumption ORDER BY created_at'), [[q, exact(first)], [q, exact(second)]], 'each draw and the balance after it');
+  const events = (await busEvents(iso, org.id)).map((e) => e.event);
+  t.equal(events.filter((e) => e === 'billing-credits-depleted').length, 1, 'billing-credits-depleted, once');
+  t.equal(events.filter((e) => e === 'billing-credit-cap-reached').length, 1, 'billing-credit-cap-reached, once');
 });
 
 t.test('a batch too full of long numbers: the quantities whose digits are not kept are not priced, visibly', async (t) => {

@@ -112,6 +112,7 @@ t.test('the compiler caches trees by text, and prints per caller', async (t) => 
       t.fail('accepted');
     } catch (err) {
       t.ok(err instanceof CompileError, i === 0 ? 'refused' : 'refusals are not cached as successes');
+      t.ok(c.cached('SELECT nope FROM fact_signal') instanceof CompileError, 'the refusal is remembered, not compiled again');
     }
   }
 });

@@ -4,7 +4,11 @@
  */
 import t from 'tap';
 import { apiErrorFor, cleanReason } from '../../src/analytics/engine-error.js';
-import { toEngineError, EngineError } from '../../src/store/engine-error.js';
+import { toEngineError, EngineError, engineErrorOf } from '../../src/store/engine-error.js';
+import { errorCodeName, errorCodeNumber } from '../../src/store/error-codes.js';
+
+/** An engine error of class `name` (its number from the engine's table). */
+const of = (name: string, reason: string): EngineError => new EngineError(name, errorCodeNumber(name), reason);
 
 const internal = ['billing', 'analytics'];
 const views = ['fact_signal', 'fact_cost'];
@@ -37,12 +41,12 @@ t.test('classification', async (t) => {
     ['', 'INTERNAL', 500],
   ];
   for (const [name, code, status] of cases) {
-    const api = apiErrorFor(new EngineError(name, name === '' ? 0 : 1, 'Cannot open file /var/lib/x/billing.signals/data.bin in scope SELECT * FROM billing.signals'), internal, views);
+    const api = apiErrorFor(name === '' ? new EngineError('', 0, 'x') : of(name, 'Cannot open file /var/lib/x/billing.signals/data.bin in scope SELECT * FROM billing.signals'), internal, views);
     t.equal(api.code, code, name);
     t.equal(api.status, status, name);
     t.notMatch(api.details, /\/var\/lib|billing\.|in scope/, `${name}: no paths, internal names or scopes`);
   }
-  const internalErr = apiErrorFor(new EngineError('LOGICAL_ERROR', 49, 'Stack trace: 0x1234 DB::foo() /src/Interpreters/x.cpp:12'), internal, views);
+  const internalErr = apiErrorFor(of('LOGICAL_ERROR', 'Stack trace: 0x1234 DB::foo() /src/Interpreters/x.cpp:12'), internal, views);
   t.equal(internalErr.details, 'the analytics engine failed (LOGICAL_ERROR); it has been logged', 'a 500 names the error class only');
 });
 
@@ -53,17 +57,41 @@ t.test('every error the query causes is a 400: the classes the engine adds over 
   for (const name of [
     'INDEX_OF_POSITIONAL_ARGUMENT_IS_OUT_OF_RANGE', // leftPad('a', -5)
     'AGGREGATE_FUNCTION_THROW', 'TLD_LIST_NOT_FOUND', 'INVALID_TEMPLATE_FORMAT', 'SUPPORT_IS_DISABLED',
-    'INVALID_LIMIT_EXPRESSION', 'SIZES_OF_COLUMNS_DOESNT_MATCH', 'SOME_CLASS_A_LATER_ENGINE_ADDS',
+    'INVALID_LIMIT_EXPRESSION', 'SIZES_OF_COLUMNS_DOESNT_MATCH',
   ]) {
-    const api = apiErrorFor(new EngineError(name, 999, 'New padded length (-5) is negative'), internal, views);
+    const api = apiErrorFor(of(name, 'New padded length (-5) is negative'), internal, views);
     t.equal(api.code, 'QUERY_FAILED', name);
     t.equal(api.status, 400, name);
     t.equal(api.details, `${name}: New padded length (-5) is negative`, `${name}: the class and the cleaned reason`);
   }
+  // A number this engine does not know (a later engine's class): shown by its number, a 400.
+  const later = apiErrorFor(engineErrorOf(9999, 'Code: 9999. DB::Exception: something new. (SOME_CLASS_A_LATER_ENGINE_ADDS)'), internal, views);
+  t.same([later.status, later.details], [400, 'Code 9999: something new. (SOME_CLASS_A_LATER_ENGINE_ADDS)']);
   for (const name of ['LOGICAL_ERROR', 'CANNOT_ALLOCATE_MEMORY', 'CANNOT_OPEN_FILE', 'FILE_DOESNT_EXIST', 'CANNOT_READ_FROM_FILE_DESCRIPTOR', 'NOT_ENOUGH_SPACE', 'CORRUPTED_DATA', 'CHECKSUM_DOESNT_MATCH', 'ABORTED', 'STD_EXCEPTION', 'POCO_EXCEPTION', 'NETWORK_ERROR', 'SOCKET_TIMEOUT', 'TABLE_IS_DROPPED', 'TOO_MANY_SIMULTANEOUS_QUERIES', 'QUERY_WAS_CANCELLED', 'CANNOT_SCHEDULE_TASK']) {
-    const api = apiErrorFor(new EngineError(name, 1, 'x'), internal, views);
+    const api = apiErrorFor(of(name, 'x'), internal, views);
     t.equal(api.status, 500, `${name}: the service's own failure`);
   }
+});
+
+t.test('the class is the code number\'s, never a name the message quotes', async (t) => {
+  const names = ['TIMEOUT_EXCEEDED', 'UNKNOWN_DATABASE', 'UNKNOWN_TABLE', 'READONLY', 'ACCESS_DENIED', 'LOGICAL_ERROR', 'CANNOT_ALLOCATE_MEMORY', 'NETWORK_ERROR', 'CANNOT_OPEN_FILE'];
+  for (const name of names) {
+    for (const literal of [`(${name})`, `Code: 159. DB::Exception: x. (${name}) (version 26.7.1.1)`, `x\\0(${name})`]) {
+      const message = `Code: 6. DB::Exception: Cannot parse string '${literal}' as UInt64: syntax error at begin of string. In scope SELECT toUInt64('${literal}'). (CANNOT_PARSE_TEXT)`;
+      // What chdb throws (its code as a property), what the engine host answers (the header's number), and a bare message.
+      const chdb = Object.assign(new Error(message), { clickhouseCode: 6 });
+      for (const e of [toEngineError(chdb), engineErrorOf(6, message), toEngineError(new Error(message))]) {
+        t.same([e.codeNumber, e.codeName], [6, 'CANNOT_PARSE_TEXT'], literal);
+        const api = apiErrorFor(e, internal, views);
+        t.same([api.status, api.code], [400, 'QUERY_FAILED'], literal);
+        t.match(api.details, /^CANNOT_PARSE_TEXT: Cannot parse string '/, literal);
+      }
+    }
+  }
+  // A message whose own class is quoted text: the code's number wins.
+  const e = engineErrorOf(6, 'Code: 6. DB::Exception: x (TIMEOUT_EXCEEDED)');
+  t.same([e.codeName, e.reason], ['CANNOT_PARSE_TEXT', 'x (TIMEOUT_EXCEEDED)']);
+  t.equal(errorCodeName(159), 'TIMEOUT_EXCEEDED');
 });
 
 t.test('a message cut at a NUL byte (chdb hands back C strings) is still the query\'s fault', async (t) => {
@@ -73,7 +101,7 @@ t.test('a message cut at a NUL byte (chdb hands back C strings) is still the que
   const api = apiErrorFor(e, internal, views);
   t.equal(api.status, 400);
   t.equal(api.code, 'QUERY_FAILED');
-  t.match(api.details, /^Code 691: Unknown element 'a/, 'the code number stands in for the class');
+  t.match(api.details, /^UNKNOWN_ELEMENT_OF_ENUM: Unknown element 'a/, 'the class is the code number\'s, message or not');
   // parseDateTime('\0', '%Y')
   t.equal(apiErrorFor(toEngineError(new Error('Code: 41. DB::Exception: Unable to parse fragment %Y from ')), internal, views).status, 400);
   // A service-fault number stays a 500, also when cut.

@@ -100,9 +100,9 @@ t.test('every digit of a product is kept: costs and credits beyond 12 places', a
 t.test('a quantity outside the rule is not priced, changes nothing and says why', async (t) => {
   const cfg = config({ granted: '10', path: 'q', included: '1' });
   const bad = [
-    sig({ data: { q: 0.1 }, exact: { q: '0.10000000000000000001' } }),
-    sig({ data: { q: '0.0000000000001' } }),
-    sig({ data: { q: '1000000000000000' } }),
+    sig({ data: { q: 0.1 }, exact: { q: '0.1000000000000000000000001' } }),
+    sig({ data: { q: '0.0000000000000000000000001' } }),
+    sig({ data: { q: '1' + '0'.repeat(52) } }),
     sig({ data: { q: -2 } }),
     sig({ data: { q: '1e3' } }),
     sig({ data: { q: [1] } }),
@@ -114,9 +114,9 @@ t.test('a quantity outside the rule is not priced, changes nothing and says why'
   t.same(outs[0]!.events, [], 'no event');
   t.same(state, { ...emptyState(), usage: {}, consumed: {} }, 'no state');
   t.same(outs[0]!.unpriced.map((u) => [u.signal_id, u.reason, u.detail]), [
-    [bad[0]!.id, 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 20 decimal places; at most 12 are allowed'],
-    [bad[1]!.id, 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 13 decimal places; at most 12 are allowed'],
-    [bad[2]!.id, 'QUANTITY_TOO_LARGE', 'data.q has 16 integer digits; at most 15 are allowed'],
+    [bad[0]!.id, 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 25 decimal places; at most 24 are allowed'],
+    [bad[1]!.id, 'QUANTITY_TOO_MANY_DECIMAL_PLACES', 'data.q has 25 decimal places; at most 24 are allowed'],
+    [bad[2]!.id, 'QUANTITY_TOO_LARGE', 'data.q has 53 integer digits; at most 52 are allowed'],
     [bad[3]!.id, 'QUANTITY_NEGATIVE', 'data.q must not be negative'],
     [bad[4]!.id, 'QUANTITY_NOT_A_NUMBER', 'data.q must be written without an exponent, got "1e3"'],
     [bad[5]!.id, 'QUANTITY_NOT_A_NUMBER', 'data.q must be a JSON number or a decimal string, got array'],

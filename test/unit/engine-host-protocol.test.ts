@@ -92,5 +92,10 @@ t.test('credentials and error codes', async (t) => {
   t.equal(basicAuth('Bearer x'), null);
   t.same(errorCode('Code: 62. DB::Exception: Syntax error: failed at position 1. (SYNTAX_ERROR) (version 26.7.2.1)'), { code: 62, name: 'SYNTAX_ERROR' });
   t.same(errorCode('something else'), { code: 1002, name: 'UNKNOWN_EXCEPTION' });
+  // chdb's own code property decides; a class name the message quotes never does.
+  const quoted = "Code: 6. DB::Exception: Cannot parse string '(LOGICAL_ERROR)' as UInt64. (CANNOT_PARSE_TEXT)";
+  t.same(errorCode(Object.assign(new Error(quoted), { clickhouseCode: 6 })), { code: 6, name: 'CANNOT_PARSE_TEXT' });
+  t.same(errorCode(new Error("Code: 6. DB::Exception: Cannot parse string 'x (TIMEOUT_EXCEEDED)'")), { code: 6, name: 'CANNOT_PARSE_TEXT' });
+  t.same(errorCode(new Error("not an engine error: 'Code: 159. DB::Exception: (TIMEOUT_EXCEEDED)'")), { code: 1002, name: 'UNKNOWN_EXCEPTION' });
   t.equal(new HostError(401, 516, 'AUTHENTICATION_FAILED', 'Authentication failed').text(), 'Code: 516. DB::Exception: Authentication failed. (AUTHENTICATION_FAILED)\n');
 });

@@ -5,7 +5,8 @@
  * (printer.ts). Only printed text ever reaches the engine.
  *
  * Compiled trees are remembered by text (LRU): a repeated query is only printed again, for
- * the caller at hand (the tree holds no scope).
+ * the caller at hand (the tree holds no scope). Refusals are remembered too: a refused text
+ * sent again is refused without compiling it again.
  */
 import type { Query } from './ast.js';
 import { parse } from './grammar.js';
@@ -51,7 +52,8 @@ export function printScoped(c: Compiled, scope: Scope, analyticsDb: string): str
 }
 
 export class QueryCompiler {
-  private readonly cache = new Map<string, Compiled>();
+  /** Outcomes by text: the tree, or the refusal (a refused text sent again is not compiled again). */
+  private readonly cache = new Map<string, Compiled | CompileError>();
 
   constructor(
     private readonly views: readonly ViewSchema[],
@@ -61,15 +63,36 @@ export class QueryCompiler {
 
   /** The statement to run for `scope`, or a CompileError. */
   compile(text: string, scope: Scope): string {
-    let c = this.cache.get(text);
+    return this.print(this.cached(text) ?? this.compileNew(text), scope);
+  }
+
+  /** The outcome of compiling `text` if it is remembered (an LRU of `cacheSize` texts), else undefined. */
+  cached(text: string): Compiled | CompileError | undefined {
+    const c = this.cache.get(text);
     if (c) {
       this.cache.delete(text);
       this.cache.set(text, c);
-    } else {
-      c = compile(text, this.views);
-      this.cache.set(text, c);
-      if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
     }
+    return c;
+  }
+
+  /** Compiles `text` (the work the compile gate meters) and remembers the outcome, accepted or refused. */
+  compileNew(text: string): Compiled | CompileError {
+    let c: Compiled | CompileError;
+    try {
+      c = compile(text, this.views);
+    } catch (err) {
+      if (!(err instanceof CompileError)) throw err;
+      c = err;
+    }
+    this.cache.set(text, c);
+    if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+    return c;
+  }
+
+  /** The statement for `scope` of a compiled text; a refusal is thrown. */
+  print(c: Compiled | CompileError, scope: Scope): string {
+    if (c instanceof CompileError) throw c;
     return printScoped(c, scope, this.analyticsDb);
   }
 }

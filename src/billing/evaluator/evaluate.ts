@@ -11,11 +11,12 @@
  *     one). None → not priced.
  *  3. Quantity: 1, or the number at the attribute's path in the signal's data under the
  *     quantity rule (src/billing/quantity.ts: a JSON number at the value its text states, or a
- *     decimal string; ≥ 0, ≤ 12 places, ≤ 15 integer digits). Otherwise → not priced: one
- *     fact_unpriced row with the reason. Cost = quantity × unitPrice (exact) → one fact_cost
- *     row. Every amount written fits the stored type exactly (src/store/stored.ts); a
- *     signal whose amounts would not (in practice a pool balance beyond 10^52) is not priced
- *     either (AMOUNT_OUT_OF_RANGE), and changes no state.
+ *     decimal string; ≥ 0, within the stored type: ≤ 24 places, ≤ 52 integer digits).
+ *     Otherwise → not priced: one fact_unpriced row with the reason. Cost = quantity ×
+ *     unitPrice (exact) → one fact_cost row. Every amount written fits the stored type
+ *     exactly (src/store/stored.ts), checked on the actual values: a signal whose cost,
+ *     credits or pool balance after the draw would not is not priced either
+ *     (AMOUNT_OUT_OF_RANGE), and changes no state.
  *  4. Included quantity: cumulative quantity of the attribute; the signal that takes it
  *     strictly above the included quantity fires OverageUsage (once per crossing).
  *  5. Credits (credit-priced attribute with a pool): consumption = quantity × creditsPerUnit

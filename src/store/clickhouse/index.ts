@@ -9,14 +9,36 @@ import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
 import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, decimalMigrations, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
-import { EngineError } from '../engine-error.js';
+import { engineErrorOf } from '../engine-error.js';
 import type { AnalyticsEngine } from '../engine.js';
 
-/** @clickhouse/client errors carry the code number and name; keep them for the API's mapping. */
+/**
+ * An error the client raised while reading an answer (an exception the server wrote into a
+ * stream it had started): its code number decides the class, never the `type` the client read
+ * from the message text.
+ */
 function engineError(err: unknown): unknown {
   const e = err as { code?: string; type?: string; message?: string };
-  if (err instanceof Error && typeof e.type === 'string' && typeof e.code === 'string') return new EngineError(e.type, Number(e.code), e.message ?? '');
+  if (err instanceof ClickHouseError && /^\d+$/.test(String(e.code))) return engineErrorOf(Number(e.code), e.message ?? '');
   return err;
+}
+
+/**
+ * Throws the engine's error when an answer is one (the client hands back error answers as
+ * they are with `ignore_error_response`): the class is the `X-ClickHouse-Exception-Code`
+ * header's number, the body only the reason. An error answer without that header is not the
+ * engine's (a proxy's page): a plain error, the service's failure.
+ */
+async function refusal(r: { stream: NodeJS.ReadableStream; response_headers: Record<string, string | string[] | undefined>; http_status_code?: number }): Promise<void> {
+  const header = r.response_headers['x-clickhouse-exception-code'];
+  const status = r.http_status_code ?? 200;
+  if (header === undefined && status >= 200 && status < 300) return;
+  const chunks: Buffer[] = [];
+  for await (const c of r.stream) chunks.push(c as Buffer);
+  const text = Buffer.concat(chunks).toString('utf8');
+  const code = Number(Array.isArray(header) ? header[0] : header);
+  if (header === undefined || !Number.isInteger(code) || code <= 0) throw new Error(`the engine answered HTTP ${status} without an exception code: ${text.slice(0, 200)}`);
+  throw engineErrorOf(code, text);
 }
 
 /** Where and as whom to connect. */
@@ -82,8 +104,12 @@ export class ClickHouseStore implements Store {
           const r = await reader.exec({
             query: `${sql}\nFORMAT JSONCompact`,
             clickhouse_settings: { ...(settings as Record<string, string>), ...stopSettings },
+            // An engine error is read here, by its code header, not by the client's parser,
+            // which takes the class from the message text (and that quotes the caller's literals).
+            ignore_error_response: true,
             ...(stop ? { abort_signal: stop } : {}),
           });
+          await refusal(r);
           const chunks: Buffer[] = [];
           for await (const c of r.stream) chunks.push(c as Buffer);
           return Buffer.concat(chunks);

@@ -174,7 +174,7 @@ function fail(res: http.ServerResponse, err: unknown): void {
     err instanceof HostError ? err
     : (() => {
         const message = err instanceof Error ? err.message : String(err);
-        const { code, name } = errorCode(message);
+        const { code, name } = errorCode(err);
         const h = new HostError(500, code, name, message);
         // chdb's engine errors already read "Code: N. DB::Exception: … (NAME)": keep them as they are.
         if (/^Code: \d+\./.test(message)) h.text = () => `${message.trimEnd()}\n`;

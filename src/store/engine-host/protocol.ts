@@ -17,6 +17,8 @@
  * isolated per connection in this libchdb), so it would make every lane wait for every other.
  */
 
+import { errorCodeName } from '../error-codes.js';
+
 export class HostError extends Error {
   constructor(
     readonly status: number,
@@ -173,11 +175,17 @@ export function insertTarget(sql: string): InsertTarget {
   return { table: m[1]!, format, columns };
 }
 
-/** The error code number and name of a chdb error message ("Code: 62. DB::Exception: … (SYNTAX_ERROR)"). */
-export function errorCode(message: string): { code: number; name: string } {
-  const code = /Code: (\d+)\./.exec(message);
-  const names = [...message.matchAll(/\(([A-Z][A-Z0-9_]{2,})\)/g)];
-  return { code: code ? Number(code[1]) : 1002, name: names.length > 0 ? names[names.length - 1]![1]! : 'UNKNOWN_EXCEPTION' };
+/**
+ * The exception code of an error chdb threw: its `clickhouseCode` (chdb reads it from the
+ * engine's own leading `Code: N.`), else that leading number, else 1002 (UNKNOWN_EXCEPTION:
+ * not an engine error). The name is the engine's name of that number; nothing is read from
+ * the rest of the message, which may quote the caller's text.
+ */
+export function errorCode(err: unknown): { code: number; name: string } {
+  const own = (err as { clickhouseCode?: unknown } | null)?.clickhouseCode;
+  const lead = /^Code: (\d+)\./.exec(err instanceof Error ? err.message : String(err));
+  const code = typeof own === 'number' && Number.isInteger(own) ? own : lead ? Number(lead[1]) : 1002;
+  return { code, name: errorCodeName(code) || 'UNKNOWN_EXCEPTION' };
 }
 
 /** Basic credentials of a request, or null. */

@@ -1,0 +1,126 @@
+/**
+ * Every route with an id in its path answers a clear JSON 4xx for an id of the wrong shape
+ * (percent-encoded non-ASCII, dots and wildcards, escaped operators, slashes, spaces, very
+ * long ones) and changes nothing: no id reaches a key lookup (NATS KV keys allow only a few
+ * characters, and a refused key used to surface as a 500).
+ */
+import t, { type Test } from 'tap';
+import { OPERATOR_TOKEN, createOrg, http, useService } from '../helpers/service.js';
+import { call } from '../helpers/billing-api.js';
+
+const { svc } = useService(t, 'path-ids');
+
+/** Path segments as sent (already percent-encoded where they carry an escape). */
+const HOSTILE = ['%C3%A9', 'org_x.*', 'org_%3E', 'org_x%2Fy', 'a%20b', 'x.>', '*', '%00', 'org_' + 'A'.repeat(300), '..%2F..'];
+
+const payment = { id: 'p1', invoiceId: null, invoiceNumber: null, customerId: 'cus_1', customerName: null, amount: 1250, currency: 'USD', status: 'posted', paymentDate: '2026-11-01T10:00:00Z', paymentType: 'card', externalPaymentId: 'ch_1' };
+
+function clearRefusal(t: Test, what: string, r: { status: number; body: any }): void {
+  t.ok(r.status >= 400 && r.status < 500, `${what}: a 4xx (got ${r.status} ${JSON.stringify(r.body).slice(0, 200)})`);
+  t.ok(typeof r.body === 'object' && r.body !== null && typeof r.body.error === 'string' && typeof r.body.code === 'string' && typeof r.body.details === 'string', `${what}: a JSON {error, code, details}`);
+}
+
+t.test('operator routes: an id not shaped like an organization id is no organization', async (t) => {
+  const org = await createOrg(svc.url);
+  const before = await http(svc.url, 'GET', `/admin/v1/organizations/${org.id}`, { token: OPERATOR_TOKEN });
+  for (const id of HOSTILE) {
+    const routes: [string, string, unknown][] = [
+      ['GET', `/admin/v1/organizations/${id}`, undefined],
+      ['PATCH', `/admin/v1/organizations/${id}/limits`, { burst: 600 }],
+      ['GET', `/admin/v1/organizations/${id}/stats`, undefined],
+      ['POST', `/admin/v1/organizations/${id}/events`, { mode: 'live', event: 'billing-payment-succeeded', data: { payment } }],
+    ];
+    for (const [method, p, body] of routes) {
+      const r = await http(svc.url, method, p, { token: OPERATOR_TOKEN, ...(body === undefined ? {} : { body }) });
+      clearRefusal(t, `${method} ${p.slice(0, 80)}`, r);
+      t.equal(r.status, 404, `${method} ${p.slice(0, 80)}: 404`);
+      t.equal(r.body.code, 'NOT_FOUND');
+    }
+  }
+  const after = await http(svc.url, 'GET', `/admin/v1/organizations/${org.id}`, { token: OPERATOR_TOKEN });
+  t.same(after.body, before.body, 'the organization is unchanged');
+});
+
+t.test('organization routes: a malformed id in any position is refused', async (t) => {
+  const org = await createOrg(svc.url);
+  const c = await call(svc.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  await call(svc.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
+  const plan = await call(svc.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
+  const cur = '0b5e7c1a-1111-4222-8333-444455556666';
+  const ola = await call(svc.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: cur, creditsPerUnit: '1' });
+  const pool = await call(svc.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '10' });
+  const cap = { amount: '5', frequency: 'MONTHLY', effectiveFrom: '2026-01-01T00:00:00Z' };
+  await call(svc.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${cur}`, cap);
+  const snapshot = async (): Promise<unknown> => [
+    await call(svc.url, org, 'GET', `/api/v2/customers/${c.id}`),
+    await call(svc.url, org, 'GET', `/api/v2/customers/${c.id}/units`),
+    await call(svc.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`),
+    await call(svc.url, org, 'GET', `/api/v2/customers/${c.id}/credit-caps`),
+    await call(svc.url, org, 'GET', '/api/v2/webhooks'),
+  ];
+  const before = await snapshot();
+  // Each route with each of its parameters replaced in turn; `{x}` marks the parameters.
+  const routes: [string, string, Record<string, string>, unknown][] = [
+    ['GET', '/api/v2/customers/{customerId}', { customerId: c.id }, undefined],
+    ['GET', '/api/v2/customers/{customerId}/units', { customerId: c.id }, undefined],
+    ['PUT', '/api/v2/customers/{customerId}/units/{unit}', { customerId: c.id, unit: 'root' }, { name: 'x' }],
+    ['GET', '/api/v2/customers/{customerId}/units/{unit}', { customerId: c.id, unit: 'root' }, undefined],
+    ['POST', '/api/v2/customers/{customerId}/order-line-attributes', { customerId: c.id }, { planId: plan.id, eventName: 'f', unitPrice: '1', currency: 'EUR' }],
+    ['GET', '/api/v2/customers/{customerId}/order-line-attributes', { customerId: c.id }, undefined],
+    ['POST', '/api/v2/customers/{customerId}/credit-pools', { customerId: c.id }, { orderLineAttributeId: ola.id, credits: '1' }],
+    ['GET', '/api/v2/customers/{customerId}/credit-pools', { customerId: c.id }, undefined],
+    ['POST', '/api/v2/customers/{customerId}/credit-pools/{pool}/top-ups', { customerId: c.id, pool: pool.id }, { credits: '1' }],
+    ['PUT', '/api/v2/customers/{customerId}/units/{unit}/credit-caps/{cur}', { customerId: c.id, unit: 'root', cur }, cap],
+    ['GET', '/api/v2/customers/{customerId}/units/{unit}/credit-caps/{cur}', { customerId: c.id, unit: 'root', cur }, undefined],
+    ['DELETE', '/api/v2/customers/{customerId}/units/{unit}/credit-caps/{cur}', { customerId: c.id, unit: 'root', cur }, undefined],
+    ['GET', '/api/v2/customers/{customerId}/credit-caps', { customerId: c.id }, undefined],
+    ['PATCH', '/api/v2/webhooks/{event}', { event: 'billing-credits-depleted' }, { enabled: false }],
+    ['POST', '/api/v2/webhooks/{event}/test', { event: 'billing-credits-depleted' }, {}],
+    ['POST', '/api/v2/webhook-deliveries/{delivery}/resend', { delivery: 'whd_x' }, {}],
+  ];
+  for (const [method, pattern, good, body] of routes) {
+    for (const param of Object.keys(good)) {
+      for (const id of HOSTILE) {
+        // A unit external id is the caller's own name (any text): a PUT creates a unit so
+        // named; elsewhere a name no unit has is not found.
+        if (method === 'PUT' && param === 'unit') continue;
+        const p = pattern.replace(/\{(\w+)\}/g, (_, name: string) => (name === param ? id : good[name]!));
+        const r = await http(svc.url, method, p, { token: org.live, ...(body === undefined ? {} : { body }) });
+        clearRefusal(t, `${method} ${p.slice(0, 90)}`, r);
+      }
+    }
+  }
+  t.same(await snapshot(), before, 'nothing changed');
+});
+
+t.test('a body longer than its Content-Length: the HTTP layer closes the connection (documented)', async (t) => {
+  // The bytes past the declared length are read as the next request on the connection, which
+  // uWebSockets.js refuses itself (505, connection closed) before the service's own answer
+  // to the first request is written; the service cannot answer in its place. docs/api.md
+  // ("HTTP framing") says so. What is tested: that answer, and that nothing else suffers.
+  const { connect } = await import('node:net');
+  const u = new URL(svc.url);
+  const raw = async (bytes: string): Promise<string> => {
+    const sock = connect(Number(u.port), u.hostname);
+    const got: Buffer[] = [];
+    sock.on('data', (d: Buffer) => got.push(d));
+    const closed = new Promise<boolean>((resolve) => {
+      sock.once('close', () => resolve(true));
+      setTimeout(() => resolve(false), 3_000);
+    });
+    await new Promise<void>((resolve) => sock.once('connect', () => resolve()));
+    sock.write(bytes);
+    const wasClosed = await closed;
+    sock.destroy();
+    t.ok(wasClosed, 'the connection is closed');
+    return Buffer.concat(got).toString('latin1');
+  };
+  const head = (len: number): string => `POST /admin/v1/organizations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${OPERATOR_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
+  const text = await raw(`${head(5)}{"name":"x"}`);
+  const statuses = [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => Number(m[1]));
+  t.same(statuses, [505], `uWebSockets.js's own 505 only: ${JSON.stringify(text.slice(0, 200))}`);
+  // The same request with its true length is answered as usual, on a new connection.
+  const ok = await http(svc.url, 'POST', '/admin/v1/organizations', { token: OPERATOR_TOKEN, raw: '{"name":"x"}' });
+  t.equal(ok.status, 201, 'the service serves on');
+  t.equal((await http(svc.url, 'GET', '/healthz')).status, 200, 'and its health check answers');
+});
