@@ -50,14 +50,14 @@ t.test('live and test buckets are independent; limits are per organization', asy
 
 t.test('legacy v1 shares the bucket and the pipeline', async (t) => {
   const org = await createOrg(svc.url, { burst: 500, refillPerSecond: 0.01 });
-  const one = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { eventName: 'legacy', customerId: 'c1' } });
+  const one = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { event_name: 'legacy', customer_id: 'c1' } });
   t.equal(one.status, 202);
-  t.equal(one.body.accepted, 1);
+  t.match(one.body, { ingested: 1, duplicates: 0, failed: 0, errors: [], batchId: /^bat_/ });
   const arr = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: batch(499).signals });
   t.equal(arr.status, 202, 'v1 array takes the remaining 499');
   const v2 = await sendBatch(svc.url, org.live, batch(1));
   t.equal(v2.status, 429, 'v2 sees the tokens v1 took');
-  const v1 = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { eventName: 'legacy', customerId: 'c1' } });
+  const v1 = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { event_name: 'legacy', customer_id: 'c1' } });
   t.equal(v1.status, 429);
   t.equal(v1.body.code, 'RATE_LIMIT_EXCEEDED');
   t.match(v1.headers.get('retry-after'), /^\d+$/);
