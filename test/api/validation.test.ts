@@ -35,8 +35,8 @@ const signalCases: [string, Record<string, unknown>, string | RegExp, string | R
   ['eventName empty', { eventName: '' }, 'eventName', 'must not be empty'],
   ['eventName number', { eventName: 7 }, 'eventName', 'must be a string, got number'],
   ['eventName too long', { eventName: longStr }, 'eventName', 'must be at most 255 characters, got 256'],
-  ['customer missing', { customer: undefined }, 'customer', 'is required'],
-  ['customer null', { customer: null }, 'customer', 'is required'],
+  ['customer missing', { customer: undefined }, 'customer', /^is required/],
+  ['customer null', { customer: null }, 'customer', /^is required/],
   ['customer string', { customer: 'acme' }, 'customer', /object/],
   ['customer with neither id', { customer: {} }, 'customer', /customerId|externalCustomerId/],
   ['customer with both ids', { customer: { customerId: 'cus_x', externalCustomerId: 'x' } }, 'customer', /customerId|externalCustomerId/],
@@ -134,7 +134,7 @@ t.test('bad body shapes', async (t) => {
 t.test('legacy v1: one signal or an array, same validation, field names as the v1 caller wrote them', async (t) => {
   const one = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { event_name: 'x' } });
   t.equal(one.status, 400);
-  t.match(one.body, { error: 'Bad Request', code: 'INVALID_SIGNAL', details: /customer_id: is required$/, errors: [{ index: 0, code: 'INVALID_SIGNAL', field: 'customer_id', message: 'is required' }] });
+  t.match(one.body, { error: 'Bad Request', code: 'INVALID_SIGNAL', details: /customer_id: is required/, errors: [{ index: 0, code: 'INVALID_SIGNAL', field: 'customer_id', message: /^is required/ }] });
   const v2shape = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { eventName: 'x' } });
   t.match(v2shape.body, { code: 'INVALID_SIGNAL', errors: [{ index: 0, field: /customer/ }] }, 'a v1 signal in the v2 shape is read as one');
   const arr = await http(svc.url, 'POST', '/api/v1/usage', { token: other.live, body: [{ event_name: 'e', customer_id: 'c' }, { event_name: 'e', customer_id: 'c', timestamp: 'yesterday' }] });
