@@ -93,6 +93,8 @@ interface Request {
   mark: { claim: string; owner: string } | null;
   resolve(r: { keep: boolean[]; reclaimed: boolean; first: boolean }): void;
   reject(err: unknown): void;
+  /** A lookup (`lookup`): claims nothing, answered with who holds each claim once the index has read the whole log. */
+  lookup?: (held: Holder[]) => void;
 }
 
 /** One organization and mode: its claims as this process knows them. */
@@ -196,6 +198,44 @@ export class IdempotencyClaims {
     return (await this.claimBatch([], [], { orgId, mode, batchId })).first;
   }
 
+  /**
+   * Who holds each claim (`<claim>` parts of `<orgId>.<mode>.<claim>` keys) of an organization
+   * and mode, with `owners` the signals that would claim them: 'same' (that signal), 'other'
+   * or 'none', as of the claim log after this call started (the index reads what was appended
+   * meanwhile). Claims nothing; waits its turn among the scope's rounds. The ingress's
+   * `duplicates` (src/pipeline/dedupe-lookup.ts).
+   */
+  lookup(orgId: string, mode: string, claims: string[], owners: string[]): Promise<Holder[]> {
+    const scope = scopeOf(orgId, mode);
+    claims.forEach(checkClaim);
+    owners.forEach(owner);
+    return new Promise((resolve, reject) => {
+      const s = this.scope(scope);
+      s.queue.push({ claims, owners, mark: null, resolve: () => undefined, reject, lookup: resolve });
+      if (!s.running) void this.drain(s);
+    });
+  }
+
+  /** Lookups of one scope: the log read up to its end, then each claim's holder. */
+  private async lookupRound(s: Scope, items: Request[]): Promise<Holder[][]> {
+    s.usedAt = Date.now();
+    await this.refreshStream(false);
+    const fresh = s.loaded === null;
+    await this.loaded(s);
+    this.expire(s);
+    // A scope just read is current; otherwise what was appended since its last read.
+    if (!fresh) await this.catchUp(s);
+    const former = await this.formerOwners(s, items);
+    return items.map((r) =>
+      r.claims.map((claim, j) => {
+        const held = s.index.heldBy(claim, r.owners[j]!);
+        if (held !== 'none') return held;
+        const f = former.get(claim);
+        return f === undefined ? 'none' : f === r.owners[j] ? 'same' : 'other';
+      }),
+    );
+  }
+
   /** Claims of one organization and mode, in its next round. */
   private request(name: string, r: Omit<Request, 'resolve' | 'reject'>): Promise<{ keep: boolean[]; reclaimed: boolean; first: boolean }> {
     return new Promise((resolve, reject) => {
@@ -223,11 +263,23 @@ export class IdempotencyClaims {
     s.running = true;
     try {
       while (s.queue.length > 0) {
+        if (s.queue[0]!.lookup) {
+          let upTo = 0;
+          while (upTo < s.queue.length && s.queue[upTo]!.lookup) upTo++;
+          const lookups = s.queue.splice(0, upTo);
+          try {
+            const out = await this.lookupRound(s, lookups);
+            lookups.forEach((r, i) => r.lookup!(out[i]!));
+          } catch (err) {
+            for (const r of lookups) r.reject(err);
+          }
+          continue;
+        }
         // A round's append stays under half of max_payload (≈ 80 bytes a claim); one request always goes.
         const most = Math.max(1, Math.floor((this.log.maxPayload ?? 1024 * 1024) / 2 / CLAIM_BYTES));
         let n = 0;
         let take = 0;
-        while (take < s.queue.length && (take === 0 || n + s.queue[take]!.claims.length + 1 <= most)) n += s.queue[take++]!.claims.length + 1;
+        while (take < s.queue.length && !s.queue[take]!.lookup && (take === 0 || n + s.queue[take]!.claims.length + 1 <= most)) n += s.queue[take++]!.claims.length + 1;
         const round = s.queue.splice(0, take);
         try {
           const out = await this.round(s, round);
