@@ -13,6 +13,7 @@
  */
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import { PublishError, publishDurable } from '../bus/publish.js';
+import { replies } from '../bus/replies.js';
 import { ApiError, rateLimited } from '../errors.js';
 import type { Nats } from '../bus/connection.js';
 import type { Principal } from '../orgs/registry.js';
@@ -21,7 +22,7 @@ import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, H_SKIP, newBatchId } from '../bu
 import { allRefused, mayHaveSurrogates, validateBulk, validateV1, type SignalError } from './validate.js';
 import { fastBulk } from './fast-bulk.js';
 import { v1Body, v1DataTexts } from './v1-body.js';
-import { lookupBody, lookupKeys, parseAnswer, repeatsInside } from '../bus/dedupe-lookup.js';
+import { lookupBody, lookupBodyOf, parseAnswer, repeatsInside } from '../bus/dedupe-lookup.js';
 import { parseJson } from '../http/json.js';
 import type { Reply, Request } from '../http/route.js';
 import { ingressLog as log } from '../log.js';
@@ -87,17 +88,10 @@ export class SignalIngress {
     const fast = fastBulk(req.body, receivedAt);
     let judged: Judged;
     if (fast) {
-      let lookup: Buffer | null = null;
-      const k = fast.keys;
-      for (let i = 0; i < fast.count; i++) {
-        if (k[2 * i] === -1) continue;
-        // Some signal has a key: the lines of all of them (copied out of the body, which is recycled after the publish).
-        const keys = new Array<Uint8Array | null>(fast.count);
-        for (let j = 0; j < fast.count; j++) keys[j] = k[2 * j] === -1 ? null : req.body.subarray(k[2 * j], k[2 * j + 1]);
-        lookup = lookupBody(keys);
-        break;
-      }
-      judged = { count: fast.count, errors: [], lookup };
+      let keyed = false;
+      for (let i = 0; i < fast.count && !keyed; i++) keyed = fast.keys[2 * i] !== -1;
+      // Copied out of the body (which is recycled after the publish).
+      judged = { count: fast.count, errors: [], lookup: keyed ? lookupBodyOf(req.body, fast.keys, fast.count) : null };
     } else {
       const v = validateBulk(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body));
       if (v.errors.length === v.count) throw allRefused(v.errors, (i) => `signals[${i}]`);
@@ -129,7 +123,12 @@ export class SignalIngress {
       h.set(H_ORG, p.org.id);
       h.set(H_MODE, p.mode);
       h.set(H_BATCH, batchId);
-      const m = await this.nats.nc.request(this.nats.topology.dedupeLookup, body, { timeout: this.lookupTimeoutMs, headers: h });
+      // Through the connection's shared reply subscription (bus/replies.ts): no timer, promise
+      // and Error of the client's own per request.
+      const nc = this.nats.nc;
+      const [m] = await replies(nc).requestAll(nc, [{ subject: this.nats.topology.dedupeLookup, data: body, headers: h }], this.lookupTimeoutMs);
+      // An Error (no answer in time) or a status (503: no pipeline process listens).
+      if (!m || m instanceof Error || m.headers?.hasError) return null;
       return parseAnswer(m.data, count);
     } catch {
       return null;
@@ -182,7 +181,7 @@ export class SignalIngress {
     let duplicates = 0;
     if (judged.lookup) {
       // No pipeline answered: the repeats inside the request, which the ingress sees itself.
-      const found = (await repeats) ?? repeatsInside(lookupKeys(judged.lookup));
+      const found = (await repeats) ?? repeatsInside(judged.lookup);
       duplicates = found.length;
     }
     // Durable now; while the pipeline of this process is behind, the answer (only) waits.
