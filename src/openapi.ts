@@ -19,10 +19,10 @@ const str = { type: 'string', minLength: 1, maxLength: MAX_STRING };
 const nullableStr = { type: ['string', 'null'], minLength: 1, maxLength: MAX_STRING };
 
 /** A reference object: exactly one of two keys, a string. */
-const reference = (id: string, idText: string, external: string, externalText: string, description: string) => ({
-  type: 'object',
+const reference = (id: string, idText: string, external: string, externalText: string, description: string, nullable = false) => ({
   description,
   oneOf: [
+    ...(nullable ? [{ type: 'null' }] : []),
     { type: 'object', additionalProperties: false, required: [id], properties: { [id]: { ...str, description: idText } } },
     { type: 'object', additionalProperties: false, required: [external], properties: { [external]: { ...str, description: externalText } } },
   ],
@@ -41,10 +41,7 @@ const signal = {
       "The producer's own id of the customer (its externalId); names a customer by its externalId only.",
       'The customer: exactly one of customerId or externalCustomerId. (The flat customerId of the former shape is an unknown field.)',
     ),
-    attribution: {
-      ...reference('productId', "The product's service id (prod_…).", 'externalProductId', "The product's externalId.", 'Optional (null = none): the product the usage is attributed to, exactly one of productId or externalProductId.'),
-      type: ['object', 'null'],
-    },
+    attribution: reference('productId', "The product's service id (prod_…).", 'externalProductId', "The product's externalId.", 'Optional (null = none): the product the usage is attributed to, exactly one of productId or externalProductId.', true),
     unitId: { ...nullableStr, description: 'Extension of this service: the customer unit by its externalId within the customer (credit caps).' },
     timestamp: {
       type: ['string', 'null'],
@@ -476,7 +473,7 @@ const DOCUMENT = {
           duplicates: {
             type: 'integer',
             description:
-              'Valid signals skipped as repeats of an earlier idempotencyKey of the organization and mode: exact for repeats inside the request (the first occurrence is ingested) and for keys whose earlier signal was already committed (claimed in the dedupe claim log) when the request arrived. When no pipeline process answers the ingress in time, only repeats inside the request are counted. Storage is exactly once either way.',
+              'Valid signals skipped as repeats of an earlier idempotencyKey of the organization and mode: exact for repeats inside the request (the first occurrence is ingested) and for keys whose earlier signal was already committed (claimed in the dedupe claim log) when the request arrived. When no pipeline process answers the ingress in time (or none was listening during the last second), only repeats inside the request are counted. Storage is exactly once either way.',
           },
           failed: { type: 'integer', description: 'Refused signals, each in errors: nothing of them is stored, billed or claimed.' },
           errors: { type: 'array', items: { $ref: '#/components/schemas/SignalError' } },

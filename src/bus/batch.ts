@@ -45,6 +45,7 @@ export interface BillableLine {
   k?: string;
   i: string;
   e: string;
+  /** The customer reference as sent, kind-prefixed: `i:<service id>` or `x:<externalId>` (src/pipeline/rows-task.ts). */
   c: string;
   u: string | null;
   t: number;

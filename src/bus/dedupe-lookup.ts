@@ -74,43 +74,67 @@ export const keyText = (k: Uint8Array | string): string => (typeof k === 'string
 
 /**
  * The indexes of keys repeating an earlier key of the same request (the first occurrence is
- * not a repeat), from a request body (`lookupBody`). Keys are compared by their bytes through a
- * hash table of 32-bit FNV-1a digests (no string per key: this runs on the ingress for every
- * keyed batch no pipeline answered for); a body with an escaped key compares parsed texts.
+ * not a repeat), from a request body (`lookupBody`).
  */
 export function repeatsInside(body: Uint8Array): number[] {
-  if (body.includes(BACKSLASH)) return repeatsOfTexts(lookupKeys(body));
-  // Lines: at most body.length of them; a table of at least twice as many slots, a power of two.
   let lines = 0;
   for (let k = 0; k < body.length; k++) if (body[k] === NL) lines++;
+  const ranges = new Int32Array(2 * lines);
+  let start = 0;
+  for (let i = 0; i < lines; i++) {
+    const end = body.indexOf(NL, start);
+    ranges[2 * i] = end === start ? -1 : start;
+    ranges[2 * i + 1] = end;
+    start = end + 1;
+  }
+  return repeatsInRanges(body, ranges, lines);
+}
+
+/**
+ * `repeatsInside` of keys given as ranges of `src` (`lookupBodyOf`'s form: the ingress's scan
+ * of a body). Keys are compared by their bytes through a hash table of 32-bit FNV-1a digests
+ * (no string per key: this runs on the ingress for every keyed batch no pipeline answered for);
+ * with an escaped key anywhere, parsed texts are compared instead.
+ */
+export function repeatsInRanges(src: Uint8Array, ranges: Int32Array, count: number): number[] {
   let slots = 8;
-  while (slots < 2 * lines) slots *= 2;
+  while (slots < 2 * count) slots *= 2;
   const mask = slots - 1;
-  // Per slot: the line's start + 1 (0: empty) and its end.
+  // Per slot: the key's start + 1 (0: empty) and its end.
   const starts = new Int32Array(slots);
   const ends = new Int32Array(slots);
   const out: number[] = [];
-  let start = 0;
-  for (let i = 0; start < body.length; i++) {
-    let end = start;
+  for (let i = 0; i < count; i++) {
+    const start = ranges[2 * i]!;
+    if (start === -1) continue;
+    const end = ranges[2 * i + 1]!;
     let h = 0x811c9dc5;
-    while (body[end] !== NL) h = Math.imul(h ^ body[end++]!, 0x01000193);
-    if (end > start) {
-      for (let j = (h >>> 0) & mask; ; j = (j + 1) & mask) {
-        const s = starts[j]!;
-        if (s === 0) {
-          starts[j] = start + 1;
-          ends[j] = end;
-          break;
-        }
-        if (ends[j]! - (s - 1) === end - start && sameBytes(body, s - 1, start, end - start)) {
-          out.push(i);
-          break;
-        }
+    for (let k = start; k < end; k++) {
+      const c = src[k]!;
+      if (c === BACKSLASH) return repeatsOfTexts(textsOf(src, ranges, count));
+      h = Math.imul(h ^ c, 0x01000193);
+    }
+    for (let j = (h >>> 0) & mask; ; j = (j + 1) & mask) {
+      const s = starts[j]!;
+      if (s === 0) {
+        starts[j] = start + 1;
+        ends[j] = end;
+        break;
+      }
+      if (ends[j]! - (s - 1) === end - start && sameBytes(src, s - 1, start, end - start)) {
+        out.push(i);
+        break;
       }
     }
-    start = end + 1;
   }
+  return out;
+}
+
+/** The parsed keys of ranges of `src`. */
+function textsOf(src: Uint8Array, ranges: Int32Array, count: number): (string | null)[] {
+  const b = Buffer.from(src.buffer, src.byteOffset, src.byteLength);
+  const out: (string | null)[] = [];
+  for (let i = 0; i < count; i++) out.push(ranges[2 * i] === -1 ? null : (JSON.parse(b.toString('utf8', ranges[2 * i], ranges[2 * i + 1])) as string));
   return out;
 }
 

@@ -22,7 +22,7 @@ import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, H_SKIP, newBatchId } from '../bu
 import { allRefused, mayHaveSurrogates, validateBulk, validateV1, type SignalError } from './validate.js';
 import { fastBulk } from './fast-bulk.js';
 import { v1Body, v1DataTexts } from './v1-body.js';
-import { lookupBody, lookupBodyOf, parseAnswer, repeatsInside } from '../bus/dedupe-lookup.js';
+import { lookupBody, lookupBodyOf, parseAnswer, repeatsInRanges } from '../bus/dedupe-lookup.js';
 import { parseJson } from '../http/json.js';
 import type { Reply, Request } from '../http/route.js';
 import { ingressLog as log } from '../log.js';
@@ -50,15 +50,21 @@ const LOOKUP_TIMEOUT_MS = 2_000;
 
 const enc = new TextEncoder();
 
-/** A request judged: its signals, the refused ones, and the lookup body of the valid ones' keys (null: no key). */
+/**
+ * A request judged: its signals, the refused ones, and the valid ones' keys (null: no key) as
+ * ranges of `src` (quotes included; -1: none), read while the request's body is still its own.
+ */
 interface Judged {
   count: number;
   errors: SignalError[];
-  lookup: Buffer | null;
+  keys: { src: Uint8Array; ranges: Int32Array } | null;
 }
 
-/** The lookup body of parsed signals (refused ones skipped), or null when none has a key. */
-function keysOfParsed(signals: readonly unknown[], errors: readonly SignalError[]): Buffer | null {
+/** After a lookup found no pipeline process listening, the ingress asks none for this long (counting the repeats inside each request itself). */
+const QUIET_AFTER_NO_RESPONDERS_MS = 1_000;
+
+/** The keys of parsed signals (refused ones skipped), or null when none has a key. */
+function keysOfParsed(signals: readonly unknown[], errors: readonly SignalError[]): Judged['keys'] {
   const refused = new Set(errors.map((e) => e.index));
   let any = false;
   const keys = signals.map((s, i) => {
@@ -68,7 +74,18 @@ function keysOfParsed(signals: readonly unknown[], errors: readonly SignalError[
     any = true;
     return enc.encode(JSON.stringify(k));
   });
-  return any ? lookupBody(keys) : null;
+  if (!any) return null;
+  // The lookup body itself is their source: line i is signal i's key.
+  const src = lookupBody(keys);
+  const ranges = new Int32Array(2 * keys.length);
+  let at = 0;
+  keys.forEach((k, i) => {
+    ranges[2 * i] = k ? at : -1;
+    at += k ? k.length : 0;
+    ranges[2 * i + 1] = at;
+    at++;
+  });
+  return { src, ranges };
 }
 
 export class SignalIngress {
@@ -90,12 +107,11 @@ export class SignalIngress {
     if (fast) {
       let keyed = false;
       for (let i = 0; i < fast.count && !keyed; i++) keyed = fast.keys[2 * i] !== -1;
-      // Copied out of the body (which is recycled after the publish).
-      judged = { count: fast.count, errors: [], lookup: keyed ? lookupBodyOf(req.body, fast.keys, fast.count) : null };
+      judged = { count: fast.count, errors: [], keys: keyed ? { src: req.body, ranges: fast.keys } : null };
     } else {
       const v = validateBulk(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body));
       if (v.errors.length === v.count) throw allRefused(v.errors, (i) => `signals[${i}]`);
-      judged = { count: v.count, errors: v.errors, lookup: keysOfParsed(v.signals, v.errors) };
+      judged = { count: v.count, errors: v.errors, keys: keysOfParsed(v.signals, v.errors) };
     }
     const reply = await this.accept(principal, judged, req.body, receivedAt);
     // The stream acked the batch, so the NATS client has written it: it packs every pending
@@ -113,8 +129,11 @@ export class SignalIngress {
     if (v.errors.length === v.count) throw allRefused(v.errors, (i) => (v.array ? `[${i}]` : 'signal'));
     // Mapped to the v2 shape as text: each `data` is the request's own text of it (v1-body.ts).
     const body = v1Body(v.signals, v1DataTexts(req.body.toString('utf8')));
-    return this.accept(principal, { count: v.count, errors: v.errors, lookup: keysOfParsed(v.signals, v.errors) }, body, receivedAt);
+    return this.accept(principal, { count: v.count, errors: v.errors, keys: keysOfParsed(v.signals, v.errors) }, body, receivedAt);
   }
+
+  /** Until when no lookup is sent (performance.now()): none found a pipeline process listening a moment ago. */
+  private quietUntil = 0;
 
   /** Asks the pipeline which signals are repeats; null when none answered (no responders, timeout, or it could not tell). */
   private async lookup(p: Principal, batchId: string, body: Buffer, count: number): Promise<number[] | null> {
@@ -128,7 +147,11 @@ export class SignalIngress {
       const nc = this.nats.nc;
       const [m] = await replies(nc).requestAll(nc, [{ subject: this.nats.topology.dedupeLookup, data: body, headers: h }], this.lookupTimeoutMs);
       // An Error (no answer in time) or a status (503: no pipeline process listens).
-      if (!m || m instanceof Error || m.headers?.hasError) return null;
+      if (!m || m instanceof Error) return null;
+      if (m.headers?.hasError) {
+        if (m.headers.code === 503) this.quietUntil = performance.now() + QUIET_AFTER_NO_RESPONDERS_MS;
+        return null;
+      }
       return parseAnswer(m.data, count);
     } catch {
       return null;
@@ -149,7 +172,8 @@ export class SignalIngress {
 
     const batchId = newBatchId(receivedAt);
     // Beside the publish: the pipeline's answer costs no time of its own.
-    const repeats = judged.lookup && this.nats.connected ? this.lookup(p, batchId, judged.lookup, count) : null;
+    const keys = judged.keys;
+    const repeats = keys && this.nats.connected && performance.now() >= this.quietUntil ? this.lookup(p, batchId, lookupBodyOf(keys.src, keys.ranges, count), count) : null;
     let attempted = false;
     try {
       if (!this.nats.connected) throw new Error('not connected to NATS');
@@ -179,9 +203,9 @@ export class SignalIngress {
     const valid = count - errors.length;
     signalsAccepted.inc({ mode: p.mode }, valid);
     let duplicates = 0;
-    if (judged.lookup) {
+    if (keys) {
       // No pipeline answered: the repeats inside the request, which the ingress sees itself.
-      const found = (await repeats) ?? repeatsInside(judged.lookup);
+      const found = (await repeats) ?? repeatsInRanges(keys.src, keys.ranges, count);
       duplicates = found.length;
     }
     // Durable now; while the pipeline of this process is behind, the answer (only) waits.

@@ -14,7 +14,7 @@ import { packedFromBytes } from '../../src/pipeline/rows-bytes.js';
 import { fastBulk } from '../../src/ingress/fast-bulk.js';
 import { validateBulk, validateV1 } from '../../src/ingress/validate.js';
 import { v1Body, v1DataTexts } from '../../src/ingress/v1-body.js';
-import { lookupBody, lookupBodyOf, lookupKeys, repeatsInside, repeatsOfTexts } from '../../src/bus/dedupe-lookup.js';
+import { lookupBody, lookupBodyOf, lookupKeys, repeatsInRanges, repeatsInside, repeatsOfTexts } from '../../src/bus/dedupe-lookup.js';
 import { distinctRefs } from '../../src/pipeline/rows-task.js';
 import type { BatchMeta } from '../../src/bus/batch.js';
 
@@ -149,6 +149,17 @@ t.test('dedupe lookup bodies and the in-request count', async (t) => {
         else seen.add(k);
       });
       t.same(repeatsInside(body), expected);
+      // The ingress's form: ranges of the request body itself.
+      const src = Buffer.from(`[${json.map((j) => j ?? 'null').join(',')}]`);
+      const ranges = new Int32Array(2 * keys.length);
+      let at = 1;
+      json.forEach((j, i) => {
+        ranges[2 * i] = j === null ? -1 : at;
+        ranges[2 * i + 1] = j === null ? -1 : at + Buffer.byteLength(j);
+        at += Buffer.byteLength(j ?? 'null') + 1;
+      });
+      t.same(repeatsInRanges(src, ranges, keys.length), expected);
+      t.same(lookupBodyOf(src, ranges, keys.length), body);
       t.same(repeatsOfTexts(lookupKeys(body)), expected);
       return true;
     }),
