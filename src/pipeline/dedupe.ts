@@ -110,6 +110,8 @@ interface Scope {
   /** The former bucket holds keys of this scope. */
   former: boolean;
   loaded: Promise<void> | null;
+  /** Times its index was emptied (a lookup beside the rounds checks it did not happen while it read). */
+  resets: number;
   queue: Request[];
   running: boolean;
 }
@@ -201,18 +203,58 @@ export class IdempotencyClaims {
   /**
    * Who holds each claim (`<claim>` parts of `<orgId>.<mode>.<claim>` keys) of an organization
    * and mode, with `owners` the signals that would claim them: 'same' (that signal), 'other'
-   * or 'none', as of the claim log after this call started (the index reads what was appended
-   * meanwhile). Claims nothing; waits its turn among the scope's rounds. The ingress's
+   * or 'none', as of the claim log after this call started. Claims nothing. The ingress's
    * `duplicates` (src/pipeline/dedupe-lookup.ts).
+   *
+   * Once the scope's index is read, a lookup does not wait for the scope's rounds: it reads
+   * the log's messages after the index's last sequence without applying them (a round may be
+   * deciding against the index at that moment, and its append must stay a compare-and-set
+   * against what it decided on), and answers from those and the index. When the index was
+   * emptied meanwhile (the log found recreated or cut), it waits its turn among the rounds and
+   * reads the log up to its end.
    */
-  lookup(orgId: string, mode: string, claims: string[], owners: string[]): Promise<Holder[]> {
-    const scope = scopeOf(orgId, mode);
+  async lookup(orgId: string, mode: string, claims: string[], owners: string[]): Promise<Holder[]> {
+    const name = scopeOf(orgId, mode);
     claims.forEach(checkClaim);
     owners.forEach(owner);
+    const s = this.scope(name);
+    if (s.loaded !== null) {
+      const held = await this.lookupAside(s, claims, owners).catch(() => null);
+      if (held) return held;
+    }
     return new Promise((resolve, reject) => {
-      const s = this.scope(scope);
       s.queue.push({ claims, owners, mark: null, resolve: () => undefined, reject, lookup: resolve });
       if (!s.running) void this.drain(s);
+    });
+  }
+
+  /** `lookup` beside the rounds; null when the index was emptied while it read. */
+  private async lookupAside(s: Scope, claims: string[], owners: string[]): Promise<Holder[] | null> {
+    s.usedAt = Date.now();
+    await this.refreshStream(false);
+    await this.loaded(s);
+    const resets = s.resets;
+    // Claims appended after what the index holds (a later line of a claim replaces an earlier one, as in the index).
+    const since = new Map<string, string>();
+    for (let seq = s.lastSeq; ; ) {
+      const m = await this.get(this.log.stream, { seq: seq + 1, next_by_subj: s.subject });
+      if (!m) break;
+      for (const line of m.text.split('\n')) {
+        const sp = line.indexOf(' ');
+        if (sp > 0) since.set(line.slice(0, sp), line.slice(sp + 1));
+      }
+      seq = m.seq;
+    }
+    const former = await this.formerOwners(s, [{ claims, owners, mark: null, resolve: () => undefined, reject: () => undefined }]);
+    if (s.resets !== resets) return null;
+    // Claims whose messages the window removed are not held (as a round finds them).
+    this.expire(s);
+    return claims.map((claim, j) => {
+      const o = since.get(claim) ?? former.get(claim);
+      if (since.has(claim)) return o === owners[j] ? 'same' : 'other';
+      const held = s.index.heldBy(claim, owners[j]!);
+      if (held !== 'none') return held;
+      return o === undefined ? 'none' : o === owners[j] ? 'same' : 'other';
     });
   }
 
@@ -253,7 +295,7 @@ export class IdempotencyClaims {
       this.scopes.set(name, s);
       return s;
     }
-    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, former: false, loaded: null, queue: [], running: false };
+    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, former: false, loaded: null, resets: 0, queue: [], running: false };
     this.scopes.set(name, s);
     return s;
   }
@@ -548,6 +590,7 @@ export class IdempotencyClaims {
   private forget(s: Scope): void {
     this.claimsHeld -= s.index.size;
     s.index.clear();
+    s.resets++;
   }
 
   /**
