@@ -348,7 +348,7 @@ t.test('a group of several messages killed after its events is replayed as exact
   // pipeline leaves them under load): 2 credits each, so the pool of 10 empties in the 5th,
   // the daily cap of 7 is reached in the 4th, and the 6th goes into overage.
   const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);
-  const seqs = await queueBillable(iso, org.id, k, 'group', Array.from({ length: 6 }, (_, b) => [0, 1].map((i) => ({ k: c.id, i: `sig_g${b}_${i}`, c: i === 0 ? 'acme' : c.id, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }))));
+  const seqs = await queueBillable(iso, org.id, k, 'group', Array.from({ length: 6 }, (_, b) => [0, 1].map((i) => ({ k: c.id, i: `sig_g${b}_${i}`, c: i === 0 ? 'x:acme' : `i:${c.id}`, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }))));
   // It evaluates the backlog as soon as it runs: listening comes before (main.ts).
   await pipeline.start('listening');
   const crash = await killedAt(t, pipeline, exitOf(pipeline), 'after-events');
@@ -438,7 +438,7 @@ async function queueBillable(iso: Isolation, orgId: string, k: number, name: str
 }
 
 /** One signal for each customer of `ids` (message b). */
-const oneEach = (ids: string[], b: number) => ids.map((id, i) => ({ k: id, i: `sig_big${b}_${i}`, c: id, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }));
+const oneEach = (ids: string[], b: number) => ids.map((id, i) => ({ k: id, i: `sig_big${b}_${i}`, c: `i:${id}`, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }));
 
 /** Each customer's pool has consumed exactly 1 credit (its one signal, billed once). */
 async function eachBilledOnce(t: Test, s: { ingress: ServiceProcess; org: TestOrg; customers: string[]; pools: Map<string, string> }): Promise<void> {
