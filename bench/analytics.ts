@@ -67,7 +67,7 @@ async function main(): Promise<void> {
     for (let sent = 0; sent < SIGNALS; sent += 500) {
       const signals = Array.from({ length: Math.min(500, SIGNALS - sent) }, (_, i) => ({
         eventName: 'api_call',
-        customerId: `cus_${(sent + i) % 97}`,
+        customer: { externalCustomerId: `cus_${(sent + i) % 97}` },
         timestamp: new Date(Date.UTC(2026, 0, 1) + (sent + i) * 1000).toISOString(),
         data: { region: regions[(sent + i) % 3], n: sent + i },
       }));

@@ -231,7 +231,8 @@ async function main(): Promise<void> {
         const orgId = org.id;
         const signals: BillableSignal[] = Array.from({ length: 10 }, (_, j) => {
           const i = rand(n);
-          return { id: `sig-${s}-${j}`, eventName: 'tokens', customerId: j % 2 ? `ext-${i}` : seedId(orgId, 'cus', i), unitId: 'user', ts: Date.parse('2024-06-01T00:00:00Z') + j, data: {} };
+          // By service id: the pipeline resolves a signal's customer reference (either kind) before billing sees it.
+          return { id: `sig-${s}-${j}`, eventName: 'tokens', customerId: seedId(orgId, 'cus', i), unitId: 'user', ts: Date.parse('2024-06-01T00:00:00Z') + j, data: {} };
         });
         const t0 = performance.now();
         const batch = await store.forBatch(orgId, 'live', signals.map((x) => x.customerId));

@@ -187,7 +187,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     const b = n++;
     const signals = Array.from({ length: size }, (_, i) => {
       const c = Math.floor(Math.random() * o.ids.length);
-      return { eventName: 'tokens', customerId: i % 2 === 0 ? `ext-${c + 1}` : o.ids[c]!, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
+      return { eventName: 'tokens', customer: i % 2 === 0 ? { externalCustomerId: `ext-${c + 1}` } : { customerId: o.ids[c]! }, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
     });
     const r = await poster.post('/api/v2/signals/bulk', { authorization: `Bearer ${o.org.liveKey}`, 'content-type': 'application/json' }, JSON.stringify({ signals }));
     if (r.status === 202) accepted++;

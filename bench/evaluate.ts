@@ -59,7 +59,7 @@ function makeGroup(seq: number): { pinJson: string; units: UnitText[]; signals: 
       Object.assign(config.attributes, doc.attributes);
       Object.assign(config.pools, doc.pools);
       Object.assign(config.caps, doc.caps);
-      const line: BillableLine = { k: doc.customer.id, i: `sig_${seq}_${m}_${i}`, e: 'tokens', c: i % 2 === 0 ? `ext-${c}` : doc.customer.id, u: 'user', t: now + i, d: { b: seq, i } };
+      const line: BillableLine = { k: doc.customer.id, i: `sig_${seq}_${m}_${i}`, e: 'tokens', c: i % 2 === 0 ? `x:ext-${c}` : `i:${doc.customer.id}`, u: 'user', t: now + i, d: { b: seq, i } };
       lines.push(JSON.stringify(line));
     }
     units.push({ orgId, mode: 'live', evaluatedAt: now, text: `${lines.join('\n')}\n` });

@@ -15,6 +15,7 @@ import path from 'node:path';
 import rowsOf from '../workers/rows.js';
 import { schemaStatements } from '../src/store/schema.js';
 import { newBatchId } from '../src/bus/batch.js';
+import { identityPrefix } from '../src/pipeline/identities.js';
 import { Args } from './lib/args.js';
 import { BatchTemplate, SIGNALS_PER_BATCH } from './lib/signals.js';
 import { appendHistory, hostInfo, printHeader, round } from './lib/report.js';
@@ -30,7 +31,7 @@ const ROUNDS = args.num('rounds', 2, 1, 100);
 const CHUNKS = 5;
 const DB = 'billing';
 /** The signals table's columns the pipeline writes (ingested_at is the engine's default). */
-const COLUMNS = ['org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'unit_id', 'idempotency_key', 'timestamp', 'received_at', 'data'] as const;
+const COLUMNS = ['org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'external_customer_id', 'product_id', 'external_product_id', 'unit_id', 'idempotency_key', 'timestamp', 'received_at', 'data'] as const;
 type Format = 'JSONEachRow' | 'JSONCompactEachRow' | 'TSV';
 
 /** TSV's escapes for a value (backslash, tab, newline); `\N` for null. */
@@ -66,7 +67,8 @@ async function main(): Promise<void> {
       for (let b = 0; b < Math.ceil(ROWS / SIGNALS_PER_BATCH); b++, n++) {
         const at = Date.now();
         const r = rowsOf({ body: Buffer.from(template.render((i) => `fmt-${n}-${i}`)), meta: { orgId: 'org_formats', mode: 'live', receivedAtMs: at, batchId: newBatchId(at) } });
-        for (const l of r.lines) rows.push(JSON.parse(l) as Record<string, unknown>);
+        // Each line opened by its identity columns, as the pipeline inserts it (nothing resolved: no customer configured).
+        r.lines.forEach((l, i) => rows.push(JSON.parse(Buffer.from(identityPrefix(r.customers[i]!, null, r.products[i]!, null)).toString() + l.slice(1)) as Record<string, unknown>));
       }
       rowSets.push(rows.slice(0, ROWS));
     }

@@ -115,8 +115,7 @@ async function produce(svcUrl: string, key: string, template: BatchTemplate, run
         status = String(res.status);
         st.latency.record(performance.now() - t0);
         if (res.status === 202) {
-          const accepted = (JSON.parse(text) as { accepted: number }).accepted;
-          st.acceptedSignals += accepted;
+          st.acceptedSignals += (JSON.parse(text) as { ingested: number }).ingested;
           st.acceptedBatches++;
         } else if (st.errorSamples.length < 5) {
           st.errorSamples.push(`${res.status} ${text.slice(0, 300)}`);
@@ -511,7 +510,7 @@ async function freshnessPhase(template: BatchTemplate, runTag: string, rate: num
           const now = performance.now();
           post.record(now - scheduledAt);
           if (res.status === 202) {
-            acceptedTotal += (JSON.parse(text) as { accepted: number }).accepted;
+            acceptedTotal += (JSON.parse(text) as { ingested: number }).ingested;
             waiting.push({ cumulative: acceptedTotal, scheduledAt, acceptedAt: now });
             lastAcceptAt = now;
           }
@@ -822,7 +821,7 @@ async function main(): Promise<void> {
   printHeader('pipeline benchmark: signals/s from HTTP to ClickHouse (chdb), ROLE=all', host, {
     producer: `${inFlight} batches in flight for ${duration} s; ${SIGNALS_PER_BATCH} signals/batch (${template.keyedCount} with a unique idempotencyKey, ${SIGNALS_PER_BATCH - template.keyedCount} keyless), ~${fmt(bodyBytes)} bytes`,
     service: skipService ? 'skipped' : 'child process, ROLE=all, default pipeline settings, LOG_LEVEL=warn',
-    billing: 'on; the signals name customers (customerId cus_000000…cus_000999, externalId-shaped) the organization has not configured: resolved, not billed, not published to billing (priced signals: bench/billing.js)',
+    billing: 'on; the signals name customers (externalCustomerId c000…c999) the organization has not configured: resolved, not billed, not published to billing (priced signals: bench/billing.js)',
     raw: args.flag('skip-raw') ? 'skipped' : `chdb Session in this process after the service phase, ${fmt(FLUSH_ROWS)}-row JSONEachRow inserts, one at a time, ${rawSeconds} s`,
     steady: `stored rate measured from t=${steadySkip} s to the end of the producer`,
     backlog: backlogBatches > 0 ? `${fmt(backlogBatches)} batches filled by ROLE=ingress, then drained by ROLE=pipeline alone` : 'off (--backlog N)',

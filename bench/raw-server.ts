@@ -10,7 +10,7 @@ import uWS from 'uWebSockets.js';
 
 const port = Number(process.argv[2] ?? process.env.PORT ?? 0);
 // Same shape and size as the service's 202 body.
-const ACCEPTED = Buffer.from(JSON.stringify({ accepted: 500, batchId: 'bat_000000000000000000000' }));
+const ACCEPTED = Buffer.from(JSON.stringify({ ingested: 500, duplicates: 0, failed: 0, errors: [], batchId: 'bat_000000000000000000000' }));
 
 const app = uWS.App();
 app.post('/*', (res) => {

@@ -105,7 +105,7 @@ async function main(): Promise<void> {
       if (wait > 0) await sleep(wait);
       const id = customers[i]!;
       posts.push(
-        call(`${svc.url}/api/v2/signals/bulk`, 'POST', org.liveKey, { signals: [{ eventName: 'call', customerId: id }] }).then((r) => {
+        call(`${svc.url}/api/v2/signals/bulk`, 'POST', org.liveKey, { signals: [{ eventName: 'call', customer: { customerId: id } }] }).then((r) => {
           if (r.status !== 202) problems.push(`signal ${i}: ${r.status}`);
           accepted.set(id, performance.now());
         }),

@@ -51,6 +51,8 @@ export class ApiError extends Error {
     readonly code: ErrorCode,
     readonly details: string,
     readonly headers: Record<string, string> = {},
+    /** More members of the error body (a refused batch's `errors`). */
+    readonly extra: Record<string, unknown> = {},
   ) {
     super(`${code}: ${details}`);
     this.status = ERRORS[code].status;
@@ -61,12 +63,14 @@ export interface ErrorBody {
   error: string;
   code: ErrorCode;
   details: string;
+  /** The signal errors of a batch whose every signal was refused (INVALID_SIGNAL). */
+  errors?: unknown[];
 }
 
 /** Turns anything thrown into a status and a body; never leaks internals of unexpected errors. */
 export function toErrorResponse(err: unknown): { status: number; body: ErrorBody; headers: Record<string, string> } {
   if (err instanceof ApiError) {
-    return { status: err.status, body: { error: ERRORS[err.code].error, code: err.code, details: err.details }, headers: err.headers };
+    return { status: err.status, body: { error: ERRORS[err.code].error, code: err.code, details: err.details, ...err.extra }, headers: err.headers };
   }
   return {
     status: 500,

@@ -23,6 +23,8 @@ import { Server, listen } from './http/server.js';
 import { RouteTable } from './routes.js';
 import { openStore, type Store } from './store/index.js';
 import { Pipeline, maxInflight } from './pipeline/consumer.js';
+import { Identities } from './pipeline/identities.js';
+import { DedupeLookups } from './pipeline/dedupe-lookup.js';
 import { ensureDeadLetterStream, ensurePipelineConsumer, idempotencyClaims } from './pipeline/streams.js';
 import { ensureSignalStream } from './ingress/stream.js';
 import { uWS } from './http/wrap.js';
@@ -67,6 +69,7 @@ export async function start(cfg: Config): Promise<Running> {
   let nats: Nats | null = null;
   let store: Store | null = null;
   let pipeline: Pipeline<PreparedBatch<BatchMeta>> | null = null;
+  let lookups: DedupeLookups | null = null;
   let evaluator: BillingEvaluator | null = null;
   let members: Members | null = null;
   let dispatcher: Dispatcher | null = null;
@@ -187,11 +190,23 @@ export async function start(cfg: Config): Promise<Running> {
       await ensurePipelineConsumer(nats, cfg);
       const partitions = await billingStreams();
       const configs = await configStore();
-      const partitioner = new BillablePartitioner(nats, (orgId, mode, refs) => configs.resolveCustomers(orgId, mode, refs), partitions);
+      // fact_signal's identity columns and the billing partitions resolve references alike (by kind, src/pipeline/identities.ts).
+      const identities = new Identities((orgId, mode, customers, products) => configs.resolveIdentities(orgId, mode, customers, products));
+      const partitioner = new BillablePartitioner(
+        nats,
+        async (orgId, mode, refs) => {
+          const found = await identities.resolve(orgId, mode, refs, []);
+          return new Map(refs.map((ref, i) => [ref, found.customers[i]?.id ?? null]));
+        },
+        partitions,
+      );
       // One worker pool for the process: the pipeline's rows (workers/rows.ts) and the
       // evaluator's evaluations (workers/billing.ts) run on it.
       pool = createWorkerPool(cfg.pipeline.workers, 2 * maxInflight(cfg.pipeline.workers));
-      pipeline = new Pipeline<PreparedBatch<BatchMeta>>(cfg, nats, store, await idempotencyClaims(nats, cfg, 'signals'), pool, partitioner, backlog);
+      const claims = await idempotencyClaims(nats, cfg, 'signals');
+      pipeline = new Pipeline<PreparedBatch<BatchMeta>>(cfg, nats, store, claims, pool, partitioner, backlog, identities);
+      lookups = new DedupeLookups(nats, claims);
+      await lookups.start();
       evaluator = new BillingEvaluator(nats, configs, await billingState(), pool, {
         publishTimeoutMs: cfg.publishTimeoutMs,
         ackWaitMs: cfg.billing.ackWaitMs,
@@ -270,6 +285,7 @@ export async function start(cfg: Config): Promise<Running> {
         if (members) await members.stop();
         if (evaluator) await evaluator.stop();
         if (billingRows) await billingRows.stop();
+        if (lookups) await lookups.stop();
         if (pipeline) await pipeline.stop();
         if (pool) await pool.destroy();
         if (store) await store.close();

@@ -18,14 +18,31 @@ const error = (description: string, codes: string[]) =>
 const str = { type: 'string', minLength: 1, maxLength: MAX_STRING };
 const nullableStr = { type: ['string', 'null'], minLength: 1, maxLength: MAX_STRING };
 
+/** A reference object: exactly one of two keys, a string. */
+const reference = (id: string, idText: string, external: string, externalText: string, description: string, nullable = false) => ({
+  description,
+  oneOf: [
+    ...(nullable ? [{ type: 'null' }] : []),
+    { type: 'object', additionalProperties: false, required: [id], properties: { [id]: { ...str, description: idText } } },
+    { type: 'object', additionalProperties: false, required: [external], properties: { [external]: { ...str, description: externalText } } },
+  ],
+});
+
 const signal = {
   type: 'object',
   additionalProperties: false,
-  required: ['eventName', 'customerId'],
+  required: ['eventName', 'customer'],
   properties: {
     eventName: { ...str, description: 'What happened, e.g. "api_call".' },
-    customerId: { ...str, description: "The customer: its service id (cus_…) or its externalId (billing configuration); the service id is tried first, then the externalId." },
-    unitId: { ...nullableStr, description: "The customer unit by its externalId within the customer (credit caps)." },
+    customer: reference(
+      'customerId',
+      "The customer's service id (cus_…); names a customer by its id only.",
+      'externalCustomerId',
+      "The producer's own id of the customer (its externalId); names a customer by its externalId only.",
+      'The customer: exactly one of customerId or externalCustomerId. (The flat customerId of the former shape is an unknown field.)',
+    ),
+    attribution: reference('productId', "The product's service id (prod_…).", 'externalProductId', "The product's externalId.", 'Optional (null = none): the product the usage is attributed to, exactly one of productId or externalProductId.', true),
+    unitId: { ...nullableStr, description: 'Extension of this service: the customer unit by its externalId within the customer (credit caps).' },
     timestamp: {
       type: ['string', 'null'],
       format: 'date-time',
@@ -36,6 +53,33 @@ const signal = {
       type: ['object', 'null'],
       description: `At most ${MAX_DATA_BYTES} bytes as JSON and ${MAX_DATA_DEPTH} levels of nesting; no two keys naming the same path (dots in keys separate path segments).`,
     },
+  },
+};
+
+/** A legacy v1 signal (the official client's v1 field names), mapped to the v2 shape. */
+const signalV1 = {
+  type: 'object',
+  additionalProperties: false,
+  required: ['event_name', 'customer_id'],
+  description: 'Mapped to the v2 shape: event_name → eventName, customer_id → customer.externalCustomerId, agent_id → attribution.externalProductId, idempotency_key → idempotencyKey; data keeps the exact digits of its numbers.',
+  properties: {
+    event_name: { ...str },
+    customer_id: { ...str, description: "The customer's externalId." },
+    agent_id: { ...nullableStr, description: "The product's externalId." },
+    timestamp: { type: ['string', 'null'], format: 'date-time' },
+    idempotency_key: { ...nullableStr },
+    data: { type: ['object', 'null'] },
+  },
+};
+
+const signalError = {
+  type: 'object',
+  required: ['index', 'code', 'field', 'message'],
+  properties: {
+    index: { type: 'integer', minimum: 0, description: "The signal's position in the request." },
+    code: { type: 'string', enum: ['INVALID_SIGNAL'] },
+    field: { type: 'string', description: 'Dotted path of the field within the signal (e.g. customer.externalCustomerId; v1: the v1 name); "" for the signal itself.' },
+    message: { type: 'string', description: 'The first rule the signal breaks.' },
   },
 };
 
@@ -51,7 +95,20 @@ const limits = {
 
 const ingestResponses = {
   202: json({ $ref: '#/components/schemas/AcceptedBatch' }, 'The batch is durable in JetStream.'),
-  400: error('The whole batch is refused; details name the signal index and field.', ['INVALID_JSON', 'INVALID_BODY', 'BATCH_EMPTY', 'BATCH_TOO_LARGE', 'INVALID_SIGNAL']),
+  400: json(
+    {
+      allOf: [
+        { $ref: '#/components/schemas/Error' },
+        {
+          properties: {
+            code: { enum: ['INVALID_JSON', 'INVALID_BODY', 'BATCH_EMPTY', 'BATCH_TOO_LARGE', 'INVALID_SIGNAL'] },
+            errors: { type: 'array', items: { $ref: '#/components/schemas/SignalError' }, description: 'INVALID_SIGNAL only: every signal was refused; all their errors.' },
+          },
+        },
+      ],
+    },
+    'The request is refused whole (nothing stored, no tokens taken): not JSON, not {"signals": [...]}, 0 or more than 500 signals, or every signal refused (INVALID_SIGNAL: details is the first error as signals[i].field: message, errors lists all).',
+  ),
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
   413: error('Body larger than MAX_BODY_BYTES, as received or once decompressed (Content-Encoding).', ['PAYLOAD_TOO_LARGE']),
   429: {
@@ -612,12 +669,22 @@ const DOCUMENT = {
         properties: { error: { type: 'string' }, code: { type: 'string', enum: Object.keys(ERRORS) }, details: { type: 'string' } },
       },
       Signal: signal,
+      SignalV1: signalV1,
+      SignalError: signalError,
       AcceptedBatch: {
         type: 'object',
-        required: ['accepted', 'batchId'],
+        required: ['ingested', 'duplicates', 'failed', 'errors', 'batchId'],
+        description: 'ingested + duplicates + failed = the number of signals sent.',
         properties: {
-          accepted: { type: 'integer', description: 'Signals accepted (duplicates by idempotencyKey are skipped later, in the pipeline).' },
-          batchId: { type: 'string', description: 'Signal i of the batch has the id sig_<batchId without "bat_">_<i>.' },
+          ingested: { type: 'integer', description: 'Valid signals that are not duplicates.' },
+          duplicates: {
+            type: 'integer',
+            description:
+              'Valid signals skipped as repeats of an earlier idempotencyKey of the organization and mode: exact for repeats inside the request (the first occurrence is ingested) and for keys whose earlier signal was already committed (claimed in the dedupe claim log) when the request arrived. When no pipeline process answers the ingress in time (or none was listening during the last second), only repeats inside the request are counted. Storage is exactly once either way.',
+          },
+          failed: { type: 'integer', description: 'Refused signals, each in errors: nothing of them is stored, billed or claimed.' },
+          errors: { type: 'array', items: { $ref: '#/components/schemas/SignalError' } },
+          batchId: { type: 'string', description: 'Signal i of the batch (i: its index in the request) has the id sig_<batchId without "bat_">_<i>.' },
         },
       },
       Limits: limits,
@@ -714,12 +781,22 @@ const DOCUMENT = {
     },
     '/api/v1/usage': {
       post: {
-        summary: 'Legacy: one signal or an array of signals (same bucket and pipeline)',
+        summary: 'Legacy: one signal or an array of signals in the v1 field names (or the v2 shape), mapped to the v2 shape (same bucket, pipeline and answer)',
         deprecated: true,
         security: [{ apiKey: [] }],
         requestBody: {
           required: true,
-          content: { 'application/json': { schema: { oneOf: [{ $ref: '#/components/schemas/Signal' }, { type: 'array', minItems: 1, maxItems: MAX_SIGNALS, items: { $ref: '#/components/schemas/Signal' } }] } } },
+          content: {
+            'application/json': {
+              schema: {
+                oneOf: [
+                  { $ref: '#/components/schemas/SignalV1' },
+                  { $ref: '#/components/schemas/Signal' },
+                  { type: 'array', minItems: 1, maxItems: MAX_SIGNALS, items: { oneOf: [{ $ref: '#/components/schemas/SignalV1' }, { $ref: '#/components/schemas/Signal' }] } },
+                ],
+              },
+            },
+          },
         },
         responses: ingestResponses,
       },

@@ -5,10 +5,10 @@
  */
 import { hash } from 'node:crypto';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
-import { signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
+import { H_SKIP, signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
 import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
-import { distinctRefs, type PackedRows, type RowsResult, type RowsTask } from '../src/pipeline/rows-task.js';
+import { distinctRefs, REF_EXTERNAL_PREFIX, REF_ID_PREFIX, type PackedRows, type RowsResult, type RowsTask } from '../src/pipeline/rows-task.js';
 import { packedFromBytes } from '../src/pipeline/rows-bytes.js';
 export type { PackedRows, RowsResult, RowsTask };
 
@@ -17,10 +17,11 @@ export type { PackedRows, RowsResult, RowsTask };
  * very bytes of the lines below (src/pipeline/rows-bytes.ts), otherwise from its parsed signals.
  */
 export function packed(task: RowsTask): PackedRows {
-  const fast = packedFromBytes(task.body, task.meta, dedupeKey);
+  const fast = packedFromBytes(task.body, task.meta, dedupeKey, task.skip);
   if (fast) return fast;
   const r = rows(task);
-  return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys, ...distinctRefs(r.customers) };
+  const products = distinctRefs(r.products);
+  return { rows: joinLines(r.lines), billable: joinLines(r.billable), ids: r.ids, claimKeys: r.claimKeys, ...distinctRefs(r.customers), products: products.refs, productOf: products.refOf };
 }
 
 /**
@@ -29,7 +30,7 @@ export function packed(task: RowsTask): PackedRows {
  */
 export function packedMoved(task: RowsTask): PackedRows {
   const p = packed(task);
-  const moved = { [transferableSymbol]: [p.rows.buffer, p.billable.buffer, p.refOf.buffer], [valueSymbol]: p };
+  const moved = { [transferableSymbol]: [p.rows.buffer, p.billable.buffer, p.refOf.buffer, p.productOf.buffer], [valueSymbol]: p };
   return move(moved as never) as unknown as PackedRows;
 }
 
@@ -55,7 +56,8 @@ function joinLines(lines: string[]): Uint8Array {
 
 interface Signal {
   eventName: string;
-  customerId: string;
+  customer: { customerId?: string; externalCustomerId?: string };
+  attribution?: { productId?: string; externalProductId?: string } | null;
   unitId?: string | null;
   timestamp?: string | null;
   idempotencyKey?: string | null;
@@ -94,39 +96,54 @@ export function dedupeKey(meta: BatchMeta, idempotencyKey: string | Uint8Array):
   return `${meta.orgId}.${meta.mode}.${hash('sha256', idempotencyKey, 'base64url')}`;
 }
 
-export default function rows({ body, meta }: RowsTask): RowsResult {
+/** A reference as the pipeline carries it (rows-task.ts): its kind's prefix and its text. */
+const refOf = (id: string | undefined, external: string | undefined): string => (id !== undefined ? REF_ID_PREFIX + id : REF_EXTERNAL_PREFIX + external!);
+
+export default function rows({ body, meta, skip = [] }: RowsTask): RowsResult {
   const text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
-  const parsed = JSON.parse(text) as { signals: Signal[] };
+  const parsed = JSON.parse(text) as { signals: (Signal | null)[] };
   const signals = parsed.signals;
   const exact = exactNumberTexts(text);
   const prefix = signalIdPrefix(meta.batchId);
   const live = meta.mode === 'live';
   const orgJson = JSON.stringify(meta.orgId);
   const batchJson = JSON.stringify(meta.batchId);
-  const lines = new Array<string>(signals.length);
-  const ids = new Array<string>(signals.length);
-  const claimKeys = new Array<string | null>(signals.length);
-  const billable = new Array<string>(signals.length);
-  const customers = new Array<string>(signals.length);
+  const kept = signals.length - skip.length;
+  const lines = new Array<string>(kept);
+  const ids = new Array<string>(kept);
+  const claimKeys = new Array<string | null>(kept);
+  const billable = new Array<string>(kept);
+  const customers = new Array<string>(kept);
+  const products = new Array<string>(kept);
+  let n = 0;
+  let next = 0;
   for (let i = 0; i < signals.length; i++) {
+    // A refused signal (Billing-Skip) may be anything: it is not read.
+    if (next < skip.length && skip[next] === i) {
+      next++;
+      continue;
+    }
     const s = signals[i]!;
     const id = prefix + i;
     const ts = s.timestamp ? parseRfc3339(s.timestamp)! : meta.receivedAtMs;
     const key = s.idempotencyKey ?? null;
-    ids[i] = id;
-    customers[i] = s.customerId;
-    claimKeys[i] = key === null ? null : dedupeKey(meta, key);
+    ids[n] = id;
+    const customer = refOf(s.customer.customerId, s.customer.externalCustomerId);
+    customers[n] = customer;
+    products[n] = s.attribution ? refOf(s.attribution.productId, s.attribution.externalProductId) : '';
+    claimKeys[n] = key === null ? null : dedupeKey(meta, key);
     const event = JSON.stringify(s.eventName);
-    const customer = JSON.stringify(s.customerId);
     const unit = s.unitId == null ? 'null' : JSON.stringify(s.unitId);
     const data = s.data ? dataJson(s.data) : '{}';
-    lines[i] =
+    lines[n] =
       `{"org_id":${orgJson},"livemode":${live},"signal_id":"${id}","batch_id":${batchJson},` +
-      `"event_name":${event},"customer_id":${customer},` +
+      `"event_name":${event},` +
       `"unit_id":${unit},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
       `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${data}}`;
     const x = exact?.[i] ?? null;
-    billable[i] = `{"i":"${id}","e":${event},"c":${customer},"u":${unit},"t":${ts},"d":${data}${x === null ? '' : `,"x":${JSON.stringify(x)}`}}`;
+    billable[n] = `{"i":"${id}","e":${event},"c":${JSON.stringify(customer)},"u":${unit},"t":${ts},"d":${data}${x === null ? '' : `,"x":${JSON.stringify(x)}`}}`;
+    n++;
   }
-  return { lines, ids, claimKeys, billable, customers };
+  if (n !== kept) throw new Error(`batch ${meta.batchId}: ${H_SKIP} names indexes the batch does not have`);
+  return { lines, ids, claimKeys, billable, customers, products };
 }

@@ -54,7 +54,7 @@ function body(round: number, seq: number, producer: number): string {
   const now = Date.now();
   const signals = [];
   for (let i = 0; i < SIGNALS_PER_REQUEST; i++) {
-    signals.push({ eventName: 'api.request', customerId: `cus_${i % 13}`, idempotencyKey: `r${round}-p${producer}-s${seq}-${i}`, timestamp: new Date(now - i).toISOString(), data: { n: i } });
+    signals.push({ eventName: 'api.request', customer: { externalCustomerId: `cus_${i % 13}` }, idempotencyKey: `r${round}-p${producer}-s${seq}-${i}`, timestamp: new Date(now - i).toISOString(), data: { n: i } });
   }
   return JSON.stringify({ signals });
 }

@@ -45,10 +45,28 @@ export interface BillableLine {
   k?: string;
   i: string;
   e: string;
+  /** The customer reference as sent, kind-prefixed: `i:<service id>` or `x:<externalId>` (src/pipeline/rows-task.ts). */
   c: string;
   u: string | null;
   t: number;
   d: Record<string, unknown>;
   /** Texts of numbers in `d` a double does not keep, by path, or false when withheld (src/pipeline/exact-numbers.ts); absent when none. */
   x?: ExactTexts | false;
+}
+
+/**
+ * The indexes of a batch's refused signals (ascending, comma-separated: `3,17,42`), when it has
+ * any: the pipeline builds no row, no billing line and no claim for them.
+ */
+export const H_SKIP = 'Billing-Skip';
+
+/** The indexes a Billing-Skip header names (empty for none); throws for anything else. */
+export function skipIndexes(value: string | undefined | null): number[] {
+  if (!value) return [];
+  const out = value.split(',').map((x) => {
+    if (!/^\d{1,4}$/.test(x)) throw new Error(`${H_SKIP} ${JSON.stringify(value.slice(0, 80))} is not a list of signal indexes`);
+    return Number(x);
+  });
+  for (let i = 1; i < out.length; i++) if (out[i]! <= out[i - 1]!) throw new Error(`${H_SKIP}: indexes must ascend`);
+  return out;
 }

@@ -61,6 +61,8 @@ export interface Topology {
     billingMembers: string;
     webhooks: string;
   };
+  /** Requests of the ingress to the pipeline processes (queue group): which signals of a batch repeat an idempotency key (src/pipeline/dedupe-lookup.ts). */
+  dedupeLookup: string;
 }
 
 export function topology(prefix: string): Topology {
@@ -91,6 +93,7 @@ export function topology(prefix: string): Topology {
       billingMembers: `${prefix}_billing_members`,
       webhooks: `${prefix}_webhooks`,
     },
+    dedupeLookup: `${prefix}.dedupe.lookup`,
   };
 }
 

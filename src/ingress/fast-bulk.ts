@@ -4,10 +4,10 @@
  * batch and its UTF-8 decoding were ~40% of the ingress's CPU, and the ingress never needs the
  * objects: it forwards the body's bytes to JetStream as they came).
  *
- * It only ever says "accepted, N signals" or "not sure": it answers N only for a body that
- * `validateBulk(parseJson(body))` (src/ingress/validate.ts) certainly accepts with N signals,
- * and null for everything else, which then goes through that slow path and gets exactly the
- * answer (and the error) it always got. So the 202/400 contract is the slow path's by
+ * It only ever says "accepted, N signals, all valid" or "not sure": it answers N only for a
+ * body that `validateBulk(parseJson(body))` (src/ingress/validate.ts) certainly accepts with N
+ * signals and no signal error, and null for everything else, which then goes through that slow
+ * path and gets exactly the answer (and the errors) it always got. So the 202/400 contract is the slow path's by
  * construction; test/unit/fast-bulk.test.ts checks the agreement on generated bodies.
  *
  * "Not sure" (null), deliberately: a byte >= 0x80 outside a string or not part of well-formed
@@ -26,12 +26,16 @@
  */
 import { MAX_DATA_BYTES, MAX_DATA_DEPTH, MAX_FUTURE_MS, MAX_SIGNALS, MAX_STRING, MIN_TIMESTAMP_MS } from './validate.js';
 import { Rfc3339Reader } from '../shared/time.js';
-import { COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
+import { COMMA, F_ATTRIBUTION, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, K_CUSTOMER_ID, K_EXTERNAL_CUSTOMER_ID, K_EXTERNAL_PRODUCT_ID, K_PRODUCT_ID, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
 
 /** The ingress's judge of a body (see the header), on the shared byte reader (src/shared/json-bytes.ts). */
 class Scanner extends JsonBytes {
   /** Numbers seen in the current `data` (each adds to the size bound). */
   numbers = 0;
+  /** Signals read so far. */
+  count = 0;
+  /** Per signal read, the range [start, end) of its idempotencyKey's string, quotes included (-1, -1: none). */
+  keys = new Int32Array(2 * 64);
   constructor(
     b: Uint8Array,
     readonly receivedAtMs: number,
@@ -60,11 +64,26 @@ class Scanner extends JsonBytes {
     return ms !== null && ms >= MIN_TIMESTAMP_MS && ms <= this.receivedAtMs + MAX_FUTURE_MS ? after : NO;
   }
 
+  /** A reference object whose string is 1 to MAX_STRING units (`attribution`: or null when `optional`). */
+  limitedReference(p: number, id: typeof K_CUSTOMER_ID, external: typeof K_CUSTOMER_ID, optional: boolean): number {
+    if (this.b[p] !== LBRACE) return optional ? this.nul(p) : NO;
+    p = this.reference(p, id, external);
+    return p !== NO && this.units >= 1 && this.units <= MAX_STRING ? p : NO;
+  }
+
   /** One signal object at p. */
   override signal(p: number): number {
     const b = this.b;
     if (b[p] !== LBRACE) return NO;
     let seen = 0;
+    const i = this.count++;
+    if (2 * i + 2 > this.keys.length) {
+      const keys = new Int32Array(this.keys.length * 2);
+      keys.set(this.keys);
+      this.keys = keys;
+    }
+    this.keys[2 * i] = -1;
+    this.keys[2 * i + 1] = -1;
     p = this.ws(p + 1);
     for (;;) {
       if (b[p] !== QUOTE) return NO;
@@ -72,18 +91,38 @@ class Scanner extends JsonBytes {
       const f = this.field(p);
       switch (f) {
         case F_EVENT:
-        case F_CUSTOMER:
           p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
           p = this.limitedString(p, false);
           seen |= f;
           break;
+        case F_CUSTOMER:
+          p = this.value1(p + FIELD_NAME_END[f]);
+          if (p === NO) return NO;
+          p = this.limitedReference(p, K_CUSTOMER_ID, K_EXTERNAL_CUSTOMER_ID, false);
+          seen |= f;
+          break;
+        case F_ATTRIBUTION:
+          p = this.value1(p + FIELD_NAME_END[f]);
+          if (p === NO) return NO;
+          p = this.limitedReference(p, K_PRODUCT_ID, K_EXTERNAL_PRODUCT_ID, true);
+          break;
         case F_UNIT:
-        case F_KEY:
           p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
           p = this.limitedString(p, true);
           break;
+        case F_KEY: {
+          p = this.value1(p + FIELD_NAME_END[f]);
+          if (p === NO) return NO;
+          const start = p;
+          p = this.limitedString(p, true);
+          // JSON.parse keeps a repeated field's last value: so does this.
+          const keyed = b[start] === QUOTE;
+          this.keys[2 * i] = keyed ? start : -1;
+          this.keys[2 * i + 1] = keyed ? p : -1;
+          break;
+        }
         case F_TIMESTAMP:
           p = this.value1(p + FIELD_NAME_END[f]);
           if (p === NO) return NO;
@@ -161,12 +200,25 @@ class Scanner extends JsonBytes {
   }
 }
 
+/** A body the fast path accepted: its signals, and per signal the range of its idempotencyKey's JSON string in the body (-1, -1: none). */
+export interface FastBulk {
+  count: number;
+  keys: Int32Array;
+}
+
 /**
- * The number of signals when `body` is a bulk body that the slow path (`validateBulk` of
- * `parseJson(body)`) certainly accepts, received at `receivedAtMs`; null when not sure.
+ * The number of signals (and their keys' ranges) when `body` is a bulk body whose every signal
+ * the slow path (`validateBulk` of `parseJson(body)`) certainly accepts, received at
+ * `receivedAtMs`; null when not sure.
  */
-export function fastBulkCount(body: Uint8Array, receivedAtMs: number): number | null {
+export function fastBulk(body: Uint8Array, receivedAtMs: number): FastBulk | null {
   const view = new Uint8Array(body.buffer, body.byteOffset, body.byteLength);
-  const n = new Scanner(view, receivedAtMs, new Rfc3339Reader()).signals(MAX_SIGNALS);
-  return n === NO ? null : n;
+  const scanner = new Scanner(view, receivedAtMs, new Rfc3339Reader());
+  const n = scanner.signals(MAX_SIGNALS);
+  return n === NO ? null : { count: n, keys: scanner.keys };
+}
+
+/** The number of signals of `fastBulk`, or null. */
+export function fastBulkCount(body: Uint8Array, receivedAtMs: number): number | null {
+  return fastBulk(body, receivedAtMs)?.count ?? null;
 }

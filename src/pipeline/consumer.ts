@@ -58,9 +58,10 @@ import { PULL_EXPIRES_MS, type Nats } from '../bus/connection.js';
 import type { Store } from '../store/index.js';
 import type { IdempotencyClaims } from './dedupe.js';
 import { deadLetter } from '../bus/dead-letter.js';
-import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, type BatchMeta } from '../bus/batch.js';
+import { H_BATCH, H_MODE, H_ORG, H_RECEIVED_AT, H_SKIP, skipIndexes, type BatchMeta } from '../bus/batch.js';
 import type { PackedRows, RowsTask } from './rows-task.js';
-import { keptLines, keptRefs } from './lines.js';
+import { keptLines, keptRefs, prefixedLines } from './lines.js';
+import { identityPrefix, type Identities, type Identity } from './identities.js';
 import { InOrder } from './in-order.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
@@ -83,9 +84,10 @@ export interface BillablePublisher<P extends PreparedBillable = PreparedBillable
    * A batch's `lines` (BillableLine JSON texts as UTF-8, each ending in '\n',
    * src/pipeline/lines.ts; possibly empty) made ready to publish: resolved and split. Done as
    * the batch is processed, so that a flush, once its insert returned, only publishes.
-   * `refs`: each line's customer reference (the distinct ones, and per line the index of its own).
+   * `refs`: each line's customer reference (the distinct ones, and per line the index of its own),
+   * and the service id each distinct one names (null: none) when the pipeline resolved them.
    */
-  prepare(meta: BatchMeta, lines: Uint8Array, refs: { refs: readonly string[]; refOf: ArrayLike<number> }): Promise<P>;
+  prepare(meta: BatchMeta, lines: Uint8Array, refs: { refs: readonly string[]; refOf: ArrayLike<number>; ids?: readonly (string | null)[] }): Promise<P>;
   /** Publishes prepared batches (each as `prepare` gave it), entering the partitions in the order given. */
   publishPrepared(batches: readonly P[], timeoutMs: number): Promise<void>;
 }
@@ -131,6 +133,19 @@ export function batchMeta(m: JsMsg): BatchMeta {
   return { orgId, mode, receivedAtMs, batchId };
 }
 
+/** The rows kept, each with its identity columns first (identities.ts); a prefix made once per pair of references. */
+function withIdentities(r: PackedRows, keep: readonly boolean[], found: { customers: (Identity | null)[]; products: (Identity | null)[] } | null): Uint8Array {
+  const prefixes = new Map<number, Uint8Array>();
+  return prefixedLines(r.rows, keep, (i) => {
+    const c = r.refOf[i]!;
+    const p = r.productOf[i]!;
+    const k = c * 65_536 + p;
+    let prefix = prefixes.get(k);
+    if (!prefix) prefixes.set(k, (prefix = identityPrefix(r.refs[c]!, found?.customers[c] ?? null, r.products[p]!, found?.products[p] ?? null)));
+    return prefix;
+  });
+}
+
 /** `P`: what the billable publisher prepares of a batch (opaque here: the pipeline imports no billing). */
 export class Pipeline<P extends PreparedBillable = PreparedBillable> {
   /** Every message taken from the consumer and not yet settled, by stream sequence (marked in progress by `keepAlive`). */
@@ -171,6 +186,8 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
     private readonly billable: BillablePublisher<P>,
     /** The ingress of this process, told how far behind the pipeline is (src/shared/backlog-gate.ts); null: none. */
     private readonly backlog: BacklogGate | null = null,
+    /** Resolves the references for the identity columns (identities.ts); null: only the form each signal sent is stored. */
+    private readonly identities: Identities | null = null,
   ) {
     this.maxInflight = maxInflight(cfg.pipeline.workers);
   }
@@ -257,13 +274,17 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
   private async process(m: JsMsg): Promise<(() => void) | null> {
     try {
       const meta = batchMeta(m);
+      const skip = skipIndexes(m.headers?.get(H_SKIP));
       // A copy in its own ArrayBuffer, transferred to the worker. (Buffer#slice would be a view
       // on the NATS client's read buffer, and transferring that would detach it.)
       const body = new Uint8Array(m.data);
-      const r = await buildRows(this.pool, { body, meta }, [body.buffer as ArrayBuffer]);
-      const { claims: { keep, reclaimed }, first } = await this.claims.claimBatch(r.claimKeys, r.ids, meta);
+      const r = await buildRows(this.pool, skip.length > 0 ? { body, meta, skip } : { body, meta }, [body.buffer as ArrayBuffer]);
+      const [{ claims: { keep, reclaimed }, first }, found] = await Promise.all([
+        this.claims.claimBatch(r.claimKeys, r.ids, meta),
+        this.identities ? this.identities.resolve(meta.orgId, meta.mode, r.refs, r.products) : null,
+      ]);
       const lines = keptLines(r.billable, keep);
-      const lineRefs = { refs: r.refs, refOf: keptRefs(r.refOf, keep) };
+      const lineRefs = { refs: r.refs, refOf: keptRefs(r.refOf, keep), ...(found ? { ids: found.customers.map((c) => c?.id ?? null) } : {}) };
       // Rows may be stored already when some delivery of this batch got this far before (see 4.).
       if (m.redelivered || !first || reclaimed) {
         const existing = await this.store.existingSignalIds(meta.orgId, r.ids);
@@ -271,7 +292,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
       }
       let kept = 0;
       for (const k of keep) if (k) kept++;
-      const rows = keptLines(r.rows, keep);
+      const rows = withIdentities(r, keep, found);
       // Resolved and split now, while an earlier flush's insert runs (published after this one's).
       const billable = await this.billable.prepare(meta, lines, lineRefs);
       return () => {

@@ -93,6 +93,8 @@ interface Request {
   mark: { claim: string; owner: string } | null;
   resolve(r: { keep: boolean[]; reclaimed: boolean; first: boolean }): void;
   reject(err: unknown): void;
+  /** A lookup (`lookup`): claims nothing, answered with who holds each claim once the index has read the whole log. */
+  lookup?: (held: Holder[]) => void;
 }
 
 /** One organization and mode: its claims as this process knows them. */
@@ -108,6 +110,8 @@ interface Scope {
   /** The former bucket holds keys of this scope. */
   former: boolean;
   loaded: Promise<void> | null;
+  /** Times its index was emptied (a lookup beside the rounds checks it did not happen while it read). */
+  resets: number;
   queue: Request[];
   running: boolean;
 }
@@ -196,6 +200,84 @@ export class IdempotencyClaims {
     return (await this.claimBatch([], [], { orgId, mode, batchId })).first;
   }
 
+  /**
+   * Who holds each claim (`<claim>` parts of `<orgId>.<mode>.<claim>` keys) of an organization
+   * and mode, with `owners` the signals that would claim them: 'same' (that signal), 'other'
+   * or 'none', as of the claim log after this call started. Claims nothing. The ingress's
+   * `duplicates` (src/pipeline/dedupe-lookup.ts).
+   *
+   * Once the scope's index is read, a lookup does not wait for the scope's rounds: it reads
+   * the log's messages after the index's last sequence without applying them (a round may be
+   * deciding against the index at that moment, and its append must stay a compare-and-set
+   * against what it decided on), and answers from those and the index. When the index was
+   * emptied meanwhile (the log found recreated or cut), it waits its turn among the rounds and
+   * reads the log up to its end.
+   */
+  async lookup(orgId: string, mode: string, claims: string[], owners: string[]): Promise<Holder[]> {
+    const name = scopeOf(orgId, mode);
+    claims.forEach(checkClaim);
+    owners.forEach(owner);
+    const s = this.scope(name);
+    if (s.loaded !== null) {
+      const held = await this.lookupAside(s, claims, owners).catch(() => null);
+      if (held) return held;
+    }
+    return new Promise((resolve, reject) => {
+      s.queue.push({ claims, owners, mark: null, resolve: () => undefined, reject, lookup: resolve });
+      if (!s.running) void this.drain(s);
+    });
+  }
+
+  /** `lookup` beside the rounds; null when the index was emptied while it read. */
+  private async lookupAside(s: Scope, claims: string[], owners: string[]): Promise<Holder[] | null> {
+    s.usedAt = Date.now();
+    await this.refreshStream(false);
+    await this.loaded(s);
+    const resets = s.resets;
+    // Claims appended after what the index holds (a later line of a claim replaces an earlier one, as in the index).
+    const since = new Map<string, string>();
+    for (let seq = s.lastSeq; ; ) {
+      const m = await this.get(this.log.stream, { seq: seq + 1, next_by_subj: s.subject });
+      if (!m) break;
+      for (const line of m.text.split('\n')) {
+        const sp = line.indexOf(' ');
+        if (sp > 0) since.set(line.slice(0, sp), line.slice(sp + 1));
+      }
+      seq = m.seq;
+    }
+    const former = await this.formerOwners(s, [{ claims, owners, mark: null, resolve: () => undefined, reject: () => undefined }]);
+    if (s.resets !== resets) return null;
+    // Claims whose messages the window removed are not held (as a round finds them).
+    this.expire(s);
+    return claims.map((claim, j) => {
+      const o = since.get(claim) ?? former.get(claim);
+      if (since.has(claim)) return o === owners[j] ? 'same' : 'other';
+      const held = s.index.heldBy(claim, owners[j]!);
+      if (held !== 'none') return held;
+      return o === undefined ? 'none' : o === owners[j] ? 'same' : 'other';
+    });
+  }
+
+  /** Lookups of one scope: the log read up to its end, then each claim's holder. */
+  private async lookupRound(s: Scope, items: Request[]): Promise<Holder[][]> {
+    s.usedAt = Date.now();
+    await this.refreshStream(false);
+    const fresh = s.loaded === null;
+    await this.loaded(s);
+    this.expire(s);
+    // A scope just read is current; otherwise what was appended since its last read.
+    if (!fresh) await this.catchUp(s);
+    const former = await this.formerOwners(s, items);
+    return items.map((r) =>
+      r.claims.map((claim, j) => {
+        const held = s.index.heldBy(claim, r.owners[j]!);
+        if (held !== 'none') return held;
+        const f = former.get(claim);
+        return f === undefined ? 'none' : f === r.owners[j] ? 'same' : 'other';
+      }),
+    );
+  }
+
   /** Claims of one organization and mode, in its next round. */
   private request(name: string, r: Omit<Request, 'resolve' | 'reject'>): Promise<{ keep: boolean[]; reclaimed: boolean; first: boolean }> {
     return new Promise((resolve, reject) => {
@@ -213,7 +295,7 @@ export class IdempotencyClaims {
       this.scopes.set(name, s);
       return s;
     }
-    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, former: false, loaded: null, queue: [], running: false };
+    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, former: false, loaded: null, resets: 0, queue: [], running: false };
     this.scopes.set(name, s);
     return s;
   }
@@ -223,11 +305,23 @@ export class IdempotencyClaims {
     s.running = true;
     try {
       while (s.queue.length > 0) {
+        if (s.queue[0]!.lookup) {
+          let upTo = 0;
+          while (upTo < s.queue.length && s.queue[upTo]!.lookup) upTo++;
+          const lookups = s.queue.splice(0, upTo);
+          try {
+            const out = await this.lookupRound(s, lookups);
+            lookups.forEach((r, i) => r.lookup!(out[i]!));
+          } catch (err) {
+            for (const r of lookups) r.reject(err);
+          }
+          continue;
+        }
         // A round's append stays under half of max_payload (≈ 80 bytes a claim); one request always goes.
         const most = Math.max(1, Math.floor((this.log.maxPayload ?? 1024 * 1024) / 2 / CLAIM_BYTES));
         let n = 0;
         let take = 0;
-        while (take < s.queue.length && (take === 0 || n + s.queue[take]!.claims.length + 1 <= most)) n += s.queue[take++]!.claims.length + 1;
+        while (take < s.queue.length && !s.queue[take]!.lookup && (take === 0 || n + s.queue[take]!.claims.length + 1 <= most)) n += s.queue[take++]!.claims.length + 1;
         const round = s.queue.splice(0, take);
         try {
           const out = await this.round(s, round);
@@ -496,6 +590,7 @@ export class IdempotencyClaims {
   private forget(s: Scope): void {
     this.claimsHeld -= s.index.size;
     s.index.clear();
+    s.resets++;
   }
 
   /**

@@ -21,10 +21,10 @@
  * - a timestamp that is not an RFC 3339 date-time, any field the signals do not have, and
  *   anything that is not a `{"signals":[…]}` body.
  */
-import { BACKSLASH, COMMA, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET } from '../shared/json-bytes.js';
+import { BACKSLASH, COMMA, F_ATTRIBUTION, F_CUSTOMER, F_DATA, F_EVENT, F_KEY, F_TIMESTAMP, F_UNIT, FIELD_NAME_END, JsonBytes, K_CUSTOMER_ID, K_EXTERNAL_CUSTOMER_ID, K_EXTERNAL_PRODUCT_ID, K_PRODUCT_ID, LBRACE, LBRACKET, MINUS, NO, QUOTE, RBRACE, RBRACKET, REF_ID } from '../shared/json-bytes.js';
 import { Rfc3339Reader } from '../shared/time.js';
 import { signalIdPrefix, type BatchMeta } from '../bus/batch.js';
-import { distinctRefs, type PackedRows } from './rows-task.js';
+import { distinctRefs, REF_EXTERNAL_PREFIX, REF_ID_PREFIX, type PackedRows } from './rows-task.js';
 
 /** Per signal, in `spans`: the byte ranges [start, end) of its values (start −1: absent or null). */
 const EVENT = 0;
@@ -32,7 +32,12 @@ const CUSTOMER = 2;
 const UNIT = 4;
 const KEY = 6;
 const DATA = 8;
-const SPAN = 10;
+/** `attribution`'s string (start −1: none). */
+const PRODUCT = 10;
+/** The kinds of `customer` and `attribution` (REF_ID, REF_EXTERNAL). */
+const CUSTOMER_KIND = 12;
+const PRODUCT_KIND = 13;
+const SPAN = 14;
 /** Deepest nesting of `data` read here (the ingress allows 10 levels). */
 const MAX_LEVEL = 16;
 /** Most keys of one object of `data` read here (each is compared with the ones before it). */
@@ -96,8 +101,19 @@ class RowsScanner extends JsonBytes {
           p = this.nul(p);
           s[o + DATA] = -1;
         }
+      } else if (f === F_CUSTOMER || f === F_ATTRIBUTION) {
+        const at = f === F_CUSTOMER ? CUSTOMER : PRODUCT;
+        if (b[p] === LBRACE) {
+          p = f === F_CUSTOMER ? this.reference(p, K_CUSTOMER_ID, K_EXTERNAL_CUSTOMER_ID) : this.reference(p, K_PRODUCT_ID, K_EXTERNAL_PRODUCT_ID);
+          s[o + at] = this.refStart;
+          s[o + at + 1] = this.refEnd;
+          s[o + (f === F_CUSTOMER ? CUSTOMER_KIND : PRODUCT_KIND)] = this.refKind;
+        } else if (f === F_ATTRIBUTION) {
+          p = this.nul(p);
+          s[o + at] = -1;
+        } else return NO;
       } else {
-        const at = f === F_EVENT ? EVENT : f === F_CUSTOMER ? CUSTOMER : f === F_UNIT ? UNIT : KEY;
+        const at = f === F_EVENT ? EVENT : f === F_UNIT ? UNIT : KEY;
         if (b[p] === QUOTE) {
           p = this.str(p + 1, false);
           s[o + at] = start;
@@ -237,7 +253,9 @@ const subBytes = Uint8Array.prototype.subarray;
 const plain = (b: Uint8Array): Uint8Array => new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 
 /** The rows, billable lines, ids and claim keys of the batch, or null when not sure (see the header). */
-export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (meta: BatchMeta, key: Uint8Array | string) => string): PackedRows | null {
+export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (meta: BatchMeta, key: Uint8Array | string) => string, skip: readonly number[] = []): PackedRows | null {
+  // Refused signals (Billing-Skip) may be anything: such a batch is left to the slow path.
+  if (skip.length > 0) return null;
   const src = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
   const scanner = new RowsScanner(src, meta.receivedAtMs);
   const n = scanner.signals(Number.MAX_SAFE_INTEGER);
@@ -246,19 +264,18 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
   const prefix = signalIdPrefix(meta.batchId);
   const r1 = bytes(`{"org_id":${JSON.stringify(meta.orgId)},"livemode":${meta.mode === 'live'},"signal_id":"${prefix}`);
   const r2 = bytes(`","batch_id":${JSON.stringify(meta.batchId)},"event_name":`);
-  const r3 = bytes(`,"customer_id":`);
   const r4 = bytes(`,"unit_id":`);
   const r5 = bytes(`,"idempotency_key":`);
   const r6 = bytes(`,"timestamp":`);
   const r7 = bytes(`,"received_at":${meta.receivedAtMs},"data":`);
   const b1 = bytes(`{"i":"${prefix}`);
   const b2 = bytes(`","e":`);
-  const b3 = bytes(`,"c":`);
+  const b3 = bytes(`,"c":"`);
   const b4 = bytes(`,"u":`);
   const b5 = bytes(`,"t":`);
   const b6 = bytes(`,"d":`);
   // Every value's bytes go once into each line; the rest is fixed parts, ids, times and defaults.
-  const perRow = r1.length + r2.length + r3.length + r4.length + r5.length + r6.length + r7.length + 64;
+  const perRow = r1.length + r2.length + r4.length + r5.length + r6.length + r7.length + 64;
   const perBillable = b1.length + b2.length + b3.length + b4.length + b5.length + b6.length + 64;
   const rows = plain(Buffer.allocUnsafeSlow(src.length + n * perRow));
   const billable = plain(Buffer.allocUnsafeSlow(src.length + n * perBillable));
@@ -268,6 +285,7 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
   const ids = new Array<string>(n);
   const claimKeys = new Array<string | null>(n);
   const customers = new Array<string>(n);
+  const products = new Array<string>(n);
   const put = (out: Uint8Array, at: number, start: number, end: number): number => copy(from, start, end, out, at);
   const fixed = (out: Uint8Array, at: number, part: Uint8Array): number => {
     setBytes.call(out, part, at);
@@ -280,7 +298,10 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     const num = String(i);
     const ts = times[i]!;
     ids[i] = prefix + num;
-    customers[i] = textOf(src, spans[o + CUSTOMER]!, spans[o + CUSTOMER + 1]!);
+    const kind = spans[o + CUSTOMER_KIND] === REF_ID ? REF_ID_PREFIX : REF_EXTERNAL_PREFIX;
+    customers[i] = kind + textOf(src, spans[o + CUSTOMER]!, spans[o + CUSTOMER + 1]!);
+    const productStart = spans[o + PRODUCT]!;
+    products[i] = productStart === -1 ? '' : (spans[o + PRODUCT_KIND] === REF_ID ? REF_ID_PREFIX : REF_EXTERNAL_PREFIX) + textOf(src, productStart, spans[o + PRODUCT + 1]!);
     const keyStart = spans[o + KEY]!;
     const keyEnd = spans[o + KEY + 1]!;
     if (keyStart === -1) claimKeys[i] = null;
@@ -292,8 +313,6 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     ro = ascii(rows, ro, num);
     ro = fixed(rows, ro, r2);
     ro = put(rows, ro, spans[o + EVENT]!, spans[o + EVENT + 1]!);
-    ro = fixed(rows, ro, r3);
-    ro = put(rows, ro, spans[o + CUSTOMER]!, spans[o + CUSTOMER + 1]!);
     ro = fixed(rows, ro, r4);
     ro = valueOr(rows, ro, spans[o + UNIT]!, spans[o + UNIT + 1]!, 'null');
     ro = fixed(rows, ro, r5);
@@ -311,7 +330,9 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     bo = fixed(billable, bo, b2);
     bo = put(billable, bo, spans[o + EVENT]!, spans[o + EVENT + 1]!);
     bo = fixed(billable, bo, b3);
-    bo = put(billable, bo, spans[o + CUSTOMER]!, spans[o + CUSTOMER + 1]!);
+    // The reference's kind, then its string from after the opening quote: `"c":"i:…"` / `"c":"x:…"`.
+    bo = ascii(billable, bo, kind);
+    bo = put(billable, bo, spans[o + CUSTOMER]! + 1, spans[o + CUSTOMER + 1]!);
     bo = fixed(billable, bo, b4);
     bo = valueOr(billable, bo, spans[o + UNIT]!, spans[o + UNIT + 1]!, 'null');
     bo = fixed(billable, bo, b5);
@@ -320,7 +341,8 @@ export function packedFromBytes(body: Uint8Array, meta: BatchMeta, claimKeyOf: (
     bo = valueOr(billable, bo, spans[o + DATA]!, spans[o + DATA + 1]!, '{}');
     bo = ascii(billable, bo, '}\n');
   }
-  return { rows: rows.subarray(0, ro), billable: billable.subarray(0, bo), ids, claimKeys, ...distinctRefs(customers) };
+  const productRefs = distinctRefs(products);
+  return { rows: rows.subarray(0, ro), billable: billable.subarray(0, bo), ids, claimKeys, ...distinctRefs(customers), products: productRefs.refs, productOf: productRefs.refOf };
 }
 
 /** Copies [from, to) of `src` into `out` at `at`; the position after it. Short runs byte by byte (a native copy costs more than it saves there). */

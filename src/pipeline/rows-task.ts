@@ -8,18 +8,35 @@ import type { BatchMeta } from '../bus/batch.js';
 export interface RowsTask {
   body: Uint8Array;
   meta: BatchMeta;
+  /** Indexes of the batch's refused signals (the Billing-Skip header, ascending): no row, no billable line, no claim. */
+  skip?: number[];
 }
 
+/**
+ * A reference (`customer`, `attribution`) as the pipeline carries it: its kind's prefix and
+ * its text — `i:<service id>` or `x:<externalId>` — so that the two kinds never meet (a
+ * service id names a customer or product only by its id, an externalId only by its externalId).
+ */
+export const REF_ID_PREFIX = 'i:';
+export const REF_EXTERNAL_PREFIX = 'x:';
+
 export interface RowsResult {
-  /** One JSONEachRow line per signal (no trailing newline), in batch order. */
+  /**
+   * One JSONEachRow line per signal kept (refused ones have none; no trailing newline), in
+   * batch order. The identity columns (customer_id, external_customer_id, product_id,
+   * external_product_id) are not in it: the pipeline puts them first once the references are
+   * resolved (src/pipeline/identities.ts).
+   */
   lines: string[];
   ids: string[];
   /** Dedupe-store key per signal, or null for keyless signals (never deduplicated). */
   claimKeys: (string | null)[];
   /** What the billing evaluator needs of each signal, one JSON object per signal (BillableLine). */
   billable: string[];
-  /** Each signal's customer reference (its `customerId` as sent: a service id or an externalId). */
+  /** Each signal's customer reference (`i:<id>` or `x:<externalId>`, as sent). */
   customers: string[];
+  /** Each signal's product reference (`attribution`: `i:<id>` or `x:<externalId>`), '' for none. */
+  products: string[];
 }
 
 /**
@@ -42,6 +59,9 @@ export interface PackedRows {
    */
   refs: string[];
   refOf: Uint16Array;
+  /** The same for the product references ('' for a signal without `attribution`). */
+  products: string[];
+  productOf: Uint16Array;
 }
 
 /** `refs` and `refOf` of PackedRows from each signal's customer reference. */

@@ -29,8 +29,13 @@ export const F_UNIT = 3;
 export const F_TIMESTAMP = 4;
 export const F_KEY = 5;
 export const F_DATA = 6;
+export const F_ATTRIBUTION = 7;
 /** Bytes from after a field name's opening quote to after its closing quote, by field id. */
-export const FIELD_NAME_END = [0, 10, 11, 7, 10, 15, 5] as const;
+export const FIELD_NAME_END = [0, 10, 9, 7, 10, 15, 5, 12] as const;
+
+/** Kinds of a reference (`customer`, `attribution`): the service's id, or the producer's externalId. */
+export const REF_ID = 0;
+export const REF_EXTERNAL = 1;
 
 /** A key to compare: little-endian 32-bit words at offsets covering all of it (the last may overlap). Keys are at least 4 bytes. */
 export interface Literal {
@@ -47,7 +52,12 @@ export function literal(s: string): Literal {
 }
 const K_SIGNALS = literal('signals');
 const K_EVENT = literal('eventName');
-const K_CUSTOMER = literal('customerId');
+const K_CUSTOMER = literal('customer');
+const K_ATTRIBUTION = literal('attribution');
+export const K_CUSTOMER_ID = literal('customerId');
+export const K_EXTERNAL_CUSTOMER_ID = literal('externalCustomerId');
+export const K_PRODUCT_ID = literal('productId');
+export const K_EXTERNAL_PRODUCT_ID = literal('externalProductId');
 const K_UNIT = literal('unitId');
 const K_TIMESTAMP = literal('timestamp');
 const K_KEY = literal('idempotencyKey');
@@ -75,6 +85,11 @@ export abstract class JsonBytes {
    */
   slashEscape = false;
   readonly dv: DataView;
+
+  /** The last reference read by `reference`: its kind (REF_ID, REF_EXTERNAL) and its string's range [refStart, refEnd), quotes included. */
+  refKind = REF_ID;
+  refStart = 0;
+  refEnd = 0;
 
   constructor(readonly b: Uint8Array) {
     this.dv = new DataView(b.buffer, b.byteOffset, b.byteLength);
@@ -212,11 +227,43 @@ export abstract class JsonBytes {
     const c = this.b[p];
     if (c === 101) return this.key(p, K_EVENT) ? F_EVENT : NO; // e
     if (c === 99) return this.key(p, K_CUSTOMER) ? F_CUSTOMER : NO; // c
+    if (c === 97) return this.key(p, K_ATTRIBUTION) ? F_ATTRIBUTION : NO; // a
     if (c === 116) return this.key(p, K_TIMESTAMP) ? F_TIMESTAMP : NO; // t
     if (c === 100) return this.key(p, K_DATA) ? F_DATA : NO; // d
     if (c === 105) return this.key(p, K_KEY) ? F_KEY : NO; // i
     if (c === 117) return this.key(p, K_UNIT) ? F_UNIT : NO; // u
     return NO;
+  }
+
+  /**
+   * A reference object at p, `{"<id>": "…"}` or `{"<external>": "…"}` (exactly one key, a
+   * string): the position after it, its kind and string in refKind/refStart/refEnd, the
+   * string's length in `units`.
+   */
+  reference(p: number, id: Literal, external: Literal): number {
+    const b = this.b;
+    if (b[p] !== LBRACE) return NO;
+    p = this.ws(p + 1);
+    if (b[p] !== QUOTE) return NO;
+    p++;
+    let kind: number;
+    if (this.key(p, id)) {
+      kind = REF_ID;
+      p += id.length + 1;
+    } else if (this.key(p, external)) {
+      kind = REF_EXTERNAL;
+      p += external.length + 1;
+    } else return NO;
+    p = this.value1(p);
+    if (p === NO || b[p] !== QUOTE) return NO;
+    const start = p;
+    p = this.str(p + 1, false);
+    if (p === NO) return NO;
+    this.refKind = kind;
+    this.refStart = start;
+    this.refEnd = p;
+    p = this.ws(p);
+    return b[p] === RBRACE ? p + 1 : NO;
   }
 
   /** `null` at p. */

@@ -12,7 +12,8 @@
 import { STORED_DECIMAL } from './stored.js';
 
 export const SIGNAL_COLUMNS = [
-  'org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'unit_id',
+  'org_id', 'livemode', 'signal_id', 'batch_id', 'event_name', 'customer_id', 'external_customer_id',
+  'product_id', 'external_product_id', 'unit_id',
   'idempotency_key', 'timestamp', 'received_at', 'data',
 ] as const;
 
@@ -56,6 +57,9 @@ export function schemaStatements(db: string): string[] {
       batch_id String,
       event_name LowCardinality(String),
       customer_id String,
+      external_customer_id String,
+      product_id String,
+      external_product_id String,
       unit_id Nullable(String),
       idempotency_key Nullable(String),
       timestamp DateTime64(3, 'UTC'),

@@ -46,7 +46,7 @@ function signalsOf(owner: 'victim' | 'attacker', n: number, from: number, m: str
   return {
     signals: Array.from({ length: n }, (_, k) => k + from).map((i) => ({
       eventName: `${owner}_event_${m}_${i % 3}`,
-      customerId: `${owner}-cus-${m}-${i % 4}`,
+      customer: { externalCustomerId: `${owner}-cus-${m}-${i % 4}` },
       unitId: `unit-${m}-${i % 2}`,
       idempotencyKey: `idem-${m}-${i}`,
       data: owner === 'victim' ? { victimSecret: secret, n: i, nested: { marker: `nested-${m}` } } : { note: secret, n: i },
@@ -131,7 +131,7 @@ t.before(async () => {
 t.test('each owner sees its own data (the corpus does not pass vacuously)', async (t) => {
   const own = async (key: string, n: number, marker: string): Promise<void> => {
     const r = await waitFor(
-      () => query(key, 'SELECT count() AS n, countIf(position(customer_id, \'' + marker + '\') > 0) AS mine FROM fact_signal'),
+      () => query(key, 'SELECT count() AS n, countIf(position(external_customer_id, \'' + marker + '\') > 0) AS mine FROM fact_signal'),
       (x) => x.status === 200 && (JSON.parse(x.text) as { rows: [string, string][] }).rows[0]?.[0] === String(n),
       10_000,
     );
@@ -196,7 +196,7 @@ t.test('no cross-organization oracle: a predicate on another organization\'s val
   for (const [what, hit, miss] of pairs) {
     const sql = (v: string): string =>
       what === 'customer id equality'
-        ? `SELECT count() FROM fact_signal WHERE toUInt64(if(customer_id = '${v}', 'x', '1')) = 1`
+        ? `SELECT count() FROM fact_signal WHERE toUInt64(if(external_customer_id = '${v}', 'x', '1')) = 1`
         : `SELECT count() FROM fact_signal WHERE toUInt64(if(startsWith(toString(data.victimSecret), '${v}'), 'x', '1')) = 1`;
     const a = await query(attacker.live, sql(hit));
     const b = await query(attacker.live, sql(miss));

@@ -60,7 +60,7 @@ const scopes: Scope[] = [];
 const ctx = { orgIds: ['org_x', 'org_y'], markers: ['m0', 'm1', 'm2', 'm3'], port: 9, dataDir: '/tmp/x' };
 
 const VIEWS = ['fact_signal', 'fact_cost', 'fact_credit_consumption'];
-const COLUMNS = ['id', 'customer_id', 'event_name', 'created_at', 'received_at', 'batch_id', 'data', 'signal_id', 'unit_id', 'idempotency_key', 'cost_amount', 'x', 'n', 'c'];
+const COLUMNS = ['id', 'customer_id', 'external_customer_id', 'external_product_id', 'event_name', 'created_at', 'received_at', 'batch_id', 'data', 'signal_id', 'unit_id', 'idempotency_key', 'cost_amount', 'x', 'n', 'c'];
 const FOREIGN_TABLES = [
   'billing.signals', 'billing.costs', 'billing.credit_consumption', '`billing`.`signals`', '"billing"."signals"', 'billing . signals', 'billing.`signals`',
   '`billing.signals`', 'system.tables', 'system.one', 'system.functions', 'system.settings', 'system.databases', 'system.processes', 'system.query_log',
@@ -332,7 +332,7 @@ async function configureBilling(s: Scope): Promise<boolean> {
 async function ingest(s: Scope): Promise<void> {
   const signals = Array.from({ length: 6 }, (_, i) => ({
     eventName: `ev-${s.marker}`,
-    customerId: `cus-${s.marker}`,
+    customer: { externalCustomerId: `cus-${s.marker}` },
     unitId: i % 2 ? `unit-${s.marker}` : undefined,
     idempotencyKey: `idem-${s.marker}-${i}`,
     data: { secret: `data-${s.marker}`, n: i, nested: { m: `nested-${s.marker}` }, 'odd key': `odd-${s.marker}` },

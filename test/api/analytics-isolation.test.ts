@@ -32,7 +32,7 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
 
   // Enough rows that a three-way join of the attacker's own signals runs far past the limit.
   for (let b = 0; b < 4; b++) {
-    const r = await sendBatch(svc.url, attacker.live, { signals: Array.from({ length: 500 }, (_, i) => ({ eventName: 'e', customerId: `c${(b * 500 + i) % 97}` })) });
+    const r = await sendBatch(svc.url, attacker.live, { signals: Array.from({ length: 500 }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: `c${(b * 500 + i) % 97}` } })) });
     t.equal(r.status, 202);
   }
   await waitFor(() => counts(svc.url, attacker.id), (c) => c.live === 2_000, 30_000);
@@ -48,10 +48,10 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
 
   // Statements made only of allowed parts that run long: four, the attacker's whole concurrency.
   const heavy = [
-    'SELECT count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c WHERE a.customer_id != c.customer_id',
+    'SELECT count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c WHERE a.external_customer_id != c.external_customer_id',
     'SELECT count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c WHERE a.id < b.id',
-    'SELECT a.customer_id, count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c GROUP BY a.customer_id',
-    'SELECT count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c WHERE b.customer_id != c.customer_id',
+    'SELECT a.external_customer_id, count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c GROUP BY a.external_customer_id',
+    'SELECT count() FROM fact_signal AS a CROSS JOIN fact_signal AS b CROSS JOIN fact_signal AS c WHERE b.external_customer_id != c.external_customer_id',
   ];
   const running = heavy.map((q) => {
     const sent = Date.now();
@@ -71,11 +71,11 @@ t.test('one organization monopolizing the engine holds up no one else', async (t
   t.equal(ready.status, 200, `/readyz during the attack: ${JSON.stringify(ready.body)}`);
 
   const probe = `probe-${Date.now()}`;
-  const accepted = await sendBatch(svc.url, victim.live, { signals: [{ eventName: 'probe', customerId: probe }] });
+  const accepted = await sendBatch(svc.url, victim.live, { signals: [{ eventName: 'probe', customer: { externalCustomerId: probe } }] });
   t.equal(accepted.status, 202);
   const acceptedAt = Date.now();
   const seen = await waitFor(
-    () => query(victim.live, `SELECT count() AS n FROM fact_signal WHERE customer_id = '${probe}'`),
+    () => query(victim.live, `SELECT count() AS n FROM fact_signal WHERE external_customer_id = '${probe}'`),
     (r) => r.status === 200 && r.body.rows[0][0] === '1',
     10_000,
   );
@@ -115,7 +115,7 @@ t.test('the engine host killed from outside under ingestion loses and doubles no
   // Batch i: 300 new keys, 100 keys repeated from batch i-1, 100 keyless signals.
   const makeBatch = (i: number) => ({
     signals: Array.from({ length: 500 }, (_, j) => {
-      const s: Record<string, unknown> = { eventName: 'tokens', customerId: `cus_${j % 13}`, data: { batch: i, j } };
+      const s: Record<string, unknown> = { eventName: 'tokens', customer: { externalCustomerId: `cus_${j % 13}` }, data: { batch: i, j } };
       if (j < 300) s.idempotencyKey = `k-${i}-${j}`;
       else if (j < 400) s.idempotencyKey = `k-${Math.max(0, i - 1)}-${j - 300}`;
       return s;

@@ -23,13 +23,13 @@ t.before(async () => {
   B = await createOrg(svc.url);
   const signalsA = sentA.map((s, i) => ({
     eventName: 'api_call',
-    customerId: s.customer,
+    customer: { externalCustomerId: s.customer },
     timestamp: new Date(T0 + s.day * DAY + i * 1000).toISOString(),
     idempotencyKey: `a-${i}`,
     data: { region: s.region, n: s.n, big: '9007199254740993', nested: { tier: i % 2 ? 'gold' : 'free' } },
   }));
-  const signalsB = Array.from({ length: 12 }, (_, i) => ({ eventName: 'b_only_event', customerId: 'cus_b', timestamp: new Date(T0 + i * 1000).toISOString(), data: { onlyInB: i } }));
-  const signalsATest = Array.from({ length: 4 }, (_, i) => ({ eventName: 'test_event', customerId: 'cus_t', timestamp: new Date(T0 + i * 1000).toISOString(), data: { inTest: true } }));
+  const signalsB = Array.from({ length: 12 }, (_, i) => ({ eventName: 'b_only_event', customer: { externalCustomerId: 'cus_b' }, timestamp: new Date(T0 + i * 1000).toISOString(), data: { onlyInB: i } }));
+  const signalsATest = Array.from({ length: 4 }, (_, i) => ({ eventName: 'test_event', customer: { externalCustomerId: 'cus_t' }, timestamp: new Date(T0 + i * 1000).toISOString(), data: { inTest: true } }));
   for (const [key, body] of [[A.live, signalsA], [B.live, signalsB], [A.test, signalsATest]] as const) {
     const r = await sendBatch(svc.url, key, { signals: body });
     if (r.status !== 202) throw new Error(`ingest: ${r.status} ${JSON.stringify(r.body)}`);
@@ -38,7 +38,7 @@ t.before(async () => {
 });
 
 t.test('aggregates are scoped to the caller and its mode', async (t) => {
-  const q = 'SELECT count() AS n, uniqExact(customer_id) AS customers FROM fact_signal';
+  const q = 'SELECT count() AS n, uniqExact(external_customer_id) AS customers FROM fact_signal';
   const a = await query(A.live, q);
   t.equal(a.status, 200, JSON.stringify(a.body));
   t.same(a.body.columns, [{ name: 'n', type: 'UInt64' }, { name: 'customers', type: 'UInt64' }]);
@@ -84,7 +84,7 @@ t.test('WITH … SELECT, window functions and a date filter', async (t) => {
 
 t.test('JOIN, UNION and subqueries stay inside the caller’s rows', async (t) => {
   const r = await query(A.live, `SELECT count() FROM fact_signal a JOIN (SELECT id FROM fact_signal WHERE data.n::Int64 > 10) b ON a.id = b.id
-    UNION ALL SELECT count() FROM fact_signal WHERE customer_id IN (SELECT customer_id FROM fact_signal) UNION ALL SELECT count() FROM fact_cost`);
+    UNION ALL SELECT count() FROM fact_signal WHERE external_customer_id IN (SELECT external_customer_id FROM fact_signal) UNION ALL SELECT count() FROM fact_cost`);
   t.equal(r.status, 200, JSON.stringify(r.body));
   t.same(r.body.rows.map((x: string[]) => x[0]).sort(), ['0', '20', '30']);
 });
@@ -126,6 +126,8 @@ t.test('no organization column, and the views the schema operation lists', async
   const schema = await http(svc.url, 'GET', '/api/v2/analytics/schema', { token: A.live });
   t.equal(schema.status, 200);
   t.same(schema.body.views.map((v: { name: string }) => v.name), ['fact_signal', 'fact_cost', 'fact_credit_consumption', 'fact_unpriced']);
+  const signalColumns = (schema.body.views[0].columns as { name: string }[]).map((c) => c.name);
+  for (const c of ['customer_id', 'external_customer_id', 'product_id', 'external_product_id']) t.ok(signalColumns.includes(c), `fact_signal lists ${c}`);
   for (const view of schema.body.views as { name: string; description: string; columns: { name: string; type: string; description: string }[] }[]) {
     t.ok(view.description.length > 0);
     for (const c of view.columns) t.ok(c.description.length > 0, `${view.name}.${c.name} is described`);
@@ -266,7 +268,7 @@ t.test('timeouts (408), the concurrency limit (429 without Retry-After) and the 
   t.same(after.body.rows, [[42]], 'and the next answer carries nothing of the stopped query');
 
   // The rate framework is on in this service: one token per query.
-  const drain = await sendBatch(svc2.url, org.live, { signals: Array.from({ length: 495 }, () => ({ eventName: 'e', customerId: 'c' })) });
+  const drain = await sendBatch(svc2.url, org.live, { signals: Array.from({ length: 495 }, () => ({ eventName: 'e', customer: { externalCustomerId: 'c' } })) });
   t.equal(drain.status, 202);
   let limited = null;
   for (let i = 0; i < 10 && !limited; i++) {
@@ -280,8 +282,8 @@ t.test('timeouts (408), the concurrency limit (429 without Retry-After) and the 
 
 t.test('with the rate framework off (default), analytics take no tokens', async (t) => {
   const org = await createOrg(svc.url, { burst: 500, refillPerSecond: 0.01 });
-  t.equal((await sendBatch(svc.url, org.live, { signals: Array.from({ length: 500 }, () => ({ eventName: 'e', customerId: 'c' })) })).status, 202);
-  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'e', customerId: 'c' }] })).status, 429, 'the bucket is empty');
+  t.equal((await sendBatch(svc.url, org.live, { signals: Array.from({ length: 500 }, () => ({ eventName: 'e', customer: { externalCustomerId: 'c' } })) })).status, 202);
+  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' } }] })).status, 429, 'the bucket is empty');
   for (let i = 0; i < 3; i++) t.equal((await query(org.live, 'SELECT 1')).status, 200);
 });
 
@@ -301,7 +303,7 @@ t.test('ROLE=ingress with a ClickHouse server answers analytics queries from the
   const ing = new ServiceProcess(iso, { ROLE: 'ingress' });
   t.teardown(() => ing.stop());
   await ing.start();
-  const q = 'SELECT count() AS n, uniqExact(customer_id) AS customers FROM fact_signal';
+  const q = 'SELECT count() AS n, uniqExact(external_customer_id) AS customers FROM fact_signal';
   const a = await query(A.live, q, ing.url);
   t.equal(a.status, 200, JSON.stringify(a.body));
   t.same(a.body.rows, [['30', '4']], 'the rows the pipeline of the other process stored');

@@ -27,7 +27,7 @@ t.test('credit pools show the committed balance: not the state a pending group h
   const pools = async () => (await call(svc.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`)).creditPools.map((p: { consumedCredits: string; balance: string }) => [p.consumedCredits, p.balance]);
 
   // 12 credits from a pool of 10: a depletion and an overage, so the fault point acts on this group.
-  const signals = { signals: Array.from({ length: 12 }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `a-${i}` })) };
+  const signals = { signals: Array.from({ length: 12 }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `a-${i}` })) };
   t.equal((await sendBatch(svc.url, org.live, signals)).status, 202);
   const paused = await waitFor(async () => logLines(svc, 'billing fault point reached'), (l) => l.length > 0, 60_000);
   t.match(paused, [{ point: 'after-states', action: 'pause', orgId: org.id }], 'the group is held after its state writes');

@@ -955,26 +955,32 @@ t.test('references naming no customer are answered from memory while the configu
     await watch.flush();
     return { value, keys: asked.map((s) => s.slice(s.indexOf('$KV.'))) };
   };
-  const refs = ['nobody-one', 'nobody-two', 'cus_AAAAAAAAAAAAAAAAAAAA'];
+  // Kind-prefixed references, as the pipeline carries them (src/pipeline/rows-task.ts): x: an externalId, i: a service id.
+  const refs = ['x:nobody-one', 'x:nobody-two', 'i:cus_AAAAAAAAAAAAAAAAAAAA'];
+  const resolve = (mode: 'live' | 'test', r: string[]) => store.resolveIdentities(org.id, mode, r, []);
+  const ids = (v: { customers: ({ id: string } | null)[] }): (string | null)[] => v.customers.map((c) => c?.id ?? null);
 
-  const first = await readBy(() => store.resolveCustomers(org.id, 'live', refs));
-  t.same([...first.value], [['nobody-one', null], ['nobody-two', null], ['cus_AAAAAAAAAAAAAAAAAAAA', 'cus_AAAAAAAAAAAAAAAAAAAA']], 'externalIds of no customer: null; a service id is its own');
+  const first = await readBy(() => resolve('live', refs));
+  t.same(ids(first.value), [null, null, null], 'externalIds of no customer, and a service id of no customer: null (a service id is looked up, not taken as its own)');
   t.equal(first.keys.filter((k) => k.includes('.xid.')).length, 2, 'the first time, each externalId is read');
-  const again = await readBy(() => store.resolveCustomers(org.id, 'live', refs));
-  t.same([...again.value], [...first.value], 'the same answer');
+  t.equal(first.keys.filter((k) => k.includes('.cus.')).length, 1, "and the service id's document");
+  const again = await readBy(() => resolve('live', refs));
+  t.same(again.value, first.value, 'the same answer');
   t.same(again.keys, [], 'then from memory: the bucket has not changed');
 
   const made = await c.post(C, { externalId: 'nobody-one', name: 'Now somebody' });
   t.equal(made.status, 201);
-  const after = await readBy(() => store.resolveCustomers(org.id, 'live', refs));
-  t.equal(after.value.get('nobody-one'), made.body.id, 'a customer created since is found at once (the change empties the cache)');
-  t.equal(after.value.get('nobody-two'), null);
+  const after = await readBy(() => resolve('live', refs));
+  t.same(after.value.customers[0], { id: made.body.id, externalId: 'nobody-one' }, 'a customer created since is found at once (the change empties the cache), with both its ids');
+  t.equal(after.value.customers[1], null);
   t.ok(after.keys.some((k) => k.includes('.xid.')), 'read again after the change');
-  const other = await readBy(() => store.resolveCustomers(org.id, 'test', ['nobody-one', 'nobody-one']));
-  t.same([...other.value], [['nobody-one', null]], "the other mode's references are its own (each once)");
-  t.equal(other.keys.length, 1, 'read in that mode');
-  const twice = await readBy(() => store.resolveCustomers(org.id, 'live', ['nobody-two', 'nobody-one', 'nobody-two']));
-  t.same([...twice.value], [['nobody-two', null], ['nobody-one', made.body.id]], 'each reference once, from memory');
+  const byKind = await resolve('live', ['i:nobody-one', `x:${made.body.id}`, `i:${made.body.id}`]);
+  t.same(ids(byKind), [null, null, made.body.id], 'by kind only: an externalId is not a service id, and a service id is not an externalId');
+  const other = await readBy(() => resolve('test', ['x:nobody-one', 'x:nobody-one']));
+  t.same(ids(other.value), [null, null], "the other mode's references are its own");
+  t.equal(other.keys.length, 1, 'read in that mode, once');
+  const twice = await readBy(() => resolve('live', ['x:nobody-two', 'x:nobody-one', 'x:nobody-two']));
+  t.same(ids(twice.value), [null, made.body.id, null], 'each reference from memory');
   t.same(twice.keys, [], `nothing read: ${JSON.stringify(twice.keys)}`);
 });
 
@@ -999,7 +1005,7 @@ t.test('with replicas, what the configuration caches keep is read from the strea
   await watch.flush();
   const kinds = async (store: BillingConfigStore): Promise<string[]> => {
     asked.length = 0;
-    await store.resolveCustomers(org.id, 'live', [`nobody-${Math.random()}`]);
+    await store.resolveIdentities(org.id, 'live', [`x:nobody-${Math.random()}`], []);
     await store.forBatch(org.id, 'live', [`nobody-${Math.random()}`]);
     await watch.flush();
     return [...new Set(asked.map((s) => (s.includes('.DIRECT.GET.') ? 'direct' : 'leader')))];

@@ -37,7 +37,7 @@ t.test('a state key from a later sequence while no later group is pinned (a recr
   t.teardown(() => nc.close());
   const kv = await new Kvm(jetstream(nc)).open(`${iso.natsPrefix}_billing_state`);
   await kv.put(key, JSON.stringify(foreign));
-  const signals = (n: number, k: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${k}-${i}` })) });
+  const signals = (n: number, k: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${k}-${i}` })) });
   t.equal((await sendBatch(pipeline.url, org.live, signals(12, 'a'))).status, 202);
   const stopped = await waitFor(async () => logLines(pipeline, 'billing evaluation failed; retrying in place'), (l) => l.some((x) => /while no later group is pinned/.test(String((x.err as { message?: string })?.message ?? x.err))), 60_000);
   t.ok(stopped.some((x) => /partition \d+: a state key names stream sequence 1000000/.test(JSON.stringify(x))), 'the error names the partition and the sequence');
@@ -98,7 +98,7 @@ t.test('a configuration change between a crashed evaluation and its replay does 
   const exited = exitOf(pipeline);
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const { c, pool } = await acmeWithPool(ingress.url, org, '10', CUR);
-  const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
+  const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
 
   // 12 credits from a pool of 10: depleted and OverageCredit. Killed once those are published.
   t.equal((await sendBatch(ingress.url, org.live, signals(12, 'a'))).status, 202);
@@ -217,7 +217,7 @@ t.test('two pipeline processes killed -9 at different points, many customers ove
     signals: Array.from({ length: MANY_PER }, (_, i) => {
       const c = (7 * b + i) % CUSTOMERS;
       n[c]!++;
-      return { eventName: 'e', customerId: (b + i) % 2 === 0 ? `ext-${c}` : customers[c]!.id, unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `m${b}-${i}` };
+      return { eventName: 'e', customer: (b + i) % 2 === 0 ? { externalCustomerId: `ext-${c}` } : { customerId: customers[c]!.id }, unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `m${b}-${i}` };
     }),
   }));
   const sent = await Promise.all(batches.map((b) => sendBatch(ingress.url, org.live, b)));
@@ -348,7 +348,7 @@ t.test('a group of several messages killed after its events is replayed as exact
   // pipeline leaves them under load): 2 credits each, so the pool of 10 empties in the 5th,
   // the daily cap of 7 is reached in the 4th, and the 6th goes into overage.
   const k = partitionOf(org.id, 'live', c.id, DEFAULT_BILLING_PARTITIONS);
-  const seqs = await queueBillable(iso, org.id, k, 'group', Array.from({ length: 6 }, (_, b) => [0, 1].map((i) => ({ k: c.id, i: `sig_g${b}_${i}`, c: i === 0 ? 'acme' : c.id, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }))));
+  const seqs = await queueBillable(iso, org.id, k, 'group', Array.from({ length: 6 }, (_, b) => [0, 1].map((i) => ({ k: c.id, i: `sig_g${b}_${i}`, c: i === 0 ? 'x:acme' : `i:${c.id}`, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }))));
   // It evaluates the backlog as soon as it runs: listening comes before (main.ts).
   await pipeline.start('listening');
   const crash = await killedAt(t, pipeline, exitOf(pipeline), 'after-events');
@@ -438,7 +438,7 @@ async function queueBillable(iso: Isolation, orgId: string, k: number, name: str
 }
 
 /** One signal for each customer of `ids` (message b). */
-const oneEach = (ids: string[], b: number) => ids.map((id, i) => ({ k: id, i: `sig_big${b}_${i}`, c: id, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }));
+const oneEach = (ids: string[], b: number) => ids.map((id, i) => ({ k: id, i: `sig_big${b}_${i}`, c: `i:${id}`, t: Date.parse('2026-05-01T10:00:00Z') + b * 10 + i }));
 
 /** Each customer's pool has consumed exactly 1 credit (its one signal, billed once). */
 async function eachBilledOnce(t: Test, s: { ingress: ServiceProcess; org: TestOrg; customers: string[]; pools: Map<string, string> }): Promise<void> {

@@ -102,7 +102,7 @@ t.test('a configuration change made while a group is in flight applies to the ba
   await pipeline.start();
   const org = await createOrg(pipeline.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const { c } = await acmeWithPool(pipeline.url, org, '10', CUR);
-  const signals = (event: string, n: number, k: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: event, customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${k}-${i}` })) });
+  const signals = (event: string, n: number, k: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: event, customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${k}-${i}` })) });
   // 12 credits from a pool of 10: a depletion and an overage, so the fault point acts on this group.
   t.equal((await sendBatch(pipeline.url, org.live, signals('e', 12, 'a'))).status, 202);
   const paused = await waitFor(async () => logLines(pipeline, 'billing fault point reached'), (l) => l.length > 0, 60_000);
@@ -193,7 +193,7 @@ t.test('a process stalled past the ack wait between its pin and its reads: its g
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const { c } = await acmeWithPool(ingress.url, org, '100', CUR);
   await call(ingress.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '90', frequency: 'DAILY', effectiveFrom: '2026-05-01T00:00:00Z' });
-  const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
+  const signals = (n: number, key: string) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
 
   // 80 credits (evaluated on a worker: more than the inline limit), under the cap and the pool.
   t.equal((await sendBatch(ingress.url, org.live, signals(80, 'a'))).status, 202);
@@ -242,7 +242,7 @@ t.test('a process stalled past the ack wait right after a commit that wrote the 
   await ingress.start();
   const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const { c } = await acmeWithPool(ingress.url, org, '50', CUR);
-  const signals = (key: string) => ({ signals: Array.from({ length: 40 }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
+  const signals = (key: string) => ({ signals: Array.from({ length: 40 }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T10:00:00Z', idempotencyKey: `${key}-${i}` })) });
   // a: 40 of 50 credits; b: the pool depleted (events); c: more overage. All waiting before p1 starts.
   for (const key of ['a', 'b', 'c']) t.equal((await sendBatch(ingress.url, org.live, signals(key))).status, 202);
   // Until it listens only: the stall may come before `ready`.

@@ -45,7 +45,7 @@ const query = async (key: string, q: string): Promise<unknown[][]> => (await ok(
 
 /** A signal as raw JSON text (the one place this file builds a signal): `data` is written as given, so numbers keep every digit. */
 const raw = (eventName: string, second: number, data: string, unitId?: string): string =>
-  `{"eventName":"${eventName}","customerId":"acme",${unitId === undefined ? '' : `"unitId":${JSON.stringify(unitId)},`}"timestamp":"2026-01-10T00:00:${String(second).padStart(2, '0')}Z","data":${data}}`;
+  `{"eventName":"${eventName}","customer":{"externalCustomerId":"acme"},${unitId === undefined ? '' : `"unitId":${JSON.stringify(unitId)},`}"timestamp":"2026-01-10T00:00:${String(second).padStart(2, '0')}Z","data":${data}}`;
 const bulk = (key: string, signals: string[]) => ok(http(svc.url, 'POST', '/api/v2/signals/bulk', { token: key, raw: `{"signals":[${signals.join(',')}]}` }), [202]);
 
 t.test('costs and credit draws are stored exactly; sums equal the exact sums; draws equal the pool balance to the last digit', async (t) => {
@@ -153,7 +153,7 @@ t.test('a batch too full of long numbers: the quantities whose digits are not ke
   const perSignal = Buffer.byteLength(JSON.stringify({ 'usage.tokens': '1234567890.123456789012', 'usage.a': long, 'usage.b': long, 'usage.c': long, 'usage.d': long }));
   const kept = Math.floor(EXACT_TEXTS_MAX_BYTES / perSignal);
   const n = kept + 20;
-  await bulk(s.org.live, Array.from({ length: n }, (_, i) => `{"eventName":"tokens","customerId":"acme","timestamp":"2026-01-10T00:${String(Math.floor(i / 60)).padStart(2, '0')}:${String(i % 60).padStart(2, '0')}Z","data":${data}}`));
+  await bulk(s.org.live, Array.from({ length: n }, (_, i) => `{"eventName":"tokens","customer":{"externalCustomerId":"acme"},"timestamp":"2026-01-10T00:${String(Math.floor(i / 60)).padStart(2, '0')}:${String(i % 60).padStart(2, '0')}Z","data":${data}}`));
   await bulk(s.org.live, [raw('tokens', 0, '{"usage":{"tokens":"1234567890.123456789012"}}')]);
   await billed(iso);
   const cost = exact(new Decimal('1234567890.123456789012').times('0.333333333333'));

@@ -55,7 +55,7 @@ t.test('pricing, depletion, overage and a cap from one stream of signals', async
   const s = await setup({ granted: '10', included: '5', capAmount: '8' });
   // 12 signals by the external id, on the deepest unit, in January 2026; 4 batches sent at once.
   const batches = Array.from({ length: 4 }, (_, b) => ({
-    signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-01-1${b}T00:00:0${i}Z`, idempotencyKey: `k-${b}-${i}` })),
+    signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', timestamp: `2026-01-1${b}T00:00:0${i}Z`, idempotencyKey: `k-${b}-${i}` })),
   }));
   const sent = await Promise.all(batches.map((b) => sendBatch(svc.url, s.org.live, b)));
   t.ok(sent.every((r) => r.status === 202));
@@ -85,7 +85,7 @@ t.test('pricing, depletion, overage and a cap from one stream of signals', async
 
 t.test('many concurrent signals draining one pool: one depletion, exact balance', async (t) => {
   const s = await setup({ granted: '100.5' });
-  const batches = Array.from({ length: 30 }, (_, b) => ({ signals: Array.from({ length: 5 }, (_, i) => ({ eventName: 'api_call', customerId: s.customerId, idempotencyKey: `c-${b}-${i}` })) }));
+  const batches = Array.from({ length: 30 }, (_, b) => ({ signals: Array.from({ length: 5 }, (_, i) => ({ eventName: 'api_call', customer: { customerId: s.customerId }, idempotencyKey: `c-${b}-${i}` })) }));
   const sent = await Promise.all(batches.map((b) => sendBatch(svc.url, s.org.live, b)));
   t.ok(sent.every((r) => r.status === 202));
   await billed(iso);
@@ -101,7 +101,7 @@ t.test('a group larger than the inline bound is evaluated on a worker, in one ta
   // 200 signals of one customer in one batch: one partition message, more than this service's
   // BILLING_INLINE_SIGNALS (64), so a worker lists its cap periods, asks for the totals and states, and evaluates.
   const s = await setup({ granted: '100', included: '50', capAmount: '150', capFrequency: 'DAILY', capFrom: '2026-04-01T00:00:00Z' });
-  const signals = Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-04-0${1 + (i % 2)}T00:00:${String(i % 60).padStart(2, '0')}Z`, idempotencyKey: `w-${i}` }));
+  const signals = Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', timestamp: `2026-04-0${1 + (i % 2)}T00:00:${String(i % 60).padStart(2, '0')}Z`, idempotencyKey: `w-${i}` }));
   await ok(sendBatch(svc.url, s.org.live, { signals }), [202]);
   await billed(iso);
   // A second group goes on from the states and period totals the first left (each day 100 of 150).
@@ -121,7 +121,7 @@ t.test('a group larger than the inline bound is evaluated on a worker, in one ta
 t.test('a configuration change is seen by the next batch, though the evaluator keeps documents between groups', async (t) => {
   const s = await setup({ granted: '2' });
   const pools = async () => (await ok(http(svc.url, 'GET', `/api/v2/customers/${s.customerId}/credit-pools`, { token: s.org.live }))).creditPools as { id: string; balance: string }[];
-  const signal = (key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', idempotencyKey: key });
+  const signal = (key: string) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', idempotencyKey: key });
   await ok(sendBatch(svc.url, s.org.live, { signals: [signal('f1'), signal('f2')] }), [202]);
   await billed(iso);
   const [pool] = await pools();
@@ -139,7 +139,7 @@ t.test('a configuration change is seen by the next batch, though the evaluator k
 
 t.test('a cap fires once in each period across a boundary', async (t) => {
   const s = await setup({ granted: '1000', capAmount: '2', capFrequency: 'DAILY', capFrom: '2026-03-01T06:00:00Z' });
-  const at = (iso: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'team', timestamp: iso });
+  const at = (iso: string) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'team', timestamp: iso });
   await ok(sendBatch(svc.url, s.org.live, { signals: [at('2026-03-01T07:00:00Z'), at('2026-03-01T08:00:00Z'), at('2026-03-01T09:00:00Z'), at('2026-03-02T05:59:59Z')] }), [202]);
   await ok(sendBatch(svc.url, s.org.live, { signals: [at('2026-03-02T06:00:00Z'), at('2026-03-02T06:00:01Z'), at('2026-03-01T05:00:00Z')] }), [202]);
   await billed(iso);
@@ -151,7 +151,7 @@ t.test('a late signal in an old period reaches its cap, once, whatever came in b
   // DAILY cap 5 on root: 3 credits in P0, 1 in each of the next four periods, then a late
   // signal of 3 credits timestamped in P0: P0's spend is 6 and its cap event must fire.
   const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-04-01T00:00:00Z', path: 'credits' });
-  const at = (day: number, credits: number, key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-04-0${1 + day}T12:00:00Z`, data: { credits }, idempotencyKey: key });
+  const at = (day: number, credits: number, key: string) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', timestamp: `2026-04-0${1 + day}T12:00:00Z`, data: { credits }, idempotencyKey: key });
   const capEvents = async () => (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => [e.data.period.start, e.data.usedDecimal]);
   await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 3, 'p0')] }), [202]);
   await billed(iso);
@@ -188,7 +188,7 @@ t.test('a state written by the former layouts (one document per organization, pe
     await nc.close();
   }
   t.match(await pools(), [{ id: poolId, consumedCredits: '7', balance: '993' }], 'the listing reads the former document while the customer has no state of its own');
-  const at = (day: number, key: string) => ({ eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: `2026-06-0${day}T12:00:00Z`, idempotencyKey: key });
+  const at = (day: number, key: string) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', timestamp: `2026-06-0${day}T12:00:00Z`, idempotencyKey: key });
   await ok(sendBatch(svc.url, s.org.live, { signals: [at(1, 'a'), at(2, 'b'), at(3, 'c')] }), [202]);
   await billed(iso);
   const caps = (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => [e.data.period.start, e.data.usedDecimal]);
@@ -291,8 +291,8 @@ t.test('a batch is evaluated against (and pins) only the customers it names', as
   }
   // By externalId and by service id: one customer.
   const signals = [
-    { eventName: 'api_call', customerId: 'acme', unitId: 'dev', timestamp: '2026-03-01T00:00:00Z' },
-    { eventName: 'api_call', customerId: s.customerId, unitId: 'dev', timestamp: '2026-03-01T00:00:01Z' },
+    { eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', timestamp: '2026-03-01T00:00:00Z' },
+    { eventName: 'api_call', customer: { customerId: s.customerId }, unitId: 'dev', timestamp: '2026-03-01T00:00:01Z' },
   ];
   await ok(sendBatch(svc.url, s.org.live, { signals }), [202]);
   await billed(iso);
@@ -325,7 +325,7 @@ t.test('signals naming a customer no configuration has are stored and not sent t
   const jsm = await jetstreamManager(nc);
   // The billing partitions are a work queue: their last sequence counts every message ever published to them.
   const published = async (): Promise<number> => (await jsm.streams.info(topology(iso.natsPrefix).billableParts.stream)).state.last_seq;
-  const signal = (i: number) => ({ eventName: 'api_call', customerId: 'later-co', idempotencyKey: `later-${i}` });
+  const signal = (i: number) => ({ eventName: 'api_call', customer: { externalCustomerId: 'later-co' }, idempotencyKey: `later-${i}` });
 
   const before = await published();
   await ok(sendBatch(svc.url, org.live, { signals: [signal(1), signal(2), signal(3)] }), [202]);

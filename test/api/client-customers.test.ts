@@ -14,11 +14,12 @@ const { iso, svc } = useService(t, 'paidclient');
 const CUR = '5b7d0c1e-2f3a-4b5c-8d6e-7f8091a2b3c4';
 
 /**
- * Signals of `eventName` for the customer of `externalCustomerId`, sent through the bulk
- * endpoint; the one place that knows the signal's wire shape here.
+ * Signals of `eventName` for the customer `ref` names (its service id `cus_…`, else its
+ * externalId), sent through the bulk endpoint; the one place that knows the signal's wire shape here.
  */
-async function sendSignals(org: TestOrg, externalCustomerId: string, eventName: string, keys: string[]): Promise<void> {
-  const signals = keys.map((idempotencyKey) => ({ eventName, customerId: externalCustomerId, idempotencyKey }));
+async function sendSignals(org: TestOrg, ref: string, eventName: string, keys: string[]): Promise<void> {
+  const customer = /^cus_[0-9A-Za-z]{20}$/.test(ref) ? { customerId: ref } : { externalCustomerId: ref };
+  const signals = keys.map((idempotencyKey) => ({ eventName, customer, idempotencyKey }));
   const r = await sendBatch(svc.url, org.live, { signals });
   if (r.status >= 300) throw new Error(`signals: ${r.status} ${JSON.stringify(r.body)}`);
 }

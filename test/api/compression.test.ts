@@ -51,20 +51,20 @@ t.test('gzip and deflate batches are ingested exactly; identity is fine', async 
   t.ok(gz.length * 5 < b500.length, `a 500-signal batch shrinks (${b500.length} → ${gz.length} bytes)`);
   const a = await post(BULK, org.live, gz, 'gzip');
   t.equal(a.status, 202, JSON.stringify(a.body));
-  t.equal(a.body.accepted, 500);
+  t.equal(a.body.ingested, 500);
   const b = await post(BULK, org.live, zlib.deflateSync(jsonOf(batch(120, (i) => ({ idempotencyKey: `df-${i}` })))), 'deflate');
-  t.equal(b.body.accepted, 120, JSON.stringify(b.body));
+  t.equal(b.body.ingested, 120, JSON.stringify(b.body));
   const c = await post(BULK, org.live, jsonOf(batch(30, (i) => ({ idempotencyKey: `id-${i}` }))), 'identity');
-  t.equal(c.body.accepted, 30, JSON.stringify(c.body));
+  t.equal(c.body.ingested, 30, JSON.stringify(c.body));
   let expected = 657;
   const zstd = zlib as unknown as { zstdCompressSync?: (b: Buffer) => Buffer };
   if (SUPPORTED_CODINGS.includes('zstd')) {
     const zs = await post(BULK, org.live, zstd.zstdCompressSync!(jsonOf(batch(11, (i) => ({ idempotencyKey: `zs-${i}` })))), 'zstd');
-    t.equal(zs.body.accepted, 11, `zstd: ${JSON.stringify(zs.body)}`);
+    t.equal(zs.body.ingested, 11, `zstd: ${JSON.stringify(zs.body)}`);
     expected += 11;
   } else t.comment(`zstd: not in this runtime's node:zlib (Node ${process.versions.node}); a 415 (next test)`);
   const v1 = await post('/api/v1/usage', org.live, zlib.gzipSync(jsonOf(batch(7, (i) => ({ idempotencyKey: `v1-${i}` })).signals)), 'x-gzip');
-  t.equal(v1.body.accepted, 7, `v1 usage, x-gzip: ${JSON.stringify(v1.body)}`);
+  t.equal(v1.body.ingested, 7, `v1 usage, x-gzip: ${JSON.stringify(v1.body)}`);
   // The same gzipped batch again: same keys, skipped by the pipeline as usual.
   t.equal((await post(BULK, org.live, gz, 'gzip')).status, 202);
   await drained(iso);
@@ -89,7 +89,7 @@ t.test('a bomb is a 413, the service does not inflate it, and nothing is ingeste
   const grew = after.hwm - before.hwm;
   t.ok(grew < 64 * 1024 * 1024, `peak RSS grew by ${Math.round(grew / 1e6)} MB (from ${Math.round(before.hwm / 1e6)} MB; RSS now ${Math.round(after.rss / 1e6)} MB)`);
   // A bomb that is also a valid batch prefix: still nothing.
-  const sneaky = zlib.gzipSync(Buffer.concat([Buffer.from('{"signals":[{"eventName":"e","customerId":"c","data":{"pad":"'), Buffer.alloc(2_000_000, 'a'), Buffer.from('"}}]}')]));
+  const sneaky = zlib.gzipSync(Buffer.concat([Buffer.from('{"signals":[{"eventName":"e","customer":{"externalCustomerId":"c"},"data":{"pad":"'), Buffer.alloc(2_000_000, 'a'), Buffer.from('"}}]}')]));
   t.equal((await post(BULK, org.live, sneaky, 'gzip')).status, 413);
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 0, test: 0 });
@@ -125,10 +125,11 @@ t.test('corrupt data is 400, unknown codings 415; nothing ingested', async (t) =
 
 t.test('a rate-limited gzipped batch ingests nothing; an invalid one takes no tokens', async (t) => {
   const org = await createOrg(svc.url, { burst: 500, refillPerSecond: 0.001 });
-  const invalid = await post(BULK, org.live, zlib.gzipSync(jsonOf(batch(500, (i) => (i === 499 ? { customerId: '' } : {})))), 'gzip');
-  t.equal(invalid.status, 400);
+  const invalid = await post(BULK, org.live, zlib.gzipSync(jsonOf(batch(500, () => ({ customer: { externalCustomerId: '' } })))), 'gzip');
+  t.equal(invalid.status, 400, 'every signal invalid: the request is refused whole');
   t.equal(invalid.body.code, 'INVALID_SIGNAL');
-  t.match(invalid.body.details, /^signals\[499\]\.customerId/);
+  t.match(invalid.body.details, /^signals\[0\]\.customer\.externalCustomerId: /);
+  t.equal(invalid.body.errors?.length, 500, 'each signal reported');
   const first = await post(BULK, org.live, zlib.gzipSync(jsonOf(batch(500, (i) => ({ idempotencyKey: `rl-a-${i}` })))), 'gzip');
   t.equal(first.status, 202, 'the whole bucket: the invalid batch took no tokens');
   const second = await post(BULK, org.live, zlib.gzipSync(jsonOf(batch(1, () => ({ idempotencyKey: 'rl-b' })))), 'gzip');

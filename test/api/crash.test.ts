@@ -23,7 +23,7 @@ const BATCHES = 60;
 function makeBatch(i: number): { signals: Record<string, unknown>[] } {
   const signals: Record<string, unknown>[] = [];
   for (let j = 0; j < 500; j++) {
-    const s: Record<string, unknown> = { eventName: 'tokens', customerId: `cus_${j % 13}`, data: { batch: i, j } };
+    const s: Record<string, unknown> = { eventName: 'tokens', customer: { externalCustomerId: `cus_${j % 13}` }, data: { batch: i, j } };
     if (j < 300) s.idempotencyKey = `k-${i}-${j}`;
     else if (j < 400) s.idempotencyKey = `k-${Math.max(0, i - 1)}-${j - 300}`;
     signals.push(s);

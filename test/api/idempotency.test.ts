@@ -7,10 +7,10 @@ const keyed = (n: number, prefix: string) => batch(n, (i) => ({ idempotencyKey: 
 
 t.test('same key twice → one row; keyless twice → two rows', async (t) => {
   const org = await createOrg(svc.url);
-  const one = { signals: [{ eventName: 'e', customerId: 'c', idempotencyKey: 'order-1' }] };
+  const one = { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'order-1' }] };
   t.equal((await sendBatch(svc.url, org.live, one)).status, 202);
   t.equal((await sendBatch(svc.url, org.live, one)).status, 202, 'a duplicate is accepted, then skipped');
-  const keyless = { signals: [{ eventName: 'e', customerId: 'c' }] };
+  const keyless = { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' } }] };
   await sendBatch(svc.url, org.live, keyless);
   await sendBatch(svc.url, org.live, keyless);
   await drained(iso);
@@ -20,7 +20,7 @@ t.test('same key twice → one row; keyless twice → two rows', async (t) => {
 t.test('the same key in two organizations → two rows', async (t) => {
   const a = await createOrg(svc.url);
   const b = await createOrg(svc.url);
-  const body = { signals: [{ eventName: 'e', customerId: 'c', idempotencyKey: 'shared-key' }] };
+  const body = { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'shared-key' }] };
   await sendBatch(svc.url, a.live, body);
   await sendBatch(svc.url, b.live, body);
   await drained(iso);
@@ -30,7 +30,7 @@ t.test('the same key in two organizations → two rows', async (t) => {
 
 t.test('live and test mode are separate data sets', async (t) => {
   const org = await createOrg(svc.url);
-  const body = { signals: [{ eventName: 'e', customerId: 'c', idempotencyKey: 'k' }] };
+  const body = { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'k' }] };
   await sendBatch(svc.url, org.live, body);
   await sendBatch(svc.url, org.test, body);
   await sendBatch(svc.url, org.test, body);
@@ -41,13 +41,18 @@ t.test('live and test mode are separate data sets', async (t) => {
 t.test('duplicates within one batch, across batches, through v1 and v2', async (t) => {
   const org = await createOrg(svc.url);
   const body = { signals: [
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'a' },
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'a' },
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'b' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'a' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'a' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'b' },
   ] };
-  await sendBatch(svc.url, org.live, body);
-  await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { eventName: 'e', customerId: 'c', idempotencyKey: 'b' } });
-  await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { eventName: 'e', customerId: 'c', idempotencyKey: 'c' } });
+  const first = await sendBatch(svc.url, org.live, body);
+  t.equal(first.status, 202);
+  t.match(first.body, { ingested: 2, duplicates: 1, failed: 0, errors: [], batchId: /^bat_/ }, 'the repeat inside the request is counted as a duplicate');
+  await drained(iso);
+  // v1 field names (the official client's README), one key already committed, one new.
+  const v1 = await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { event_name: 'e', customer_id: 'c', idempotency_key: 'b' } });
+  t.match(v1.body, { ingested: 0, duplicates: 1, failed: 0, errors: [] }, 'a key committed before the request is a duplicate');
+  await http(svc.url, 'POST', '/api/v1/usage', { token: org.live, body: { event_name: 'e', customer_id: 'c', idempotency_key: 'c' } });
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 3, test: 0 }, 'a, b, c once each');
 });
@@ -83,12 +88,14 @@ t.test('many concurrent batches repeating the same keys → each key once', asyn
 
 t.test('deduplication survives a restart of the service (no dedupe state in Redis or in memory)', async (t) => {
   const org = await createOrg(svc.url);
-  const body = { signals: [{ eventName: 'e', customerId: 'c', idempotencyKey: 'before-restart' }] };
+  const body = { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'before-restart' }] };
   t.equal((await sendBatch(svc.url, org.live, body)).status, 202);
   await drained(iso);
   await svc.stop();
   await svc.start();
-  t.equal((await sendBatch(svc.url, org.live, body)).status, 202, 'the API key still works after the restart');
+  const again = await sendBatch(svc.url, org.live, body);
+  t.equal(again.status, 202, 'the API key still works after the restart');
+  t.match(again.body, { ingested: 0, duplicates: 1, failed: 0 }, 'and the key committed before it is answered as a duplicate');
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 1, test: 0 });
 });

@@ -19,8 +19,8 @@ t.test('a lost insert the host would still run: each row once', async (t) => {
   const org = await createOrg(svc.url);
   const body = {
     signals: [
-      ...Array.from({ length: 30 }, (_, i) => ({ eventName: 'e', customerId: 'c', idempotencyKey: `li-${i}` })),
-      ...Array.from({ length: 20 }, () => ({ eventName: 'e', customerId: 'c' })),
+      ...Array.from({ length: 30 }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: `li-${i}` })),
+      ...Array.from({ length: 20 }, () => ({ eventName: 'e', customer: { externalCustomerId: 'c' } })),
     ],
   };
   t.equal((await sendBatch(svc.url, org.live, body)).status, 202);

@@ -57,8 +57,8 @@ async function traffic(t: Tap, api: string): Promise<Traffic> {
   const plan = await ok(call('POST', '/api/v2/plans', { name: 'Pro' }));
   const ola = await ok(call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, { planId: plan.id, eventName: 'api_call', unitPrice: '0.5', currency: 'USD', includedQuantity: null, creditsCurrencyId: CUR, creditsPerUnit: '1' }));
   await ok(call('POST', `/api/v2/customers/${customer.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '2' }));
-  await ok(sendBatch(api, org.live, { signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customerId: 'acme', idempotencyKey: `m-${i}` })) }), [202]);
-  await ok(sendBatch(api, org.test, { signals: [{ eventName: 'api_call', customerId: 'acme' }] }), [202]);
+  await ok(sendBatch(api, org.live, { signals: Array.from({ length: 3 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, idempotencyKey: `m-${i}` })) }), [202]);
+  await ok(sendBatch(api, org.test, { signals: [{ eventName: 'api_call', customer: { externalCustomerId: 'acme' } }] }), [202]);
   // An event from another billing component, delivered by the dispatcher.
   const payment = { id: 'pay_1', invoiceId: null, invoiceNumber: null, customerId: 'cus_1', customerName: null, amount: 1250, currency: 'USD', status: 'posted', paymentDate: '2026-11-01T10:00:00Z', paymentType: 'card', externalPaymentId: 'ch_1' };
   await ok(http(api, 'POST', `/admin/v1/organizations/${org.id}/events`, { token: OPERATOR_TOKEN, body: { mode: 'live', event: 'billing-payment-succeeded', data: { payment } } }), [202]);
@@ -66,7 +66,7 @@ async function traffic(t: Tap, api: string): Promise<Traffic> {
   t.equal((await sendBatch(api, 'sk_live_nope', { signals: [] })).status, 401);
   t.equal((await http(api, 'POST', '/api/v2/signals/bulk', { token: org.live, raw: '{"signals":[' })).status, 400);
   const small = await createOrg(api, { burst: 500, refillPerSecond: 0.001 });
-  const four = { signals: Array.from({ length: 400 }, (_, i) => ({ eventName: 'api_call', customerId: 'c', data: { i } })) };
+  const four = { signals: Array.from({ length: 400 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: 'c' }, data: { i } })) };
   t.equal((await sendBatch(api, small.live, four)).status, 202);
   const limited = await sendBatch(api, small.live, four);
   t.equal(limited.status, 429);

@@ -13,7 +13,7 @@ const { iso, svc } = useService(t, 'poison', { PIPELINE_FLUSH_MS: '300' });
 
 t.test('a poison batch is dead-lettered; the rest is stored', async (t) => {
   const org = await createOrg(svc.url);
-  const poison = { signals: [{ eventName: 'e', customerId: 'c', data: { 'a.b': 1, a: { b: 2 } } }] };
+  const poison = { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' }, data: { 'a.b': 1, a: { b: 2 } } }] };
   t.equal((await sendBatch(svc.url, org.live, poison)).status, 400, 'the API refuses it');
 
   const nc = await connect({ servers: NATS_URL });

@@ -25,8 +25,8 @@ t.test('a stored batch delivered again as a first delivery adds no rows', async 
   // 6 keyed signals (one key twice: 5 rows) and 4 keyless ones: 9 rows.
   const body = {
     signals: [
-      ...Array.from({ length: 6 }, (_, i) => ({ eventName: 'e', customerId: 'c', idempotencyKey: `rk-${i % 5}` })),
-      ...Array.from({ length: 4 }, () => ({ eventName: 'e', customerId: 'c' })),
+      ...Array.from({ length: 6 }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: `rk-${i % 5}` })),
+      ...Array.from({ length: 4 }, () => ({ eventName: 'e', customer: { externalCustomerId: 'c' } })),
     ],
   };
   const r = await sendBatch(svc.url, org.live, body);
@@ -49,7 +49,7 @@ t.test('a stored batch delivered again as a first delivery adds no rows', async 
   t.same(await counts(svc.url, org.id), { live: 9, test: 0 }, 'the repeat added nothing');
 
   // And a new batch still goes through (the repeat was acked, not stuck).
-  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'e', customerId: 'c' }] })).status, 202);
+  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'e', customer: { externalCustomerId: 'c' } }] })).status, 202);
   const after = await waitFor(() => counts(svc.url, org.id), (c) => c.live === 10);
   t.same(after, { live: 10, test: 0 });
 });

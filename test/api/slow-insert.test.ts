@@ -28,7 +28,7 @@ const { iso, svc } = useService(t, 'slowins', {
 t.test('batches held through an insert slower than the ack wait are not handed out again', async (t) => {
   const org = await createOrg(svc.url);
   const keyed = (b: number) => ({
-    signals: Array.from({ length: 50 }, (_, i) => ({ eventName: 'e', customerId: `c${i % 5}`, idempotencyKey: `si-${b}-${i}` })),
+    signals: Array.from({ length: 50 }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: `c${i % 5}` }, idempotencyKey: `si-${b}-${i}` })),
   });
   t.equal((await sendBatch(svc.url, org.live, keyed(0))).status, 202);
   const held = await waitFor(async () => logLines(svc, 'engine host fault: insert held'), (l) => l.length > 0, 30_000);

@@ -258,7 +258,7 @@ t.test('real events: delivered signed, 500 then 200 retried, a hanging receiver 
 
   receiver.script = [500, 'hang', 200];
   const start = receiver.got.length;
-  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'call', customerId: 'acme' }, { eventName: 'call', customerId: 'acme' }] })).status, 202);
+  t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'call', customer: { externalCustomerId: 'acme' } }, { eventName: 'call', customer: { externalCustomerId: 'acme' } }] })).status, 202);
   await waitFor(async () => receiver.got.length - start, (n) => n >= 3, 30_000);
   await sleep(300);
   const got = receiver.got.slice(start).filter((g) => g.path === '/depleted');

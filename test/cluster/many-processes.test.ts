@@ -159,8 +159,8 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
       await sleep(100);
     }
   };
-  const priced = (i: number) => ({ signals: Array.from({ length: PER }, (_, j) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `p${i}-${j}` })) });
-  const load = (i: number) => ({ signals: Array.from({ length: 500 }, (_, j) => ({ eventName: 'load', customerId: `cus_${j % 17}`, idempotencyKey: `l${i}-${j}`, data: { i, j } })) });
+  const priced = (i: number) => ({ signals: Array.from({ length: PER }, (_, j) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `p${i}-${j}` })) });
+  const load = (i: number) => ({ signals: Array.from({ length: 500 }, (_, j) => ({ eventName: 'load', customer: { externalCustomerId: `cus_${j % 17}` }, idempotencyKey: `l${i}-${j}`, data: { i, j } })) });
   let sent = 0;
   const producer = (async () => {
     for (let i = 0; i < Math.max(PRICED_BATCHES, LOAD_BATCHES); i++) {

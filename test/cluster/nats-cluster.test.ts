@@ -90,7 +90,7 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
 
 /** Batch i: 500 signals, each with its own idempotency key, so a resent batch is stored once. */
 const makeBatch = (i: number) => ({
-  signals: Array.from({ length: 500 }, (_, j) => ({ eventName: 'tokens', customerId: `cus_${j % 11}`, idempotencyKey: `b${i}-s${j}`, data: { i, j } })),
+  signals: Array.from({ length: 500 }, (_, j) => ({ eventName: 'tokens', customer: { externalCustomerId: `cus_${j % 11}` }, idempotencyKey: `b${i}-s${j}`, data: { i, j } })),
 });
 
 t.test('kill -9 of a node, then of the signals stream leader, under load', async (t) => {

@@ -105,7 +105,7 @@ export async function configure(base: string, org: TestOrg, granted: string): Pr
   await call(base, org, 'PUT', `/api/v2/customers/${c.id}/units/root/credit-caps/${CUR}`, { amount: '400', frequency: 'YEARLY', effectiveFrom: '2026-01-01T00:00:00Z' });
 }
 
-export const batch = (b: number, n: number) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customerId: 'acme', unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `b${b}-${i}` })) });
+export const batch = (b: number, n: number) => ({ signals: Array.from({ length: n }, (_, i) => ({ eventName: 'e', customer: { externalCustomerId: 'acme' }, unitId: 'root', timestamp: '2026-05-01T00:00:00Z', idempotencyKey: `b${b}-${i}` })) });
 
 export function checkEvents(t: Test, events: { id: string; event: string; data: any }[]): void {
   t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');

@@ -146,7 +146,7 @@ export async function createOrg(base: string, limits?: Record<string, number>): 
 }
 
 export function signal(i: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
-  return { eventName: 'api_call', customerId: `cus_${i % 7}`, data: { n: i, region: i % 2 ? 'eu' : 'us' }, ...extra };
+  return { eventName: 'api_call', customer: { externalCustomerId: `cus_${i % 7}` }, data: { n: i, region: i % 2 ? 'eu' : 'us' }, ...extra };
 }
 
 export function batch(n: number, extra: (i: number) => Record<string, unknown> = () => ({})): { signals: Record<string, unknown>[] } {

@@ -141,7 +141,7 @@ for (const [name, start] of Object.entries(FRAMEWORKS)) {
     const plan = await ok(api('POST', '/api/v2/plans', { name: 'Pro' }));
     const ola = await ok(api('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, { planId: plan.id, eventName: 'call', unitPrice: '1', currency: 'USD', creditsCurrencyId: '11111111-2222-4333-8444-555555555555', creditsPerUnit: '1' }));
     await ok(api('POST', `/api/v2/customers/${customer.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '1.5' }));
-    t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'call', customerId: 'acme' }, { eventName: 'call', customerId: 'acme' }] })).status, 202);
+    t.equal((await sendBatch(svc.url, org.live, { signals: [{ eventName: 'call', customer: { externalCustomerId: 'acme' } }, { eventName: 'call', customer: { externalCustomerId: 'acme' } }] })).status, 202);
     await waitFor(async () => processed.filter((e) => e.event === 'billing-credits-depleted').length, (n) => n > 0, 30_000);
     // The example processes the event before its answer is written: wait for the answer too.
     await waitFor(async () => recorder.of('billing-credits-depleted').length, (n) => n >= 2, 10_000);

@@ -18,7 +18,7 @@ let client: SignalClient;
 t.before(async () => {
   org = await createOrg(svc.url);
   client = new SignalClient({ baseUrl: svc.url, apiKey: org.live });
-  for (let i = 0; i < 30; i++) await client.send({ eventName: 'sdk_analytics', customerId: `cus_${i % 3}`, data: { n: i, price: '0.1' } });
+  for (let i = 0; i < 30; i++) await client.send({ eventName: 'sdk_analytics', customer: { externalCustomerId: `cus_${i % 3}` }, data: { n: i, price: '0.1' } });
   await client.flush();
   await drained(iso);
 });

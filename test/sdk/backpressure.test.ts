@@ -12,7 +12,7 @@ const { iso, svc } = useService(t, 'sdkbp');
 
 const proxy = useHttpProxy(t, () => svc.url);
 
-const sig = (i: number): Signal => ({ eventName: 'sdk_bp', customerId: `cus_${i % 3}`, data: { i } });
+const sig = (i: number): Signal => ({ eventName: 'sdk_bp', customer: { externalCustomerId: `cus_${i % 3}` }, data: { i } });
 
 function gate(): { until: Promise<void>; open: () => void } {
   let open!: () => void;
@@ -35,7 +35,7 @@ t.test('at most maxBufferedSignals are held; send() waits for room, first come f
   held.open();
   const receipts = await Promise.all(sends);
   t.same(order, Array.from({ length: 120 }, (_, i) => i), 'the waiting sends resolved in order as room came');
-  t.same(await client.close(), { delivered: 120 });
+  t.same(await client.close(), { delivered: 120, duplicates: 0 });
   t.equal(client.bufferedSignals, 0);
   t.equal(new Set((await Promise.all(receipts.map((r) => r.delivered))).map((d) => d.signalId)).size, 120);
   await drained(iso);
@@ -54,7 +54,7 @@ t.test('the bound holds while batches are retried (429s)', async (t) => {
   }
   const watch = setInterval(() => (peak = Math.max(peak, client.bufferedSignals)), 5);
   await Promise.all(sends);
-  t.same(await client.close(), { delivered: 1500 });
+  t.same(await client.close(), { delivered: 1500, duplicates: 0 });
   clearInterval(watch);
   t.ok(peak <= 600, `peak ${peak} ≤ 600`);
   t.ok(proxy.seen.slice(from).some((s) => s.status === 429), 'the bucket pushed back');
@@ -68,11 +68,11 @@ t.test('close() flushes the open batch at once, then refuses new signals and wai
   for (let i = 0; i < 7; i++) await client.send(sig(i));
   const waiting = client.send(sig(7)).then(() => null, (e: unknown) => e);
   const from = proxy.seen.length;
-  t.same(await client.close(), { delivered: 7 }, 'the seven buffered signals went out without waiting for the interval');
+  t.same(await client.close(), { delivered: 7, duplicates: 0 }, 'the seven buffered signals went out without waiting for the interval');
   t.type(await waiting, ClientClosedError, 'a send waiting for room is refused');
   await t.rejects(client.send(sig(8)), ClientClosedError);
   t.equal(proxy.seen.length - from, 1, 'one request');
-  t.same(await client.close(), { delivered: 0 }, 'closing again is harmless');
+  t.same(await client.close(), { delivered: 0, duplicates: 0 }, 'closing again is harmless');
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 7, test: 0 });
 });
@@ -86,6 +86,6 @@ t.test('flush() sends now and waits for what was queued; the interval sends on i
   t.ok(Date.now() - started >= 100, 'sent by the interval');
   t.match(d, { batchId: /^bat_/ });
   await client.send(sig(2));
-  t.same(await client.flush(), { delivered: 2 }, 'flush counts since the previous flush');
+  t.same(await client.flush(), { delivered: 2, duplicates: 0 }, 'flush counts since the previous flush');
   await client.close();
 });

@@ -18,12 +18,12 @@ t.before(async () => {
   const res = await fetch(`${svc.url}/api/v2/signals/bulk`, {
     method: 'POST',
     headers: { authorization: `Bearer ${org.live}`, 'content-type': 'application/json', 'content-encoding': 'gzip' },
-    body: gzipSync(JSON.stringify({ signals: [{ eventName: 'probe', customerId: 'c' }] })),
+    body: gzipSync(JSON.stringify({ signals: [{ eventName: 'probe', customer: { externalCustomerId: 'c' } }] })),
   });
   if (res.status !== 202) throw new Error(`the service refused a gzip body: ${res.status} ${await res.text()}`);
 });
 
-const sig = (i: number): Signal => ({ eventName: 'sdk_gzip', customerId: `cus_${i % 3}`, data: { i, note: 'the same words again and again compress well' } });
+const sig = (i: number): Signal => ({ eventName: 'sdk_gzip', customer: { externalCustomerId: `cus_${i % 3}` }, data: { i, note: 'the same words again and again compress well' } });
 const bulk = (from: number): Seen[] => proxy.requests('/api/v2/signals/bulk').slice(from);
 const enc = (s: Seen): string => String(s.headers['content-encoding'] ?? 'identity');
 
@@ -32,7 +32,7 @@ t.test("compression: 'none' sends identity bodies", async (t) => {
   const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none' });
   const from = proxy.seen.length;
   for (let i = 0; i < 300; i++) await client.send(sig(i));
-  t.same(await client.close(), { delivered: 300 });
+  t.same(await client.close(), { delivered: 300, duplicates: 0 });
   t.same(bulk(from).map(enc), ['identity']);
   t.equal(client.compressionInUse, 'none');
   await drained(iso);
@@ -45,9 +45,9 @@ t.test("compression: 'auto' uses gzip, which the service takes", async (t) => {
   t.equal(client.compressionInUse, 'gzip', 'auto starts with gzip');
   const from = proxy.seen.length;
   for (let i = 0; i < 500; i++) await client.send(sig(i));
-  t.same(await client.flush(), { delivered: 500 });
+  t.same(await client.flush(), { delivered: 500, duplicates: 0 });
   for (let i = 500; i < 1000; i++) await client.send(sig(i));
-  t.same(await client.close(), { delivered: 500 });
+  t.same(await client.close(), { delivered: 500, duplicates: 0 });
   const reqs = bulk(from);
   const first = reqs[0]!;
   t.equal(enc(first), 'gzip');

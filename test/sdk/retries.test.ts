@@ -14,7 +14,7 @@ const { iso, svc } = useService(t, 'sdkretry');
 
 const proxy = useHttpProxy(t, () => svc.url);
 
-const sig = (i: number): Signal => ({ eventName: 'sdk_retry', customerId: `cus_${i % 3}`, data: { i } });
+const sig = (i: number): Signal => ({ eventName: 'sdk_retry', customer: { externalCustomerId: `cus_${i % 3}` }, data: { i } });
 const bulk = (from: number): Seen[] => proxy.requests('/api/v2/signals/bulk').slice(from);
 const keysOf = (s: Seen): string[] => s.json.signals.map((x: Signal) => x.idempotencyKey);
 
@@ -23,7 +23,7 @@ t.test('a real bucket: every 429 is waited out for at least Retry-After; every s
   const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none', maxConcurrentRequests: 1, flushIntervalMs: 10 });
   const from = proxy.seen.length;
   for (let i = 0; i < 1500; i++) await client.send(sig(i));
-  t.same(await client.close(), { delivered: 1500 });
+  t.same(await client.close(), { delivered: 1500, duplicates: 0 });
   const reqs = bulk(from);
   const limited = reqs.filter((r) => r.status === 429);
   t.ok(limited.length >= 1, `met ${limited.length} 429s`);
@@ -44,7 +44,7 @@ t.test('several batches in flight meet the bucket together: all delivered exactl
   const client = new SignalClient({ baseUrl: proxy.url, apiKey: org.live, compression: 'none', maxConcurrentRequests: 4, maxBatchSignals: 200, flushIntervalMs: 5 });
   const from = proxy.seen.length;
   for (let i = 0; i < 1600; i++) await client.send(sig(i));
-  t.same(await client.close(), { delivered: 1600 });
+  t.same(await client.close(), { delivered: 1600, duplicates: 0 });
   const reqs = bulk(from);
   t.ok(reqs.some((r) => r.status === 429), 'rate limited');
   // The bucket is the organization's: once a 429 reached the client, no request left before its Retry-After.
@@ -68,7 +68,8 @@ t.test('a lost 202: the resend with the same keys is counted once; keyless, it i
     let lost = 0;
     proxy.decide = (s) => (s.path.startsWith('/api/v2/signals/bulk') && lost++ === 0 ? { kind: 'forward-then-drop' } : { kind: 'forward' });
     for (let i = 0; i < 50; i++) await client.send(sig(i));
-    t.same(await client.close(), { delivered: 50 });
+    // The resend's answer counts as duplicates the keys already committed when it arrived: 0 to 50, by timing.
+    t.match(await client.close(), { delivered: 50 });
     const reqs = bulk(from);
     t.same(reqs.map((r) => r.status), [0, 202], 'the service took the first request; its answer never came; resent');
     t.same(reqs[1]!.raw, reqs[0]!.raw, 'byte for byte the same body');
@@ -91,7 +92,7 @@ t.test('503 (here a proxy standing in for an unreachable queue): resent with the
     return { kind: 'forward' };
   };
   for (let i = 0; i < 20; i++) await client.send(sig(i));
-  t.same(await client.close(), { delivered: 20 });
+  t.match(await client.close(), { delivered: 20 }, 'delivered (the stored first attempt may be counted as duplicates)');
   const reqs = bulk(from);
   t.same(reqs.map((r) => r.status), [503, 503, 503, 503, 202]);
   t.ok(reqs.every((r) => r.raw.equals(reqs[0]!.raw)), 'every attempt carried the same signals and keys');
@@ -112,7 +113,7 @@ t.test('repeated 429s back off exponentially on top of Retry-After (never a tigh
       ? { kind: 'answer', status: 429, headers: { 'retry-after': '0' }, body: { error: 'Too Many Requests', code: 'RATE_LIMIT_EXCEEDED', details: 'Too many requests. Retry after 0s.' } }
       : { kind: 'forward' };
   await client.send(sig(1));
-  t.same(await client.close(), { delivered: 1 });
+  t.same(await client.close(), { delivered: 1, duplicates: 0 });
   const reqs = bulk(from);
   t.same(reqs.map((r) => r.status), [429, 429, 429, 429, 202]);
   const gaps = reqs.slice(1).map((r, i) => r.receivedAt - reqs[i]!.answeredAt!);
@@ -129,7 +130,7 @@ t.test('a 429 without RATE_LIMIT_EXCEEDED (no Retry-After) is told apart by its 
       ? { kind: 'answer', status: 429, body: { error: 'Too Many Requests', code: 'CONCURRENCY_LIMIT_EXCEEDED', details: 'Too many requests. Retry after 1s.' } }
       : { kind: 'forward' };
   await client.send(sig(1));
-  t.same(await client.close(), { delivered: 1 });
+  t.same(await client.close(), { delivered: 1, duplicates: 0 });
   const reqs = bulk(from);
   t.same(reqs.map((r) => r.status), [429, 429, 202]);
   const gaps = reqs.slice(1).map((r, i) => r.receivedAt - reqs[i]!.answeredAt!);

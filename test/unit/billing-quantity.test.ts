@@ -119,7 +119,7 @@ t.test(`the stored type ${STORED_DECIMAL}: its bounds`, async (t) => {
   t.equal(QUANTITY_MAX_DECIMAL_PLACES, 24);
 });
 
-const batch = (dataTexts: string[]): string => `{"signals":[${dataTexts.map((d, i) => `{"eventName":"e","customerId":"c${i}","data":${d}}`).join(',')}]}`;
+const batch = (dataTexts: string[]): string => `{"signals":[${dataTexts.map((d, i) => `{"eventName":"e","customer":{"externalCustomerId":"c${i}"},"data":${d}}`).join(',')}]}`;
 
 t.test('exact number texts: found where a double loses them, by path, nowhere else', async (t) => {
   t.equal(exactNumberTexts(batch(['{"n":7.5,"s":"0.10000000000000000001"}', '{"m":{"k":123456789012345}}'])), null, 'the common case: nothing to keep (a long number inside a string is a string)');

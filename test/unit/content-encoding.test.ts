@@ -14,7 +14,7 @@ import { rejection } from '../helpers/rejection.js';
 /** node:zlib's zstd functions, present on Node ≥ 22.15 / 23.8 only. */
 const zstd = zlib as unknown as { zstdCompressSync?: (b: Buffer) => Buffer };
 
-const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: `cus_${i % 7}`, data: { n: i } })) }));
+const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: `cus_${i % 7}` }, data: { n: i } })) }));
 
 const refused = (p: Promise<unknown>): Promise<ApiError> => rejection(p, ApiError);
 

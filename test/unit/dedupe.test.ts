@@ -96,10 +96,10 @@ t.test('a mixed batch from the rows worker', async (t) => {
   const meta: BatchMeta = { orgId: 'org_MIXEDMIXEDMIXEDMIXE', mode: 'test', receivedAtMs: Date.now(), batchId: `bat_${randomBytes(6).toString('hex')}` };
   const u = randomBytes(4).toString('hex');
   const signals = [
-    { eventName: 'e', customerId: 'c', idempotencyKey: `${u}-1` },
-    { eventName: 'e', customerId: 'c' },
-    { eventName: 'e', customerId: 'c', idempotencyKey: `${u}-1` },
-    { eventName: 'e', customerId: 'c', idempotencyKey: `${u}-2 with spaces.and*wildcards>` },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: `${u}-1` },
+    { eventName: 'e', customer: { externalCustomerId: 'c' } },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: `${u}-1` },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: `${u}-2 with spaces.and*wildcards>` },
   ];
   const r = rows({ body: new TextEncoder().encode(JSON.stringify({ signals })), meta });
   t.same(await claims.claim(r.claimKeys, r.ids), [true, true, false, true]);

@@ -78,7 +78,7 @@ t.test('path parameters are decoded exactly once', async (t) => {
 });
 
 // Compressed bodies: the wrapper is the one place bodies are read.
-const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customerId: `cus_${i % 7}`, data: { n: i } })) }));
+const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: `cus_${i % 7}` }, data: { n: i } })) }));
 const app3 = uWS.App();
 let handled = 0;
 const echo = wrap((req) => {

@@ -47,7 +47,7 @@ t.test('names: a usage_ or billing_ prefix, units in the name, counters end in _
 
 t.test('HTTP requests: route patterns, bounded methods, 429 codes and refused signal requests', async (t) => {
   const before = await value('usage_http_requests_total', { route: '/api/v2/signals/bulk', method: 'POST', status: '202' });
-  observeRequest('/api/v2/signals/bulk', 'POST')(202, { accepted: 3 });
+  observeRequest('/api/v2/signals/bulk', 'POST')(202, { ingested: 3, duplicates: 0, failed: 0, errors: [], batchId: 'bat_x' });
   t.equal(await value('usage_http_requests_total', { route: '/api/v2/signals/bulk', method: 'POST', status: '202' }), before + 1);
   t.equal(await value('usage_signal_requests_refused_total', { reason: 'RATE_LIMIT_EXCEEDED' }), 0, 'a 202 refuses nothing');
 

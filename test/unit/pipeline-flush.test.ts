@@ -40,7 +40,7 @@ function harness(opts: { holdInserts?: boolean; failInserts?: boolean; nakThrows
   const note = (what: string): void => void events.push({ at: performance.now(), what });
   const msg = (seq: number, pending: number) => ({
     seq,
-    data: Buffer.from(`{"signals":[{"eventName":"e","customerId":"c","idempotencyKey":"k${seq}"}]}`),
+    data: Buffer.from(`{"signals":[{"eventName":"e","customer":{"externalCustomerId":"c"},"idempotencyKey":"k${seq}"}]}`),
     // accepted 5 s ago: the pipeline is behind
     headers: { get: (k: string) => ({ [batch.H_ORG]: 'org_A', [batch.H_MODE]: 'live', [batch.H_RECEIVED_AT]: String(Date.now() - 5_000), [batch.H_BATCH]: `bat_${seq}` })[k] },
     info: { pending, deliveryCount: 1 },

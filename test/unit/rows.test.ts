@@ -1,7 +1,10 @@
 /**
- * The rows worker (workers/rows.ts): one JSONEachRow line per signal, signal ids, timestamps,
- * idempotency claim keys, the `data` JSON text; and the guard that any batch accepted by
- * validation inserts into the real engine (chdb, schema of src/store/schema.ts).
+ * The rows worker (workers/rows.ts): one JSONEachRow line per signal kept (none for the
+ * refused indexes of Billing-Skip), signal ids, timestamps, idempotency claim keys, the
+ * customer and product references by kind (`i:` / `x:`), the `data` JSON text; and the guard
+ * that any batch accepted by validation inserts into the real engine (chdb, schema of
+ * src/store/schema.ts) once the pipeline has put the identity columns in front of each line
+ * (src/pipeline/identities.ts).
  *
  * Only this file's main thread uses chdb (one chdb thread per process).
  *
@@ -21,7 +24,8 @@ import rows, { dataJson, dedupeKey } from '../../workers/rows.js';
 import type { BatchMeta } from '../../src/bus/batch.js';
 import { newBatchId } from '../../src/bus/batch.js';
 import { SIGNAL_COLUMNS, schemaStatements, INSERT_SETTINGS } from '../../src/store/schema.js';
-import { mayHaveSurrogates, validateSignal, validateBulk } from '../../src/ingress/validate.js';
+import { allRefused, mayHaveSurrogates, signalProblem, validateBulk } from '../../src/ingress/validate.js';
+import { identityPrefix } from '../../src/pipeline/identities.js';
 import { parseJson } from '../../src/http/json.js';
 import { parseRfc3339 } from '../../src/shared/time.js';
 import { ApiError } from '../../src/errors.js';
@@ -37,19 +41,30 @@ function meta(over: Partial<BatchMeta> = {}): BatchMeta {
 const encode = (signals: unknown[]): Uint8Array => new TextEncoder().encode(JSON.stringify({ signals }));
 const parse = (line: string): Record<string, unknown> => JSON.parse(line) as Record<string, unknown>;
 
-t.test('one JSONEachRow line per signal, columns in schema order', async (t) => {
+/** The columns a rows line holds: the schema's, less the identity columns the pipeline puts in front. */
+const IDENTITY_COLUMNS = ['customer_id', 'external_customer_id', 'product_id', 'external_product_id'];
+const LINE_COLUMNS = SIGNAL_COLUMNS.filter((c) => !IDENTITY_COLUMNS.includes(c));
+
+/** A whole fact_signal row as the pipeline inserts it: the identity prefix (nothing resolved), then the line. */
+const fullRow = (r: { lines: string[]; customers: string[]; products: string[] }, i: number): string =>
+  Buffer.from(identityPrefix(r.customers[i]!, null, r.products[i]!, null)).toString() + r.lines[i]!.slice(1);
+
+t.test('one JSONEachRow line per signal, columns in schema order after the identity columns', async (t) => {
   const m = meta();
   const signals = [
-    { eventName: 'api_call', customerId: 'cus_1' },
-    { eventName: 'tokens', customerId: 'cus_2', unitId: 'u1', idempotencyKey: 'k1', timestamp: '2026-01-31T11:00:00Z', data: { n: 5, s: 'x' } },
-    { eventName: 'e', customerId: 'c', unitId: null, idempotencyKey: null, timestamp: null, data: null },
+    { eventName: 'api_call', customer: { customerId: 'cus_1' } },
+    { eventName: 'tokens', customer: { externalCustomerId: 'acct-2' }, attribution: { externalProductId: 'chat' }, unitId: 'u1', idempotencyKey: 'k1', timestamp: '2026-01-31T11:00:00Z', data: { n: 5, s: 'x' } },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, attribution: null, unitId: null, idempotencyKey: null, timestamp: null, data: null },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, attribution: { productId: 'prod_1' } },
   ];
   const r = rows({ body: encode(signals), meta: m });
-  t.equal(r.lines.length, 3);
-  t.same(r.ids, ['sig_0000abcdeXXXXXXXXXXXX_0', 'sig_0000abcdeXXXXXXXXXXXX_1', 'sig_0000abcdeXXXXXXXXXXXX_2']);
+  t.equal(r.lines.length, 4);
+  t.same(r.ids, ['sig_0000abcdeXXXXXXXXXXXX_0', 'sig_0000abcdeXXXXXXXXXXXX_1', 'sig_0000abcdeXXXXXXXXXXXX_2', 'sig_0000abcdeXXXXXXXXXXXX_3']);
+  t.same(r.customers, ['i:cus_1', 'x:acct-2', 'x:c', 'x:c'], 'customer references by kind: i: a service id, x: an externalId');
+  t.same(r.products, ['', 'x:chat', '', 'i:prod_1'], "products the same way, '' for none");
   for (const l of r.lines) {
     t.notOk(l.includes('\n'), 'no newline inside a line');
-    t.same(Object.keys(parse(l)), SIGNAL_COLUMNS.slice(), 'columns of the schema, in order');
+    t.same(Object.keys(parse(l)), LINE_COLUMNS, 'columns of the schema but the identity ones, in order');
   }
   t.same(parse(r.lines[0]!), {
     org_id: ORG_A,
@@ -57,7 +72,6 @@ t.test('one JSONEachRow line per signal, columns in schema order', async (t) => 
     signal_id: 'sig_0000abcdeXXXXXXXXXXXX_0',
     batch_id: 'bat_0000abcdeXXXXXXXXXXXX',
     event_name: 'api_call',
-    customer_id: 'cus_1',
     unit_id: null,
     idempotency_key: null,
     timestamp: RECEIVED,
@@ -70,13 +84,23 @@ t.test('one JSONEachRow line per signal, columns in schema order', async (t) => 
     signal_id: 'sig_0000abcdeXXXXXXXXXXXX_1',
     batch_id: 'bat_0000abcdeXXXXXXXXXXXX',
     event_name: 'tokens',
-    customer_id: 'cus_2',
     unit_id: 'u1',
     idempotency_key: 'k1',
     timestamp: Date.UTC(2026, 0, 31, 11),
     received_at: RECEIVED,
     data: { n: 5, s: 'x' },
   });
+  t.same(
+    parse(fullRow(r, 1)),
+    { customer_id: '', external_customer_id: 'acct-2', product_id: '', external_product_id: 'chat', ...parse(r.lines[1]!) },
+    'with the identity prefix: the form sent, the other empty while unresolved',
+  );
+  t.same(Object.keys(parse(fullRow(r, 0))).sort(), [...SIGNAL_COLUMNS].sort(), 'a full row has every column');
+  t.match(parse(fullRow(r, 0)), { customer_id: 'cus_1', external_customer_id: '', product_id: '', external_product_id: '' });
+  t.match(parse(Buffer.from(identityPrefix(r.customers[1]!, { id: 'cus_2', externalId: 'acct-2' }, r.products[1]!, { id: 'prod_9', externalId: 'chat' })).toString() + r.lines[1]!.slice(1)), {
+    customer_id: 'cus_2', external_customer_id: 'acct-2', product_id: 'prod_9', external_product_id: 'chat',
+  }, 'resolved: both forms');
+  t.same(r.billable.map((b) => parse(b).c), ['i:cus_1', 'x:acct-2', 'x:c', 'x:c'], 'billable lines carry the customer reference by kind');
   const third = parse(r.lines[2]!);
   t.equal(third.unit_id, null);
   t.equal(third.idempotency_key, null);
@@ -85,20 +109,39 @@ t.test('one JSONEachRow line per signal, columns in schema order', async (t) => 
   t.equal(parse(rows({ body: encode(signals), meta: meta({ mode: 'test' }) }).lines[0]!).livemode, false, 'test mode');
 });
 
+t.test('refused indexes (Billing-Skip): no line, no claim, no billable line; the others keep their index in the id', async (t) => {
+  const signals = [
+    { eventName: 'a', customer: { externalCustomerId: 'c' }, idempotencyKey: 'k0' },
+    { eventName: '', customerId: 7, whatever: [] },
+    { eventName: 'c', customer: { customerId: 'cus_2' }, idempotencyKey: 'k2' },
+    null,
+    { eventName: 'e', customer: { externalCustomerId: 'c' } },
+  ];
+  const r = rows({ body: encode(signals), meta: meta(), skip: [1, 3] });
+  t.same(r.ids, ['sig_0000abcdeXXXXXXXXXXXX_0', 'sig_0000abcdeXXXXXXXXXXXX_2', 'sig_0000abcdeXXXXXXXXXXXX_4']);
+  t.same(r.lines.map((l) => parse(l).event_name), ['a', 'c', 'e']);
+  t.same(r.billable.map((b) => parse(b).i), r.ids);
+  t.same(r.customers, ['x:c', 'i:cus_2', 'x:c']);
+  t.equal(r.claimKeys.length, 3);
+  t.equal(r.claimKeys[0], dedupeKey(meta(), 'k0'));
+  t.equal(r.claimKeys[2], null);
+  t.throws(() => rows({ body: encode(signals.slice(0, 2)), meta: meta(), skip: [1, 5] }), /names indexes the batch does not have/, 'an index past the batch');
+});
+
 t.test('billable lines carry the texts of numbers a double does not keep, and only those', async (t) => {
-  const raw = '{"signals":[{"eventName":"e","customerId":"c","data":{"q":0.10000000000000000001,"k":7.5,"s":"12345678901234567890"}},{"eventName":"e","customerId":"c","data":{"q":7.5}}]}';
+  const raw = '{"signals":[{"eventName":"e","customer":{"externalCustomerId":"c"},"data":{"q":0.10000000000000000001,"k":7.5,"s":"12345678901234567890"}},{"eventName":"e","customer":{"externalCustomerId":"c"},"data":{"q":7.5}}]}';
   const r = rows({ body: new TextEncoder().encode(raw), meta: meta() });
   const b = r.billable.map(parse);
   t.same(b[0]!.x, { q: '0.10000000000000000001' }, 'the written text, by path');
   t.same(b[0]!.d, { q: 0.1, k: 7.5, s: '12345678901234567890' }, 'data itself as parsed');
   t.notOk('x' in b[1]!, 'nothing extra for a signal without such numbers');
-  const plain = rows({ body: encode([{ eventName: 'e', customerId: 'c', data: { q: 7.5 } }]), meta: meta() });
+  const plain = rows({ body: encode([{ eventName: 'e', customer: { externalCustomerId: 'c' }, data: { q: 7.5 } }]), meta: meta() });
   t.notOk('x' in parse(plain.billable[0]!), 'nor for a batch without any');
 });
 
 t.test('signal ids derive from a real batch id; body may be a view into a larger buffer', async (t) => {
   const batchId = newBatchId(RECEIVED);
-  const json = JSON.stringify({ signals: [{ eventName: 'a', customerId: 'b' }, { eventName: 'c', customerId: 'd' }] });
+  const json = JSON.stringify({ signals: [{ eventName: 'a', customer: { externalCustomerId: 'b' } }, { eventName: 'c', customer: { customerId: 'd' } }] });
   const big = Buffer.from(`GARBAGE${json}TRAILING`);
   const body = new Uint8Array(big.buffer, big.byteOffset + 7, Buffer.byteLength(json));
   const r = rows({ body, meta: meta({ batchId }) });
@@ -116,7 +159,7 @@ t.test('timestamps: explicit RFC 3339 with offsets become epoch ms', async (t) =
     ['2000-01-01T00:00:00Z', Date.UTC(2000, 0, 1)],
     ['2024-02-29T23:59:59.999-00:30', Date.UTC(2024, 2, 1, 0, 29, 59, 999)],
   ];
-  const r = rows({ body: encode(cases.map(([ts]) => ({ eventName: 'e', customerId: 'c', timestamp: ts }))), meta: meta() });
+  const r = rows({ body: encode(cases.map(([ts]) => ({ eventName: 'e', customer: { externalCustomerId: 'c' }, timestamp: ts }))), meta: meta() });
   cases.forEach(([ts, ms], i) => {
     t.equal(parse(r.lines[i]!).timestamp, ms, ts);
     t.equal(parseRfc3339(ts), ms, `the validator agrees on ${ts}`);
@@ -125,13 +168,13 @@ t.test('timestamps: explicit RFC 3339 with offsets become epoch ms', async (t) =
 
 t.test('claim keys: null for keyless; per org and mode', async (t) => {
   const signals = [
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'k1' },
-    { eventName: 'e', customerId: 'c' },
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'k1' },
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'k2' },
-    { eventName: 'e', customerId: 'c', idempotencyKey: null },
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'x'.repeat(255) },
-    { eventName: 'e', customerId: 'c', idempotencyKey: 'a.b*>  \u0000😀' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'k1' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' } },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'k1' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'k2' },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: null },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'x'.repeat(255) },
+    { eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: 'a.b*>  \u0000😀' },
   ];
   const a = rows({ body: encode(signals), meta: meta() }).claimKeys;
   t.equal(a[1], null, 'keyless: null');
@@ -199,7 +242,7 @@ t.test('dataJson: integers with |v| ≥ 2^63 are written in exponent form', asyn
   t.equal(dataJson({ __exp__: 'x', n: -1e19 }), '{"__exp__":"x","n":-1e+19}');
   t.equal(dataJson({ __exp__: '1e+19' }), '{"__exp__":"1e+19"}');
   // the worker uses it for the data column
-  const r = rows({ body: encode([{ eventName: 'e', customerId: 'c', data: { n: -9223372036854775809, m: 18446744073709552000 } }]), meta: meta() });
+  const r = rows({ body: encode([{ eventName: 'e', customer: { externalCustomerId: 'c' }, data: { n: -9223372036854775809, m: 18446744073709552000 } }]), meta: meta() });
   t.match(r.lines[0], /"data":\{"n":-9\.223372036854776e\+18,"m":1\.8446744073709552e\+19\}\}$/);
 });
 
@@ -207,7 +250,8 @@ t.test('dataJson: integers with |v| ≥ 2^63 are written in exponent form', asyn
 function ingressOutcome(s: Record<string, unknown>): string {
   const raw = Buffer.from(JSON.stringify({ signals: [s] }));
   try {
-    validateBulk(parseJson(raw), RECEIVED, mayHaveSurrogates(raw));
+    const j = validateBulk(parseJson(raw), RECEIVED, mayHaveSurrogates(raw));
+    if (j.errors.length > 0) throw allRefused(j.errors, (i) => `signals[${i}]`);
     return 'accepted';
   } catch (err) {
     if (err instanceof ApiError) return `${err.code}: ${err.details}`;
@@ -257,23 +301,23 @@ const timestamp = fc.oneof(
 );
 const signal = fc
   .record(
-    { eventName: field, customerId: field, unitId: fc.option(field, { nil: null }), idempotencyKey: fc.option(field, { nil: null }), timestamp, data },
-    { requiredKeys: ['eventName', 'customerId'] },
+    {
+      eventName: field,
+      customer: fc.oneof(field.map((v) => ({ externalCustomerId: v })), field.map((v) => ({ customerId: v }))),
+      attribution: fc.oneof(field.map((v) => ({ externalProductId: v })), field.map((v) => ({ productId: v })), fc.constant(null)),
+      unitId: fc.option(field, { nil: null }),
+      idempotencyKey: fc.option(field, { nil: null }),
+      timestamp,
+      data,
+    },
+    { requiredKeys: ['eventName', 'customer'] },
   )
   .map((s) => {
     const out: Record<string, unknown> = {};
     for (const [k, v] of Object.entries(s)) if (v !== undefined) out[k] = v;
     return out;
   })
-  .filter((s) => {
-    try {
-      validateSignal(s, 'signal', RECEIVED, true);
-      return true;
-    } catch (err) {
-      if (err instanceof ApiError && err.code === 'INVALID_SIGNAL') return false;
-      throw err;
-    }
-  });
+  .filter((s) => signalProblem(s, RECEIVED, true) === null);
 
 t.test('property: JSON.parse(dataJson(d)) is d, for data that passes validation', async (t) => {
   let big = 0;
@@ -321,12 +365,13 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
       const body = { signals };
       // the batch as a whole is accepted, as the ingress checks it: from the raw bytes
       const raw = Buffer.from(JSON.stringify(body));
-      validateBulk(parseJson(raw), RECEIVED, mayHaveSurrogates(raw));
+      if (validateBulk(parseJson(raw), RECEIVED, mayHaveSurrogates(raw)).errors.length > 0) throw new Error(`a generated signal was refused: ${raw.toString()}`);
       // the body travels as the request's bytes
       const m = meta({ mode, batchId: `bat_${String(run++).padStart(9, '0')}ZZZZZZZZZZZZ` });
       const r = rows({ body: new Uint8Array(raw.buffer, raw.byteOffset, raw.byteLength), meta: m });
+      const lines = r.lines.map((_, i) => fullRow(r, i));
       try {
-        await session.insert({ table: 'ut.signals', values: Buffer.from(`${r.lines.join('\n')}\n`), format: 'JSONEachRow', settings: { max_partitions_per_insert_block: 0 } });
+        await session.insert({ table: 'ut.signals', values: Buffer.from(`${lines.join('\n')}\n`), format: 'JSONEachRow', settings: { max_partitions_per_insert_block: 0 } });
       } catch (err) {
         throw new Error(`insert refused a validated batch: ${(err as Error).message.slice(0, 300)}\nbody: ${JSON.stringify(body)}`);
       }
@@ -336,15 +381,27 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
         if (numberLiterals(text).some(bigIntegerLiteral)) withBigIntegers++;
         if (/"[^"]*\.[^"]*":/.test(text)) withDottedKeys++;
       }
-      // the rows landed with the right ids and timestamps
-      const got = (await session.queryAsync(`SELECT signal_id, toUnixTimestamp64Milli(timestamp) AS ts, livemode FROM ut.signals WHERE batch_id = '${m.batchId}' ORDER BY signal_id FORMAT JSONEachRow`))
+      // the rows landed with the right ids, timestamps and identity columns (the form sent)
+      const got = (
+        await session.queryAsync(
+          `SELECT signal_id, toUnixTimestamp64Milli(timestamp) AS ts, livemode, customer_id, external_customer_id, product_id, external_product_id FROM ut.signals WHERE batch_id = '${m.batchId}' ORDER BY signal_id FORMAT JSONEachRow`,
+        )
+      )
         .text()
         .split('\n')
         .filter(Boolean)
-        .map((l) => JSON.parse(l) as { signal_id: string; ts: string | number; livemode: boolean });
-      const want = signals.map((s, i) => ({ signal_id: r.ids[i]!, ts: typeof s.timestamp === 'string' ? parseRfc3339(s.timestamp)! : RECEIVED, livemode: mode === 'live' }));
+        .map((l) => JSON.parse(l) as { signal_id: string; ts: string | number; livemode: boolean; customer_id: string; external_customer_id: string; product_id: string; external_product_id: string });
+      const ref = (v: unknown, id: string, external: string): [string, string] => {
+        const o = (v ?? {}) as Record<string, string>;
+        return [o[id] ?? '', o[external] ?? ''];
+      };
+      const want = signals.map((s, i) => {
+        const [cid, cx] = ref(s.customer, 'customerId', 'externalCustomerId');
+        const [pid, px] = ref(s.attribution, 'productId', 'externalProductId');
+        return { signal_id: r.ids[i]!, ts: typeof s.timestamp === 'string' ? parseRfc3339(s.timestamp)! : RECEIVED, livemode: mode === 'live', customer_id: cid, external_customer_id: cx, product_id: pid, external_product_id: px };
+      });
       want.sort((a, b) => (a.signal_id < b.signal_id ? -1 : 1));
-      const gotN = got.map((g) => ({ signal_id: g.signal_id, ts: Number(g.ts), livemode: Boolean(g.livemode) }));
+      const gotN = got.map((g) => ({ signal_id: g.signal_id, ts: Number(g.ts), livemode: Boolean(g.livemode), customer_id: g.customer_id, external_customer_id: g.external_customer_id, product_id: g.product_id, external_product_id: g.external_product_id }));
       if (JSON.stringify(gotN) !== JSON.stringify(want)) throw new Error(`stored ${JSON.stringify(gotN)} != ${JSON.stringify(want)}`);
     }),
     { numRuns: Number(process.env.UNIT_RUNS ?? 100) },
@@ -360,7 +417,7 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
     const batchId = `bat_one${String(run++).padStart(6, '0')}ZZZZZZZZZZZZ`;
     const r = rows({ body: encode([s]), meta: meta({ batchId }) });
     try {
-      await session.insert({ table: 'ut.signals', values: Buffer.from(`${r.lines.join('\n')}\n`), format: 'JSONEachRow', settings: { max_partitions_per_insert_block: 0 } });
+      await session.insert({ table: 'ut.signals', values: Buffer.from(`${r.lines.map((_, i) => fullRow(r, i)).join('\n')}\n`), format: 'JSONEachRow', settings: { max_partitions_per_insert_block: 0 } });
       return { result: 'inserted', batchId };
     } catch (err) {
       return { result: (err as Error).message.split('\n')[0]!.slice(0, 200), batchId };
@@ -373,8 +430,8 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
 
   // Overlapping but distinct paths: accepted by validation, and the engine takes them.
   for (const data of [{ a: 1, 'a.b': 2 }, { 'a.b': {}, a: { b: {} } }, { 'a.b': {}, a: { b: 1 } }, { x: [{ 'a.b': 1 }, { a: { b: 2 } }] }, { 'a.b': 1, x: [{ a: { b: 2 } }] }, { x: { '': { a: 1 } }, 'x.a': 2 }]) {
-    t.equal(ingressOutcome({ eventName: 'e', customerId: 'c', data }), 'accepted', `validation accepts ${JSON.stringify(data)}`);
-    t.equal((await insertOne({ eventName: 'e', customerId: 'c', data })).result, 'inserted', `the engine inserts ${JSON.stringify(data)}`);
+    t.equal(ingressOutcome({ eventName: 'e', customer: { externalCustomerId: 'c' }, data }), 'accepted', `validation accepts ${JSON.stringify(data)}`);
+    t.equal((await insertOne({ eventName: 'e', customer: { externalCustomerId: 'c' }, data })).result, 'inserted', `the engine inserts ${JSON.stringify(data)}`);
   }
 
   // Integers beyond 64 bits insert (exponent form) and read back as the same double.
@@ -391,7 +448,7 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
     { n: 1e20, o: { __exp__: 42 } },
   ];
   for (const data of bigNumbers) {
-    const s = { eventName: 'e', customerId: 'c', data };
+    const s = { eventName: 'e', customer: { externalCustomerId: 'c' }, data };
     t.equal(ingressOutcome(s), 'accepted', `validation accepts ${JSON.stringify(data)}`);
     const { result, batchId } = await insertOne(s);
     t.equal(result, 'inserted', `inserted: ${JSON.stringify(data)}`);
@@ -400,7 +457,7 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
     t.ok(isDeepStrictEqual(back, data), `read back as the same doubles: ${JSON.stringify(back)}`);
   }
   const typeOf = async (data: Record<string, unknown>, path: string): Promise<string> => {
-    const { batchId } = await insertOne({ eventName: 'e', customerId: 'c', data });
+    const { batchId } = await insertOne({ eventName: 'e', customer: { externalCustomerId: 'c' }, data });
     return String((JSON.parse((await session.queryAsync(`SELECT dynamicType(data.${path}) AS t FROM ut.signals WHERE batch_id = '${batchId}' FORMAT JSONEachRow`)).text()) as { t: string }).t);
   };
   t.equal(await typeOf({ n: 18446744073709552000 }, 'n'), 'Float64', '2^64 is stored as a Float64');
@@ -418,37 +475,38 @@ t.test('real engine: any batch accepted by validation inserts into chdb', async 
   ];
   for (const [data, path] of duplicates) {
     t.equal(
-      ingressOutcome({ eventName: 'e', customerId: 'c', data }),
+      ingressOutcome({ eventName: 'e', customer: { externalCustomerId: 'c' }, data }),
       `INVALID_SIGNAL: signals[0].data: two keys name the same path "${path}" (dots in keys separate path segments)`,
       `validation refuses ${JSON.stringify(data)}`,
     );
-    t.match((await insertOne({ eventName: 'e', customerId: 'c', data })).result, /Duplicate path found during parsing JSON object/, `the engine would refuse ${JSON.stringify(data)}`);
+    t.match((await insertOne({ eventName: 'e', customer: { externalCustomerId: 'c' }, data })).result, /Duplicate path found during parsing JSON object/, `the engine would refuse ${JSON.stringify(data)}`);
   }
 
   // Lone surrogates: refused by validation (the engine cannot parse them in data).
   const lone: [Record<string, unknown>, string][] = [
-    [{ eventName: 'e', customerId: 'c', data: { s: '\ud800' } }, 'signals[0].data: contains a string that is not well-formed Unicode (lone surrogate)'],
-    [{ eventName: 'e', customerId: 'c', data: { a: ['\udc00'] } }, 'signals[0].data: contains a string that is not well-formed Unicode (lone surrogate)'],
-    [{ eventName: 'e', customerId: 'c', data: { '\udc00': 1 } }, 'signals[0].data: key "\\udc00" is not well-formed Unicode (lone surrogate)'],
-    [{ eventName: '\ud800', customerId: 'c' }, 'signals[0].eventName: must be well-formed Unicode (no lone surrogates)'],
-    [{ eventName: 'e', customerId: 'x\ud800' }, 'signals[0].customerId: must be well-formed Unicode (no lone surrogates)'],
-    [{ eventName: 'e', customerId: 'c', unitId: '\udfff' }, 'signals[0].unitId: must be well-formed Unicode (no lone surrogates)'],
-    [{ eventName: 'e', customerId: 'c', idempotencyKey: '\udbff' }, 'signals[0].idempotencyKey: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'c' }, data: { s: '\ud800' } }, 'signals[0].data: contains a string that is not well-formed Unicode (lone surrogate)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'c' }, data: { a: ['\udc00'] } }, 'signals[0].data: contains a string that is not well-formed Unicode (lone surrogate)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'c' }, data: { '\udc00': 1 } }, 'signals[0].data: key "\\udc00" is not well-formed Unicode (lone surrogate)'],
+    [{ eventName: '\ud800', customer: { externalCustomerId: 'c' } }, 'signals[0].eventName: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'x\ud800' } }, 'signals[0].customer.externalCustomerId: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'c' }, attribution: { productId: '\udfff' } }, 'signals[0].attribution.productId: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'c' }, unitId: '\udfff' }, 'signals[0].unitId: must be well-formed Unicode (no lone surrogates)'],
+    [{ eventName: 'e', customer: { externalCustomerId: 'c' }, idempotencyKey: '\udbff' }, 'signals[0].idempotencyKey: must be well-formed Unicode (no lone surrogates)'],
   ];
   for (const [s, details] of lone) t.equal(ingressOutcome(s), `INVALID_SIGNAL: ${details}`, `validation refuses ${JSON.stringify(s)}`);
   for (const [s] of lone.slice(0, 3)) t.match((await insertOne(s)).result, /Cannot parse JSON object/, `the engine would refuse ${JSON.stringify(s)}`);
 
   // An empty key is a path segment of its own, at a document root too.
   for (const [data, path] of [[{ '.a': 1, '': { a: 2 } }, '.a'], [{ '': { '': 1 }, '.': 2 }, '.'], [{ k: [{ '': { a: 1 }, '.a': 2 }] }, '.a']] as const) {
-    t.match((await insertOne({ eventName: 'e', customerId: 'c', data })).result, /Duplicate path found during parsing JSON object/, `the engine refuses ${JSON.stringify(data)}`);
+    t.match((await insertOne({ eventName: 'e', customer: { externalCustomerId: 'c' }, data })).result, /Duplicate path found during parsing JSON object/, `the engine refuses ${JSON.stringify(data)}`);
     t.equal(
-      ingressOutcome({ eventName: 'e', customerId: 'c', data }),
+      ingressOutcome({ eventName: 'e', customer: { externalCustomerId: 'c' }, data }),
       `INVALID_SIGNAL: signals[0].data: two keys name the same path "${path}" (dots in keys separate path segments)`,
       `validation refuses ${JSON.stringify(data)}`,
     );
   }
   for (const data of [{ '': { a: 1 }, a: 2 }, { k: [{ '': { a: 1 }, a: 2 }] }]) {
-    t.equal((await insertOne({ eventName: 'e', customerId: 'c', data })).result, 'inserted', `the engine accepts ${JSON.stringify(data)}`);
-    t.equal(ingressOutcome({ eventName: 'e', customerId: 'c', data }), 'accepted', `validation accepts ${JSON.stringify(data)}`);
+    t.equal((await insertOne({ eventName: 'e', customer: { externalCustomerId: 'c' }, data })).result, 'inserted', `the engine accepts ${JSON.stringify(data)}`);
+    t.equal(ingressOutcome({ eventName: 'e', customer: { externalCustomerId: 'c' }, data }), 'accepted', `validation accepts ${JSON.stringify(data)}`);
   }
 });

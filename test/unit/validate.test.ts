@@ -1,13 +1,15 @@
 /**
  * Batch validation (src/ingress/validate.ts): RFC 3339 parsing, every error path of
- * validateBulk / validateV1 / parseJson, with the code and the `details` naming index and field;
+ * validateBulk / validateV1 / parseJson, with the code and the `details` naming index and field
+ * (a signal's problem is read as the request's 400 reports a request whose every signal
+ * failed: its first error, `allRefused`; the per-signal lists themselves are checked apart);
  * `data` keys naming the same path (dots separate path segments, as in ClickHouse's JSON type);
  * lone UTF-16 surrogates, and mayHaveSurrogates (the ingress's cheap pre-check on the raw body).
  */
 import t from 'tap';
 import fc from 'fast-check';
 import { ApiError, type ErrorCode } from '../../src/errors.js';
-import { MAX_DATA_BYTES, mayHaveSurrogates, validateBulk, validateSignal, validateV1 } from '../../src/ingress/validate.js';
+import { MAX_DATA_BYTES, allRefused, mayHaveSurrogates, signalProblem, validateBulk as judgeBulk, validateV1 as judgeV1 } from '../../src/ingress/validate.js';
 import { parseJson } from '../../src/http/json.js';
 import { Rfc3339Reader, parseRfc3339 } from '../../src/shared/time.js';
 
@@ -38,7 +40,35 @@ function expectError(t: T, fn: () => unknown, code: ErrorCode, details: string |
   else t.match(e.details, details, label);
 }
 
-const sig = (over: Record<string, unknown> = {}): Record<string, unknown> => ({ eventName: 'api_call', customerId: 'cus_1', ...over });
+/**
+ * validateBulk as a whole-request verdict: the number of signals when every one is valid; else
+ * the ApiError the ingress answers for a request whose every signal failed (the first error).
+ */
+function validateBulk(body: unknown, receivedAtMs: number, strings = false): number {
+  const j = judgeBulk(body, receivedAtMs, strings);
+  if (j.errors.length > 0) throw allRefused(j.errors, (i) => `signals[${i}]`);
+  return j.count;
+}
+
+/** validateV1 as a whole-request verdict, as validateBulk above: the signals (in the v2 shape), or the first error. */
+function validateV1(body: unknown, receivedAtMs: number, strings = false): unknown[] {
+  const j = judgeV1(body, receivedAtMs, strings);
+  if (j.errors.length > 0) throw allRefused(j.errors, (i) => (j.array ? `[${i}]` : 'signal'));
+  return j.signals;
+}
+
+/** One signal's problem as an ApiError whose details are `<path>.<field>: <problem>`. */
+function validateSignal(s: unknown, path: string, receivedAtMs: number, strings = false): void {
+  const p = signalProblem(s, receivedAtMs, strings);
+  if (p) throw new ApiError('INVALID_SIGNAL', `${path}${p.field ? `.${p.field}` : ''}: ${p.problem}`);
+}
+
+const sig = (over: Record<string, unknown> = {}): Record<string, unknown> => ({ eventName: 'api_call', customer: { externalCustomerId: 'acct_1' }, ...over });
+/** sig() with the field at the dotted path `f` (`eventName`, `customer.externalCustomerId`, …) set to `v`. */
+function withField(f: string, v: unknown): Record<string, unknown> {
+  const [top, inner] = f.split('.') as [string, string | undefined];
+  return sig({ [top]: inner === undefined ? v : { [inner]: v } });
+}
 const without = (k: string): Record<string, unknown> => {
   const s = sig();
   delete s[k];
@@ -265,6 +295,43 @@ t.test('valid signals and batches are accepted', async (t) => {
   t.same(validateV1([full, sig()], NOW), [full, sig()], 'v1 array');
   t.equal(validateV1(Array.from({ length: 500 }, () => sig()), NOW).length, 500);
   t.equal(validateBulk({ signals: [sig({ data: {} })] }, NOW), 1, 'empty data object');
+  t.equal(validateBulk({ signals: [sig({ customer: { customerId: 'cus_AAAAAAAAAAAAAAAAAAAA' } })] }, NOW), 1, 'a customer by its service id');
+  t.equal(validateBulk({ signals: [sig({ attribution: { productId: 'prod_AAAAAAAAAAAAAAAAAAAA' } }), sig({ attribution: { externalProductId: 'chat' } }), sig({ attribution: null })] }, NOW), 3, 'attribution by either id, or null');
+});
+
+t.test('validateBulk judges each signal: the refused ones listed by index with their field, the others counted', async (t) => {
+  const body = { signals: [sig(), sig({ eventName: '' }), sig(), sig({ customerId: 'c' }), sig({ customer: { externalCustomerId: 'c', customerId: 'cus_1' } }), sig({ data: [] })] };
+  const j = judgeBulk(body, NOW);
+  t.equal(j.count, 6);
+  t.same(j.errors, [
+    { index: 1, code: 'INVALID_SIGNAL', field: 'eventName', message: 'must not be empty' },
+    { index: 3, code: 'INVALID_SIGNAL', field: 'customerId', message: 'unknown field' },
+    { index: 4, code: 'INVALID_SIGNAL', field: 'customer', message: 'must have exactly one of customerId or externalCustomerId, got both' },
+    { index: 5, code: 'INVALID_SIGNAL', field: 'data', message: 'must be a JSON object, got array' },
+  ]);
+  t.same(judgeBulk({ signals: [sig(), sig()] }, NOW).errors, [], 'none refused');
+  t.same(judgeBulk({ signals: [7] }, NOW).errors, [{ index: 0, code: 'INVALID_SIGNAL', field: '', message: 'must be an object, got number' }], 'the signal itself: field ""');
+  const all = apiError(() => validateBulk({ signals: [sig({ eventName: '' }), sig({ timestamp: 'x' })] }, NOW));
+  t.equal(all.details, 'signals[0].eventName: must not be empty', 'every signal refused: the first error in details');
+});
+
+t.test('validateV1: the v1 field names map to the v2 shape; their errors name them as the caller wrote them', async (t) => {
+  const v1 = { event_name: 'e', customer_id: 'acct_1', agent_id: 'agent-7', data: { n: 1 }, timestamp: '2026-01-31T11:00:00Z', idempotency_key: 'k' };
+  const j = judgeV1(v1, NOW);
+  t.same(j.errors, []);
+  t.same(j.signals, [{ eventName: 'e', customer: { externalCustomerId: 'acct_1' }, attribution: { externalProductId: 'agent-7' }, timestamp: '2026-01-31T11:00:00Z', idempotencyKey: 'k', data: { n: 1 } }]);
+  t.equal(j.array, false);
+  const arr = judgeV1([v1, { event_name: 'e' }, { event_name: 'e', customer_id: '' }, { event_name: 'e', customer_id: 'c', agent_id: 5 }, { event_name: 'e', customer_id: 'c', foo: 1 }, { ...v1, idempotency_key: '' }, sig()], NOW);
+  t.equal(arr.array, true);
+  t.match(arr.errors, [
+    { index: 1, field: 'customer_id', message: /^is required/ },
+    { index: 2, field: 'customer_id', message: 'must not be empty' },
+    { index: 3, field: 'agent_id', message: 'must be a string, got number' },
+    { index: 4, field: 'foo', message: 'unknown field' },
+    { index: 5, field: 'idempotency_key', message: 'must not be empty' },
+  ]);
+  t.equal(arr.errors.length, 5);
+  t.same([arr.signals[1], arr.signals[6]], [null, sig()], 'a refused signal is null; a v2-shaped one is taken as it is');
 });
 
 t.test('validateBulk: body shape errors', async (t) => {
@@ -290,18 +357,35 @@ t.test('validateBulk: a signal that is not an object', async (t) => {
   expectError(t, () => validateBulk(bulkWith(7), NOW), 'INVALID_SIGNAL', 'signals[3]: must be an object, got number');
 });
 
-t.test('validateBulk: required strings eventName and customerId', async (t) => {
-  for (const f of ['eventName', 'customerId']) {
-    expectError(t, () => validateBulk(bulkWith(without(f)), NOW), 'INVALID_SIGNAL', `signals[3].${f}: is required`);
-    expectError(t, () => validateBulk(bulkWith(sig({ [f]: null })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: is required`);
-    expectError(t, () => validateBulk(bulkWith(sig({ [f]: '' })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must not be empty`);
-    expectError(t, () => validateBulk(bulkWith(sig({ [f]: 'x'.repeat(256) })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be at most 255 characters, got 256`);
-    t.equal(validateBulk(bulkWith(sig({ [f]: 'x'.repeat(255) })), NOW), 5, `${f} of 255 characters accepted`);
-    t.equal(validateBulk(bulkWith(sig({ [f]: 'x' })), NOW), 5, `${f} of 1 character accepted`);
+t.test('validateBulk: required strings eventName, and the id inside customer and attribution', async (t) => {
+  for (const f of ['eventName', 'customer.externalCustomerId', 'customer.customerId', 'attribution.externalProductId', 'attribution.productId']) {
+    if (f === 'eventName') expectError(t, () => validateBulk(bulkWith(without(f)), NOW), 'INVALID_SIGNAL', `signals[3].${f}: is required`);
+    expectError(t, () => validateBulk(bulkWith(withField(f, null)), NOW), 'INVALID_SIGNAL', `signals[3].${f}: is required`);
+    expectError(t, () => validateBulk(bulkWith(withField(f, '')), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must not be empty`);
+    expectError(t, () => validateBulk(bulkWith(withField(f, 'x'.repeat(256))), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be at most 255 characters, got 256`);
+    t.equal(validateBulk(bulkWith(withField(f, 'x'.repeat(255))), NOW), 5, `${f} of 255 characters accepted`);
+    t.equal(validateBulk(bulkWith(withField(f, 'x')), NOW), 5, `${f} of 1 character accepted`);
     for (const [v, name] of [[1, 'number'], [true, 'boolean'], [{}, 'object'], [[], 'array'], [['a'], 'array']] as const) {
-      expectError(t, () => validateBulk(bulkWith(sig({ [f]: v })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be a string, got ${name}`);
+      expectError(t, () => validateBulk(bulkWith(withField(f, v)), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must be a string, got ${name}`);
     }
   }
+});
+
+t.test('validateBulk: customer (required) and attribution (optional) hold exactly one of their two ids', async (t) => {
+  expectError(t, () => validateBulk(bulkWith(without('customer')), NOW), 'INVALID_SIGNAL', /^signals\[3\]\.customer: is required/);
+  expectError(t, () => validateBulk(bulkWith(sig({ customer: null })), NOW), 'INVALID_SIGNAL', /^signals\[3\]\.customer: is required/);
+  t.equal(validateBulk(bulkWith(without('attribution')), NOW), 5, 'no attribution');
+  t.equal(validateBulk(bulkWith(sig({ attribution: null })), NOW), 5, 'attribution null');
+  for (const [f, id, external] of [['customer', 'customerId', 'externalCustomerId'], ['attribution', 'productId', 'externalProductId']] as const) {
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: {} })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must have exactly one of ${id} or ${external}, got neither`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: { [id]: 'a', [external]: 'b' } })), NOW), 'INVALID_SIGNAL', `signals[3].${f}: must have exactly one of ${id} or ${external}, got both`);
+    expectError(t, () => validateBulk(bulkWith(sig({ [f]: { [external]: 'b', name: 'n' } })), NOW), 'INVALID_SIGNAL', `signals[3].${f}.name: unknown field`);
+    for (const [v, name] of [['a', 'string'], [1, 'number'], [[{ [id]: 'a' }], 'array'], [true, 'boolean']] as const) {
+      expectError(t, () => validateBulk(bulkWith(sig({ [f]: v })), NOW), 'INVALID_SIGNAL', new RegExp(`^signals\\[3\\]\\.${f}: must be an object .*, got ${name}$`));
+    }
+  }
+  expectError(t, () => validateBulk(bulkWith(sig({ attribution: { externalCustomerId: 'c' } })), NOW), 'INVALID_SIGNAL', 'signals[3].attribution.externalCustomerId: unknown field', "a customer's key in attribution");
+  expectError(t, () => validateBulk(bulkWith({ eventName: 'e', customerId: 'c' }), NOW), 'INVALID_SIGNAL', 'signals[3].customerId: unknown field', 'the former flat customerId');
 });
 
 t.test('validateBulk: optional strings unitId and idempotencyKey', async (t) => {
@@ -321,7 +405,8 @@ t.test('validateBulk: unknown fields', async (t) => {
   expectError(t, () => validateBulk(bulkWith(sig({ EventName: 'x' })), NOW), 'INVALID_SIGNAL', 'signals[3].EventName: unknown field');
   expectError(t, () => validateBulk(bulkWith(sig({ event_name: 'x' })), NOW), 'INVALID_SIGNAL', 'signals[3].event_name: unknown field');
   // an own "__proto__" key, as JSON.parse makes it
-  expectError(t, () => validateBulk(bulkWith(JSON.parse('{"eventName":"e","customerId":"c","__proto__":{}}')), NOW), 'INVALID_SIGNAL', 'signals[3].__proto__: unknown field');
+  expectError(t, () => validateBulk(bulkWith(JSON.parse('{"eventName":"e","customer":{"externalCustomerId":"c"},"__proto__":{}}')), NOW), 'INVALID_SIGNAL', 'signals[3].__proto__: unknown field');
+  expectError(t, () => validateBulk(bulkWith(JSON.parse('{"eventName":"e","customer":{"externalCustomerId":"c","__proto__":{}}}')), NOW), 'INVALID_SIGNAL', 'signals[3].customer.__proto__: unknown field', 'inside customer');
   // unknown field is reported even when other fields are also bad (checked first)
   expectError(t, () => validateBulk(bulkWith({ zzz: 1 }), NOW), 'INVALID_SIGNAL', 'signals[3].zzz: unknown field');
 });
@@ -394,15 +479,15 @@ t.test('validateBulk: data size in bytes of its JSON', async (t) => {
 });
 
 t.test('the first bad signal is reported; field order within a signal', async (t) => {
-  const body = { signals: [sig(), sig({ eventName: '' }), sig(), sig({ customerId: 1 })] };
+  const body = { signals: [sig(), sig({ eventName: '' }), sig(), sig({ customer: { externalCustomerId: 1 } })] };
   expectError(t, () => validateBulk(body, NOW), 'INVALID_SIGNAL', 'signals[1].eventName: must not be empty');
-  // eventName before customerId before unitId before idempotencyKey before timestamp before data
-  const allBad = { eventName: '', customerId: '', unitId: '', idempotencyKey: '', timestamp: 'x', data: [] };
-  const order = ['eventName', 'customerId', 'unitId', 'idempotencyKey', 'timestamp', 'data'];
+  // eventName before customer before attribution before unitId before idempotencyKey before timestamp before data
+  const allBad = { eventName: '', customer: { externalCustomerId: '' }, attribution: { productId: '' }, unitId: '', idempotencyKey: '', timestamp: 'x', data: [] };
+  const order = ['eventName', 'customer', 'attribution', 'unitId', 'idempotencyKey', 'timestamp', 'data'];
   const s: Record<string, unknown> = { ...allBad };
   for (const f of order) {
-    expectError(t, () => validateBulk(bulkWith(s), NOW), 'INVALID_SIGNAL', new RegExp(`^signals\\[3\\]\\.${f}: `), `then ${f}`);
-    s[f] = f === 'data' ? null : f === 'timestamp' ? null : 'ok';
+    expectError(t, () => validateBulk(bulkWith(s), NOW), 'INVALID_SIGNAL', new RegExp(`^signals\\[3\\]\\.${f}[.:]`), `then ${f}`);
+    s[f] = f === 'data' || f === 'timestamp' || f === 'attribution' ? null : f === 'customer' ? { customerId: 'ok' } : 'ok';
   }
   t.equal(validateBulk(bulkWith(s), NOW), 5);
 });
@@ -416,7 +501,9 @@ t.test('validateV1: paths, codes and shapes', async (t) => {
   expectError(t, () => validateV1(without('eventName'), NOW), 'INVALID_SIGNAL', 'signal.eventName: is required');
   expectError(t, () => validateV1(sig({ data: 'x' }), NOW), 'INVALID_SIGNAL', 'signal.data: must be a JSON object, got string');
   expectError(t, () => validateV1(sig({ signals: [] }), NOW), 'INVALID_SIGNAL', 'signal.signals: unknown field', 'a v2 body sent to v1');
-  expectError(t, () => validateV1([sig(), sig({ customerId: 'x'.repeat(256) })], NOW), 'INVALID_SIGNAL', '[1].customerId: must be at most 255 characters, got 256');
+  expectError(t, () => validateV1([sig(), sig({ customer: { externalCustomerId: 'x'.repeat(256) } })], NOW), 'INVALID_SIGNAL', '[1].customer.externalCustomerId: must be at most 255 characters, got 256');
+  expectError(t, () => validateV1([{ event_name: 'e', customer_id: 'c' }, { event_name: 'e', customer_id: 'x'.repeat(256) }], NOW), 'INVALID_SIGNAL', '[1].customer_id: must be at most 255 characters, got 256', 'v1 names');
+  expectError(t, () => validateV1({ event_name: 'e' }, NOW), 'INVALID_SIGNAL', /^signal\.customer_id: is required/);
   expectError(t, () => validateV1([sig(), null], NOW), 'INVALID_SIGNAL', '[1]: must be an object, got null');
   expectError(t, () => validateV1([sig(), sig(), sig(), sig({ unitId: 5 })], NOW), 'INVALID_SIGNAL', '[3].unitId: must be a string, got number');
 });
@@ -437,7 +524,10 @@ t.test('property: one defect anywhere in a batch is reported with its index and 
   const defects: [string, unknown, RegExp][] = [
     ['eventName', '', /must not be empty/],
     ['eventName', 42, /must be a string, got number/],
-    ['customerId', 'y'.repeat(256), /at most 255 characters/],
+    ['customer', { externalCustomerId: 'y'.repeat(256) }, /^signals\[\d+\]\.customer\.externalCustomerId: .*at most 255 characters/],
+    ['customer', { customerId: 'a', externalCustomerId: 'b' }, /exactly one of customerId or externalCustomerId, got both/],
+    ['customerId', 'c', /unknown field/],
+    ['attribution', { externalProductId: '' }, /must not be empty/],
     ['unitId', [], /must be a string, got array/],
     ['idempotencyKey', '', /must not be empty/],
     ['timestamp', '2025-02-29T00:00:00Z', /RFC 3339/],
@@ -452,16 +542,18 @@ t.test('property: one defect anywhere in a batch is reported with its index and 
       const signals = Array.from({ length: n }, (_, i) => sig({ idempotencyKey: `k${i}` }));
       signals[k] = { ...signals[k], [field]: value };
       const e = apiError(() => validateBulk({ signals }, NOW));
-      return e.code === 'INVALID_SIGNAL' && e.details.startsWith(`signals[${k}].${field}: `) && re.test(e.details);
+      return e.code === 'INVALID_SIGNAL' && e.details.startsWith(`signals[${k}].${field}`) && re.test(e.details);
     }),
     { numRuns: 200 },
   );
   t.pass('every defect reported at its index');
 });
 
-t.test('validateSignal with a custom path', async (t) => {
-  expectError(t, () => validateSignal({}, 'x', NOW), 'INVALID_SIGNAL', 'x.eventName: is required');
-  t.doesNotThrow(() => validateSignal(sig(), 'x', NOW));
+t.test('signalProblem: the field within the signal and the problem, or null', async (t) => {
+  t.match(signalProblem({}, NOW), { field: 'eventName', problem: 'is required' });
+  t.match(signalProblem(sig({ customer: { customerId: '' } }), NOW), { field: 'customer.customerId', problem: 'must not be empty' });
+  t.match(signalProblem(null, NOW), { field: '', problem: 'must be an object, got null' });
+  t.equal(signalProblem(sig(), NOW), null);
 });
 
 // ---------------------------------------------------------------------------------------------
@@ -633,18 +725,18 @@ t.test('property: data is refused for a duplicate path exactly when two leaves s
 const LONE = ['\ud800', '\udbff', '\udc00', '\udfff', 'x\ud800', '\udc00x', 'a\ud83d', '\ude00b', '\ude00\ud83d'];
 
 t.test('string fields with a lone surrogate are refused (whatever the strings flag)', async (t) => {
-  for (const f of ['eventName', 'customerId', 'unitId', 'idempotencyKey']) {
+  for (const f of ['eventName', 'customer.externalCustomerId', 'customer.customerId', 'attribution.externalProductId', 'attribution.productId', 'unitId', 'idempotencyKey']) {
     for (const v of LONE) {
       for (const strings of [false, true]) {
-        expectError(t, () => validateBulk(bulkWith(sig({ [f]: v })), NOW, strings), 'INVALID_SIGNAL', `signals[3].${f}: must be well-formed Unicode (no lone surrogates)`, `${f}=${JSON.stringify(v)}, strings=${strings}`);
+        expectError(t, () => validateBulk(bulkWith(withField(f, v)), NOW, strings), 'INVALID_SIGNAL', `signals[3].${f}: must be well-formed Unicode (no lone surrogates)`, `${f}=${JSON.stringify(v)}, strings=${strings}`);
       }
     }
-    t.equal(validateBulk(bulkWith(sig({ [f]: '😀\ud83d\ude00' })), NOW, true), 5, `${f}: surrogate pairs are fine`);
-    t.equal(validateBulk(bulkWith(sig({ [f]: '😀'.repeat(127) })), NOW, true), 5, `${f}: 254 UTF-16 units of pairs accepted`);
+    t.equal(validateBulk(bulkWith(withField(f, '😀\ud83d\ude00')), NOW, true), 5, `${f}: surrogate pairs are fine`);
+    t.equal(validateBulk(bulkWith(withField(f, '😀'.repeat(127))), NOW, true), 5, `${f}: 254 UTF-16 units of pairs accepted`);
   }
   expectError(t, () => validateV1(sig({ eventName: '\ud800' }), NOW), 'INVALID_SIGNAL', 'signal.eventName: must be well-formed Unicode (no lone surrogates)', 'v1');
   // length is checked before well-formedness
-  expectError(t, () => validateBulk(bulkWith(sig({ customerId: '\ud800'.repeat(256) })), NOW), 'INVALID_SIGNAL', 'signals[3].customerId: must be at most 255 characters, got 256');
+  expectError(t, () => validateBulk(bulkWith(withField('customer.externalCustomerId', '\ud800'.repeat(256))), NOW), 'INVALID_SIGNAL', 'signals[3].customer.externalCustomerId: must be at most 255 characters, got 256');
 });
 
 t.test('data with a lone surrogate is refused when strings=true', async (t) => {
@@ -667,14 +759,14 @@ t.test('data with a lone surrogate is refused when strings=true', async (t) => {
 });
 
 t.test('mayHaveSurrogates: true whenever the raw body can hold a lone surrogate', async (t) => {
-  t.equal(mayHaveSurrogates(Buffer.from('{"signals":[{"eventName":"e","customerId":"c","data":{"s":"\\ud800"}}]}')), true, 'lowercase escape');
+  t.equal(mayHaveSurrogates(Buffer.from('{"signals":[{"eventName":"e","customer":{"externalCustomerId":"c"},"data":{"s":"\\ud800"}}]}')), true, 'lowercase escape');
   t.equal(mayHaveSurrogates(Buffer.from('{"s":"\\uDC00"}')), true, 'uppercase escape');
   t.equal(mayHaveSurrogates(Buffer.from('{"s":"\\uDbFf"}')), true, 'mixed case');
   t.equal(mayHaveSurrogates(Buffer.from('{"s":"\\ud83d\\ude00"}')), true, 'an escaped pair (checked, then accepted)');
   t.equal(mayHaveSurrogates(Buffer.from('{"s":"😀 é \\u00e9 \\u2028 \\uFFFF"}')), false, 'raw UTF-8 and other escapes');
   t.equal(mayHaveSurrogates(Buffer.from('{"s":"ud800 \\\\ d800"}')), false, 'no backslash-u-d');
   // invalid UTF-8 (an encoded surrogate) decodes to U+FFFD, never to a lone surrogate
-  const raw = Buffer.concat([Buffer.from('{"signals":[{"eventName":"e","customerId":"c","data":{"s":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}}]}')]);
+  const raw = Buffer.concat([Buffer.from('{"signals":[{"eventName":"e","customer":{"externalCustomerId":"c"},"data":{"s":"'), Buffer.from([0xed, 0xa0, 0x80]), Buffer.from('"}}]}')]);
   t.equal(mayHaveSurrogates(raw), false);
   t.equal(validateBulk(parseJson(raw), NOW, false), 1, 'decoded with U+FFFD: nothing to refuse');
 

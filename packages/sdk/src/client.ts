@@ -11,7 +11,9 @@
  * signals with the same keys, after a 429 RATE_LIMIT_EXCEEDED (Retry-After seconds plus a
  * jittered exponential term that grows with each repeat), a 5xx, a 408 or a network error,
  * until `maxAttempts` or `maxRetryTimeMs` run out → each signal's `delivered` promise
- * settles, and its slot in the buffer is given back.
+ * settles (a signal the API refused alone, listed in the answer's `errors` by its index,
+ * rejects with its own SignalRejectedError; the others of its batch resolve), and its slot
+ * in the buffer is given back.
  */
 import { randomUUID } from 'node:crypto';
 import { backoffMs, rateLimitWaitMs, type BackoffOptions } from './backoff.js';
@@ -22,15 +24,28 @@ import {
   NetworkError,
   RetriesExhaustedError,
   SignalApiError,
+  SignalRejectedError,
+  type SignalErrorItem,
   type SignalFailure,
 } from './errors.js';
 import { apiError, postJson, type Answer } from './transport.js';
 import { convertResult, isAnalyticsBody, type AnalyticsQueryOptions, type AnalyticsResult } from './analytics.js';
 
-/** One signal, as `POST /api/v2/signals/bulk` takes it (docs/api.md "Signals"). */
+/** The customer a signal is for: the service's id (`cus_…`) or the producer's own (`externalId` of the customer). */
+export type CustomerRef = { customerId: string; externalCustomerId?: never } | { externalCustomerId: string; customerId?: never };
+
+/** The product a signal is attributed to: the service's id (`prod_…`) or the product's `externalId`. */
+export type ProductRef = { productId: string; externalProductId?: never } | { externalProductId: string; productId?: never };
+
+/**
+ * One signal, as `POST /api/v2/signals/bulk` takes it (docs/api.md "Signals"): the official
+ * client's `Paid.Signal` (`@paid-ai/paid-node`) is one, plus the `unitId` extension.
+ */
 export interface Signal {
   eventName: string;
-  customerId: string;
+  customer: CustomerRef;
+  attribution?: ProductRef | null;
+  /** The customer unit the signal is for (where a credit cap is set). */
   unitId?: string | null;
   /** RFC 3339 with `Z` or an offset (a Date is sent as its ISO string); default: when the API receives it. */
   timestamp?: string | Date;
@@ -98,8 +113,10 @@ export interface Receipt {
 }
 
 export interface FlushResult {
-  /** Signals that the flush waited for and that were delivered. */
+  /** Signals delivered since the previous flush()/close() returned (duplicates included). */
   delivered: number;
+  /** Of those, how many the API answered were repeats of an idempotency key it already had (not ingested again). */
+  duplicates: number;
 }
 
 interface Item {
@@ -169,7 +186,7 @@ export class SignalClient {
   private readonly bigintMarker = new RegExp(`"\\\\u0000${this.nonce}:(-?\\d+)"`, 'g');
   private closed = false;
   /** Outcomes since the last flush()/close() returned. */
-  private tally: { delivered: number; failed: number; failures: SignalFailure<Signal>[] } = { delivered: 0, failed: 0, failures: [] };
+  private tally: { delivered: number; duplicates: number; failed: number; failures: SignalFailure<Signal>[] } = { delivered: 0, duplicates: 0, failed: 0, failures: [] };
   private readonly analyticsInFlight = new Set<Promise<unknown>>();
 
   constructor(options: SignalClientOptions) {
@@ -241,16 +258,17 @@ export class SignalClient {
   /**
    * Sends the open batch now and waits until every signal queued before the call is
    * delivered or given up. Resolves with the number of signals delivered since the previous
-   * flush()/close() returned; rejects with a DeliveryError when any signal settled in that
-   * time was not delivered (its `failures` list the first 1,000 of them, with their errors).
+   * flush()/close() returned, and how many of them the API counted as duplicates; rejects
+   * with a DeliveryError when any signal settled in that time was not delivered (its
+   * `failures` list the first 1,000 of them, with their errors).
    */
   async flush(): Promise<FlushResult> {
     this.cut();
     await Promise.allSettled([...this.open].map((i) => i.delivered));
-    const { delivered, failed, failures } = this.tally;
-    this.tally = { delivered: 0, failed: 0, failures: [] };
-    if (failed > 0) throw new DeliveryError(failures, delivered, failed);
-    return { delivered };
+    const { delivered, duplicates, failed, failures } = this.tally;
+    this.tally = { delivered: 0, duplicates: 0, failed: 0, failures: [] };
+    if (failed > 0) throw new DeliveryError(failures, delivered, failed, duplicates);
+    return { delivered, duplicates };
   }
 
   /**
@@ -440,6 +458,24 @@ export class SignalClient {
     }
   }
 
+  /**
+   * An answer that lists refused signals (`errors`, by their index in the request): each
+   * fails alone with its own SignalRejectedError; the others of the request are delivered
+   * when it was a 202 (`batchId` set) and failed with `whole` when the request was refused.
+   */
+  private settleAnswer(items: Item[], errors: SignalErrorItem[], status: number, batchId: string | null, duplicates: number, whole: Error | null): void {
+    const refused = new Map<number, SignalErrorItem>();
+    for (const e of errors) if (Number.isInteger(e.index) && e.index >= 0 && e.index < items.length && !refused.has(e.index)) refused.set(e.index, e);
+    const stem = batchId?.replace(/^bat_/, '') ?? '';
+    items.forEach((item, i) => {
+      const e = refused.get(i);
+      if (e) this.fail([item], new SignalRejectedError(status, e, batchId));
+      else if (batchId !== null) this.settle(item, { ok: { batchId, signalId: `sig_${stem}_${i}`, idempotencyKey: item.key } });
+      else this.fail([item], whole!);
+    });
+    if (batchId !== null) this.tally.duplicates += duplicates;
+  }
+
   // ---- delivery ----
 
   private async gate(): Promise<void> {
@@ -466,13 +502,13 @@ export class SignalClient {
 
   /**
    * Sends one batch until it is accepted, refused or given up. The same signals go out with
-   * the same keys on every attempt; they are only ever fewer (a signal the API named as
-   * invalid is failed and left out, the rest resent) or split in two (a 413 from a server
-   * with a lower body limit than `maxBodyBytes`).
+   * the same keys on every attempt; they are only ever split in two (a 413 from a server
+   * with a lower body limit than `maxBodyBytes`). A 202 settles every signal: the ones its
+   * `errors` list fail alone, the rest are delivered (nothing is resent).
    */
   private async deliver(batch: Item[]): Promise<void> {
     const started = Date.now();
-    let items = batch;
+    const items = batch;
     let attempts = 0;
     let failures = 0;
     let limited = 0;
@@ -493,9 +529,9 @@ export class SignalClient {
       let rateLimited = false;
       if (answer) {
         if (answer.status === 202) {
-          const batchId = String((answer.body as { batchId?: unknown }).batchId ?? '');
-          const stem = batchId.replace(/^bat_/, '');
-          items.forEach((item, i) => this.settle(item, { ok: { batchId, signalId: `sig_${stem}_${i}`, idempotencyKey: item.key } }));
+          const body = (answer.body ?? {}) as { batchId?: unknown; duplicates?: unknown; errors?: unknown };
+          const duplicates = typeof body.duplicates === 'number' ? body.duplicates : 0;
+          this.settleAnswer(items, errorItems(body.errors), 202, String(body.batchId ?? ''), duplicates, null);
           return;
         }
         const e = apiError(answer);
@@ -514,17 +550,11 @@ export class SignalClient {
           await Promise.all([this.deliver(items.slice(0, half)), this.deliver(items.slice(half))]);
           return;
         } else {
-          const bad = answer.status === 400 && e.code === 'INVALID_SIGNAL' ? /^signals\[(\d+)\]/.exec(e.details) : null;
-          const index = bad ? Number(bad[1]) : -1;
-          if (index >= 0 && index < items.length && items.length > 1) {
-            // The whole request was refused because of this one signal; nothing was ingested
-            // and no tokens were taken. It fails alone; the others go again at once.
-            this.fail([items[index]!], e);
-            items = items.filter((_, i) => i !== index);
-            attempts--;
-            continue;
-          }
-          this.fail(items, e);
+          // 400 INVALID_SIGNAL: every signal of the request was refused (one valid signal
+          // makes it a 202 that lists the refused ones); each fails with its own error.
+          const listed = answer.status === 400 && e.code === 'INVALID_SIGNAL' ? errorItems((answer.body as { errors?: unknown } | null)?.errors) : [];
+          if (listed.length > 0) this.settleAnswer(items, listed, answer.status, null, 0, e);
+          else this.fail(items, e);
           return;
         }
       } else wait = backoffMs(++failures, this.backoff);
@@ -539,4 +569,13 @@ export class SignalClient {
       } else await sleep(wait);
     }
   }
+}
+
+/** The well-formed entries of an answer's `errors` list (anything else in it is ignored). */
+function errorItems(v: unknown): SignalErrorItem[] {
+  if (!Array.isArray(v)) return [];
+  return v.filter(
+    (e): e is SignalErrorItem =>
+      e !== null && typeof e === 'object' && Number.isInteger((e as SignalErrorItem).index) && typeof (e as SignalErrorItem).code === 'string',
+  ).map((e) => ({ index: e.index, code: e.code, field: typeof e.field === 'string' ? e.field : '', message: typeof e.message === 'string' ? e.message : '' }));
 }

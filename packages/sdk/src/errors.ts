@@ -12,7 +12,7 @@ export interface ApiErrorBody {
 
 /** The API refused a request (a status the SDK does not retry, or the last of the retries). */
 export class SignalApiError extends Error {
-  override readonly name = 'SignalApiError';
+  override readonly name: string = 'SignalApiError';
   readonly error: string;
   readonly code: string;
   readonly details: string;
@@ -26,6 +26,42 @@ export class SignalApiError extends Error {
     this.error = body.error;
     this.code = body.code;
     this.details = body.details;
+  }
+}
+
+/** One entry of an answer's `errors`: a signal the API refused alone (docs/api.md "Signals"). */
+export interface SignalErrorItem {
+  /** The signal's index in the request. */
+  index: number;
+  code: string;
+  /** Dotted path of the field within the signal (`customer.externalCustomerId`), `''` for the signal itself. */
+  field: string;
+  message: string;
+}
+
+/**
+ * One signal the API refused alone (an entry of the answer's `errors`): nothing of it was
+ * stored. `status` is 202 when other signals of the request were ingested (`batchId` is
+ * theirs), 400 when every signal of the request was refused (`batchId` null). `details` reads
+ * as the API's own, `signals[<index>].<field>: <message>`. Not retried: sending it again
+ * unchanged is refused again.
+ */
+export class SignalRejectedError extends SignalApiError {
+  override readonly name: string = 'SignalRejectedError';
+  /** The signal's index in the request it was refused from. */
+  readonly index: number;
+  readonly field: string;
+  /** The API's message about the field (without the `signals[i].field: ` prefix of `details`). */
+  readonly reason: string;
+  constructor(
+    status: number,
+    item: SignalErrorItem,
+    readonly batchId: string | null,
+  ) {
+    super(status, { error: 'Bad Request', code: item.code, details: `signals[${item.index}]${item.field ? `.${item.field}` : ''}: ${item.message}` });
+    this.index = item.index;
+    this.field = item.field;
+    this.reason = item.message;
   }
 }
 
@@ -86,6 +122,8 @@ export class DeliveryError<S = unknown> extends Error {
     readonly delivered: number,
     /** Signals not delivered (all of them, also beyond `failures`). */
     readonly failed: number = failures.length,
+    /** Of the delivered ones, those the API answered were duplicates of a key it already had. */
+    readonly duplicates: number = 0,
   ) {
     super(`${failed} signal(s) not delivered (${delivered} delivered); first: ${failures[0]?.error.message ?? ''}`);
   }

@@ -183,6 +183,12 @@ const PLAN_ID = /^plan_[0-9A-Za-z]{20}$/;
 const PRODUCT_ID = /^prod_[0-9A-Za-z]{20}$/;
 const ID_OF: Record<Listing, RegExp> = { customers: CUSTOMER_ID, plans: PLAN_ID, products: PRODUCT_ID };
 
+/** What a reference names: the customer's (product's) service id and its externalId ('' when it has none). */
+export interface Identity {
+  id: string;
+  externalId: string;
+}
+
 function isConflict(err: unknown): boolean {
   return (
     err instanceof JetStreamApiError &&
@@ -261,7 +267,7 @@ export class BillingConfigStore {
   }
 
   /**
-   * The pipeline's reads resolving customer references (resolveCustomers), kept as the
+   * The pipeline's reads resolving customer references (resolveIdentities), kept as the
    * evaluation's are but apart from them: references that name no customer can be many (an
    * organization metering customers it never configured for billing), and they must not push
    * the documents the evaluator reads out of its cache.
@@ -654,47 +660,95 @@ export class BillingConfigStore {
   }
 
   /**
-   * The service id each reference names (billing partitions, evaluator/partition.ts): a
-   * service id is its own (whether or not the customer exists: evaluation finds it or not);
-   * an externalId is resolved; null when no customer has it. Read through a fenced cache, as
-   * forBatch's documents (its own: `resolution`): a reference that names no customer (signals
-   * of an organization that meters customers it has not configured for billing) is answered
-   * from memory while the bucket is unchanged, instead of two reads per batch naming it; the
-   * answer is as of a bucket state asked after the call started (bus/kv-fenced.ts; from the
-   * stream's leader when the bucket is replicated), as a read of every key.
+   * The customer or product each reference names, with both its ids (the pipeline: fact_signal's
+   * identity columns, src/pipeline/identities.ts, and the billing partitions). A reference is
+   * kind-prefixed (src/pipeline/rows-task.ts) and read by its kind only: `i:<id>` names a
+   * customer (product) by its service id, `x:<externalId>` by its externalId, through its
+   * create-only claim (`xid.` / `pxid.`) confirmed by the document. Null where none exists.
+   * Read through a fenced cache, as forBatch's documents (its own: `resolution`): a reference
+   * that names none (an organization metering customers it has not configured for billing) is
+   * answered from memory while the bucket is unchanged, instead of reads per batch naming it;
+   * the answer is as of a bucket state asked after the call started (bus/kv-fenced.ts; from
+   * the stream's leader when the bucket is replicated), as a read of every key.
    */
-  async resolveCustomers(orgId: string, mode: Mode, refs: string[]): Promise<Map<string, string | null>> {
-    const out = new Map<string, string | null>();
+  async resolveIdentities(orgId: string, mode: Mode, customers: readonly string[], products: readonly string[]): Promise<{ customers: (Identity | null)[]; products: (Identity | null)[] }> {
     const view = await this.view(this.resolution);
     // The answers of the last resolutions under this very state of the bucket: the same answers
-    // a read of the keys would give, without building and looking up two keys per reference.
+    // a read of the keys would give, without reading them again.
     const scope = `${orgId}.${mode}`;
     let memo = view ? this.resolved.get(scope) : undefined;
     if (memo && memo.label !== view!.label) memo = undefined;
-    const named: string[] = [];
-    for (const r of refs) {
-      if (out.has(r)) continue;
-      const known = memo?.ids.get(r);
-      if (known !== undefined) out.set(r, known);
-      else if (CUSTOMER_ID.test(r)) out.set(r, r);
-      else {
-        out.set(r, null);
-        named.push(r);
-      }
-    }
+    const answers = new Map<string, Identity | null>();
+    const unknown: string[] = [];
+    // 'c'/'p' + the reference: customers and products apart.
+    for (const r of customers) if (!answers.has(`c${r}`)) unknown.push(`c${r}`), answers.set(`c${r}`, null);
+    for (const r of products) if (r !== '' && !answers.has(`p${r}`)) unknown.push(`p${r}`), answers.set(`p${r}`, null);
+    const named = unknown.filter((k) => {
+      const known = memo?.ids.get(k);
+      if (known === undefined) return true;
+      answers.set(k, known);
+      return false;
+    });
     if (named.length > 0) {
-      const found = await this.customersByRefs(orgId, mode, named, view);
-      named.forEach((r, i) => out.set(r, found[i]?.doc.customer.id ?? null));
+      const found = await this.identitiesOf(orgId, mode, named, view);
+      named.forEach((k, i) => answers.set(k, found[i]!));
     }
-    if (view?.current()) this.remember(scope, view.label, out);
+    if (view?.current()) this.remember(scope, view.label, answers);
+    return {
+      customers: customers.map((r) => answers.get(`c${r}`) ?? null),
+      products: products.map((r) => (r === '' ? null : (answers.get(`p${r}`) ?? null))),
+    };
+  }
+
+  /** The identities of memo keys (`c`/`p` + a kind-prefixed reference): two rounds of batched reads — documents by id with the externalIds' claims, then the claimed documents. */
+  private async identitiesOf(orgId: string, mode: Mode, keys: readonly string[], reader?: KvReader): Promise<(Identity | null)[]> {
+    const rawMany = (k: readonly string[]) => (reader ? this.rawMany(k, reader) : this.rawMany(k));
+    const docKey = (product: boolean, id: string): string | null =>
+      product ? (PRODUCT_ID.test(id) ? productKey(orgId, mode, id) : null) : CUSTOMER_ID.test(id) ? customerKey(orgId, mode, id) : null;
+    const parts = keys.map((k) => ({ product: k[0] === 'p', byId: k.startsWith('i:', 1), text: k.slice(3) }));
+    const firstKeys = parts.map((x) => (x.byId ? docKey(x.product, x.text) : x.product ? productExternalIdKey(orgId, mode, x.text) : externalIdKey(orgId, mode, x.text)));
+    const wanted = firstKeys.filter((k): k is string => k !== null);
+    const first = new Map<string, KvEntry | null>();
+    (await rawMany(wanted)).forEach((e, i) => first.set(wanted[i]!, e));
+    const identityOf = (product: boolean, e: KvEntry | null | undefined): Identity | null => {
+      if (!e || !present(e)) return null;
+      const doc = parse<{ customer?: { id: string; externalId?: string | null }; id?: string; externalId?: string | null }>(e);
+      const d = product ? doc : doc.customer;
+      return d && typeof d.id === 'string' ? { id: d.id, externalId: typeof d.externalId === 'string' ? d.externalId : '' } : null;
+    };
+    const out: (Identity | null)[] = parts.map((x, i) => (x.byId ? identityOf(x.product, firstKeys[i] === null ? null : first.get(firstKeys[i]!)) : null));
+    // The externalIds' claims name a document: read those (once each), confirm the externalId.
+    const claimed = new Map<string, string>();
+    parts.forEach((x, i) => {
+      if (x.byId) return;
+      const e = first.get(firstKeys[i]!);
+      if (!e || !present(e)) return;
+      const c = parse<{ customerId?: string; productId?: string }>(e);
+      const id = x.product ? c.productId : c.customerId;
+      const k = typeof id === 'string' ? docKey(x.product, id) : null;
+      if (k) claimed.set(k, k);
+    });
+    const second = [...claimed.keys()];
+    const docs = new Map<string, KvEntry | null>();
+    (await rawMany(second)).forEach((e, i) => docs.set(second[i]!, e));
+    parts.forEach((x, i) => {
+      if (x.byId) return;
+      const e = first.get(firstKeys[i]!);
+      if (!e || !present(e)) return;
+      const c = parse<{ customerId?: string; productId?: string }>(e);
+      const id = x.product ? c.productId : c.customerId;
+      const k = typeof id === 'string' ? docKey(x.product, id) : null;
+      const found = k ? identityOf(x.product, docs.get(k)) : null;
+      out[i] = found && found.externalId === x.text ? found : null;
+    });
     return out;
   }
 
-  /** Resolutions kept (`resolveCustomers`), per organization and mode, with the bucket state they hold for. */
-  private readonly resolved = new Map<string, { label: string; ids: Map<string, string | null> }>();
+  /** Resolutions kept (`resolveIdentities`), per organization and mode, with the bucket state they hold for. */
+  private readonly resolved = new Map<string, { label: string; ids: Map<string, Identity | null> }>();
   private resolvedCount = 0;
 
-  private remember(scope: string, label: string, answers: Map<string, string | null>): void {
+  private remember(scope: string, label: string, answers: Map<string, Identity | null>): void {
     // The memo as it is now (not as the call found it: another call may have replaced or dropped it meanwhile).
     let m = this.resolved.get(scope);
     this.resolved.delete(scope);

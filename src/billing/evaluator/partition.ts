@@ -7,20 +7,19 @@
  * `hash(O, M, c) mod P` (P = BILLING_PARTITIONS); each partition is one JetStream consumer with
  * max_ack_pending 1 (streams.ts), and the partitions are evaluated in parallel.
  *
- * Signals name a customer by its service id or its externalId, so the pipeline resolves each
- * reference to the service id before it splits a batch (an externalId through its claim key,
- * confirmed by the customer document; the answer never changes once found — an externalId is
- * set once and never changed or removed (config/validate.ts settableOnce), and a deleted
- * customer keeps its externalId reserved — so found ones are cached; a deleted customer's
- * signals still go to its partition, where evaluation finds it deleted and prices nothing). The resolved
- * id travels with the signal (BillableLine `k`) and the evaluator prices the signal for that
+ * Signals name a customer by one of two kinds (`customer.customerId`, the service id, or
+ * `customer.externalCustomerId`), carried kind-prefixed (`i:…` / `x:…`, src/pipeline/rows-task.ts),
+ * so the pipeline resolves each reference by its kind only to the service id before it splits
+ * a batch (a service id through the customer's document, an externalId through its claim key
+ * confirmed by the document; the answer never changes once found — an externalId is set once
+ * and never changed or removed (config/validate.ts settableOnce), and a deleted customer keeps
+ * its externalId reserved — so found ones are cached; a deleted customer's signals still go to
+ * its partition, where evaluation finds it deleted and prices nothing). The resolved id
+ * travels with the signal (BillableLine `k`) and the evaluator prices the signal for that
  * customer only. A reference that names no customer when the batch is stored is not billed
- * (no customer, nothing priced, as before). An externalId that names none is left out of the
- * published lines altogether: evaluation would skip them (a line without `k`, group.ts), and an
- * organization that meters customers it has not configured for billing would otherwise send
- * every signal through billing for nothing. (A service id is its own customer whether or not
- * one exists: published with `k`, evaluation finds no customer. Lines without `k` from
- * earlier versions are still read and skipped.)
+ * (no customer, nothing priced) and left out of the published lines altogether: evaluation
+ * would skip them (a line without `k`, group.ts), and an organization that meters customers it
+ * has not configured for billing would otherwise send every signal through billing for nothing.
  */
 import { createHash } from 'node:crypto';
 import { headers as natsHeaders } from '@nats-io/transport-node';
@@ -35,7 +34,7 @@ export function partitionOf(orgId: string, mode: Mode, customerId: string, parti
   return h.readUInt32BE(0) % partitions;
 }
 
-/** Resolves customer references (service ids or externalIds) to service ids; null: no such customer. */
+/** Resolves customer references (kind-prefixed: `i:<service id>`, `x:<externalId>`) to service ids; null: no such customer. */
 export type CustomerResolver = (orgId: string, mode: Mode, refs: string[]) => Promise<Map<string, string | null>>;
 
 /** The billable lines of one batch, split by partition, each line with its resolved customer (`k`); lines of an externalId naming no customer left out. */
@@ -51,6 +50,8 @@ export interface PartitionedLines {
 export interface LineRefs {
   refs: readonly string[];
   refOf: ArrayLike<number>;
+  /** The service id each of `refs` names (null: none), when the pipeline resolved them already. */
+  ids?: readonly (string | null)[];
 }
 
 /** A batch's billable lines resolved and split by partition (`prepare`). */
@@ -99,7 +100,7 @@ export class BillablePartitioner {
     if (refs) {
       // The references first: a batch none of whose references names a customer (an
       // organization metering customers it has not configured for billing) is never decoded.
-      const targets = await this.targets(meta.orgId, meta.mode, refs.refs);
+      const targets = await this.targets(meta.orgId, meta.mode, refs.refs, refs.ids);
       if (targets.every((x) => x === null)) return { meta, parts: [] };
       return { meta, parts: byPartition(lineTexts(lines), (i) => targets[refs.refOf[i]!] ?? null) };
     }
@@ -146,7 +147,7 @@ export class BillablePartitioner {
   }
 
   /** Each of the distinct references' target, or null when it names no customer. */
-  private async targets(orgId: string, mode: Mode, refs: readonly string[]): Promise<(Target | null)[]> {
+  private async targets(orgId: string, mode: Mode, refs: readonly string[], ids?: readonly (string | null)[]): Promise<(Target | null)[]> {
     // Those known are taken now: the cache may drop them while the others are resolved (other
     // batches, or this one's own new entries, filling it).
     const scope = `${orgId}.${mode}`;
@@ -154,11 +155,11 @@ export class BillablePartitioner {
     const out = refs.map((ref) => known?.get(ref) ?? null);
     const missing = refs.filter((_, i) => out[i] === null);
     if (missing.length === 0) return out;
-    const resolved = await this.resolver(orgId, mode, missing);
+    const resolved = ids ? null : await this.resolver(orgId, mode, missing);
     return refs.map((ref, i) => {
       const had = out[i];
       if (had) return had;
-      const id = resolved.get(ref);
+      const id = ids ? ids[i] : resolved!.get(ref);
       if (id === null || id === undefined) return null;
       // The resolved id goes first in the line's object: `{"k":…,` + the rest of it.
       const to = { k: partitionOf(orgId, mode, id, this.partitions), prefix: `{"k":${JSON.stringify(id)},` };
