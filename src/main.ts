@@ -215,9 +215,6 @@ export async function start(cfg: Config): Promise<Running> {
         ...(backlog ? { lag: (ms: number) => backlog.reportBillingLag(ms) } : {}),
         fault: new FaultHook(cfg.billing.faultPoint, cfg.billing.faultAction, cfg.billing.faultPauseMs, cfg.billing.faultReleaseFile),
       });
-      // What a former version left on the single billing lane goes first into the partitions.
-      const routed = await evaluator.routeFormer(partitioner);
-      if (routed > 0) log.info('billable messages of the former single lane routed into partitions', { routed });
       await pipeline.start();
       // Partitions shared out between the pipeline processes (members.ts).
       await evaluator.start(true);

@@ -6,7 +6,7 @@
  *   stream                 subjects                          consumer      written by → read by
  *   <P>_SIGNALS            <P>.signals.<org>                 pipeline      ingress → pipeline
  *   <P>_SIGNALS_DLQ        <P>.dlq.<org>                     -             pipeline → operator
- *   <P>_BILLABLE           <P>.billable.<org>                billing       pipeline → evaluator
+ *   <P>_BILLABLE_P         <P>.billable-p.<k>.<org>          billing-p<k>  pipeline → evaluator (partition k)
  *   <P>_BILLING_ROWS       <P>.billing-rows.<org>            billing-rows  evaluator → rows inserter
  *   <P>_EVENTS             <P>.events.<org>.<mode>.<event>   dispatcher    evaluator, operator API → dispatcher
  *   <P>_DELIVERIES         <P>.deliveries.<org>.<mode>       -             dispatcher → webhooks API
@@ -32,8 +32,6 @@ interface StreamNames<S extends unknown[]> {
 export interface Topology {
   signals: StreamNames<[orgId: string]> & { consumer: string };
   deadLetters: StreamNames<[orgId: string]>;
-  /** The former single billing lane: only read on start, to re-route what an older version left there. */
-  billable: StreamNames<[orgId: string]> & { consumer: string };
   /**
    * The billing partitions (src/billing/evaluator/partition.ts): subject
    * `<P>.billable-p.<k>.<org>`, one durable consumer `billing-p<k>` per partition k filtering
@@ -74,7 +72,6 @@ export function topology(prefix: string): Topology {
   return {
     signals: { ...stream('SIGNALS', 'signals'), consumer: 'pipeline' },
     deadLetters: stream('SIGNALS_DLQ', 'dlq'),
-    billable: { ...stream('BILLABLE', 'billable'), consumer: 'billing' },
     billableParts: {
       ...stream<[k: number, orgId: string]>('BILLABLE_P', 'billable-p'),
       consumerPrefix: 'billing-p',

@@ -3,8 +3,8 @@
  * that the suite's two jobs run them side by side; the shared helpers: test/helpers/billing-crash.ts):
  * a state key from a later sequence, the NATS connection cut between events and commit, a
  * configuration change before a replay, the billing consumers' ack wait, two pipeline processes
- * killed at different points over many customers, the former single lane, a group killed after
- * its events, and pins too large for one NATS message.
+ * killed at different points over many customers, a group killed after its events, and pins
+ * too large for one NATS message.
  */
 import t, { type Test } from 'tap';
 import { join } from 'node:path';
@@ -283,51 +283,6 @@ t.test('two pipeline processes killed -9 at different points, many customers ove
   const perCustomer = new Map<string, number>();
   for (const v of cost.values()) perCustomer.set(v.split(' ')[0]!, (perCustomer.get(v.split(' ')[0]!) ?? 0) + 1);
   t.same(customers.map((c) => perCustomer.get(c.id) ?? 0), n, 'cost rows per customer: its signals');
-});
-
-t.test('the former single billing lane: on start, its messages are routed into the partitions, those the former state already records only acked', async (t) => {
-  const iso = isolation('billformer');
-  const ingress = new ServiceProcess(iso, { ROLE: 'ingress' });
-  let pipeline: ServiceProcess | null = null;
-  t.teardown(async () => {
-    await ingress.stop();
-    await pipeline?.stop();
-    await cleanup(iso);
-  });
-  await ingress.start(); // creates the streams
-  const org = await createOrg(ingress.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const c = await call(ingress.url, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
-  const plan = await call(ingress.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
-  const ola = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/order-line-attributes`, { planId: plan.id, eventName: 'e', unitPrice: '1', currency: 'EUR', creditsCurrencyId: CUR, creditsPerUnit: '1' });
-  const pool = await call(ingress.url, org, 'POST', `/api/v2/customers/${c.id}/credit-pools`, { orderLineAttributeId: ola.id, credits: '100' });
-  // As a former pipeline left them: two billable messages (lines without a resolved customer),
-  // the first already applied to the former state (3 credits) before a crash lost its ack.
-  const line = (id: string, ref: string) => JSON.stringify({ i: id, e: 'e', c: ref, u: null, t: Date.parse('2026-05-01T00:00:00Z'), d: {} });
-  const nc = await connect({ servers: NATS_URL });
-  try {
-    const js = jetstream(nc);
-    const publish = async (batchId: string, lines: string[]) => {
-      const h = natsHeaders();
-      h.set(H_ORG, org.id);
-      h.set(H_MODE, 'live');
-      h.set(H_BATCH, batchId);
-      h.set('Nats-Msg-Id', batchId);
-      return (await js.publish(`${iso.natsPrefix}.billable.${org.id}`, lines.join('\n'), { headers: h })).seq;
-    };
-    const s1 = await publish('former-1', [line('sig_f1a', 'acme'), line('sig_f1b', 'acme'), line('sig_f1c', c.id)]);
-    await publish('former-2', [line('sig_f2a', 'acme'), line('sig_f2b', c.id), line('sig_f2c', 'nobody')]);
-    const kv = await new Kvm(js).open(`${iso.natsPrefix}_billing_state`);
-    await kv.create(`st.${org.id}.live`, JSON.stringify({ lastSeq: s1, consumed: { [pool.id]: '3' }, usage: { [ola.id]: '3' } }));
-  } finally {
-    await nc.close();
-  }
-  pipeline = new ServiceProcess(iso, { ROLE: 'pipeline', PIPELINE_FLUSH_MS: '10', ...ACK_WAIT });
-  await pipeline.start();
-  await billed(iso);
-  t.match(logLines(pipeline, 'billable messages of the former single lane routed into partitions'), [{ routed: 1 }], 'one message routed, the recorded one only acked');
-  t.match(Object.values(await customerStates(iso, org.id)), [{ after: { consumed: { [pool.id]: '5' }, usage: { [ola.id]: '5' } } }], 'the routed batch went on from the former state: its two signals of the customer, by externalId and by id');
-  const pools = await call(ingress.url, org, 'GET', `/api/v2/customers/${c.id}/credit-pools`);
-  t.match(pools.creditPools, [{ consumedCredits: '5', balance: '95' }]);
 });
 
 t.test('a group of several messages killed after its events is replayed as exactly that group: as one serial run', async (t) => {

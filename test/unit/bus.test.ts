@@ -12,21 +12,21 @@ import { ApiError } from '../../src/errors.js';
 t.test('topology: streams, subjects, consumers and buckets from the prefix', async (t) => {
   const n = topology('P1');
   t.same(
-    [n.signals, n.deadLetters, n.billable, n.billingRows, n.events, n.deliveries, n.claims].map((s) => [s.stream, s.subjects]),
+    [n.signals, n.deadLetters, n.billableParts, n.billingRows, n.events, n.deliveries, n.claims].map((s) => [s.stream, s.subjects]),
     [
       ['P1_SIGNALS', 'P1.signals.>'],
       ['P1_SIGNALS_DLQ', 'P1.dlq.>'],
-      ['P1_BILLABLE', 'P1.billable.>'],
+      ['P1_BILLABLE_P', 'P1.billable-p.>'],
       ['P1_BILLING_ROWS', 'P1.billing-rows.>'],
       ['P1_EVENTS', 'P1.events.>'],
       ['P1_DELIVERIES', 'P1.deliveries.>'],
       ['P1_CLAIMS', 'P1.claims.>'],
     ],
   );
-  t.same([n.signals.consumer, n.billable.consumer, n.billingRows.consumer, n.events.consumer], ['pipeline', 'billing', 'billing-rows', 'dispatcher']);
+  t.same([n.signals.consumer, n.billingRows.consumer, n.events.consumer], ['pipeline', 'billing-rows', 'dispatcher']);
   t.equal(n.signals.subject('org_1'), 'P1.signals.org_1');
   t.equal(n.deadLetters.subject('org_1'), 'P1.dlq.org_1');
-  t.equal(n.billable.subject('org_1'), 'P1.billable.org_1');
+  t.equal(n.billableParts.subject(3, 'org_1'), 'P1.billable-p.3.org_1');
   t.equal(n.billingRows.subject('org_1'), 'P1.billing-rows.org_1');
   t.equal(n.events.subject('org_1', 'test', 'billing-invoice-paid'), 'P1.events.org_1.test.billing-invoice-paid');
   t.equal(n.deliveries.subject('org_1', 'live'), 'P1.deliveries.org_1.live');

@@ -29,7 +29,7 @@
  *                     reads: pinnedConfig) — then the same with `done: true` once committed.
  *                     Every message of partition k up to the done pin's `last` is committed.
  *   st.<org>.<mode>, pin   the former layout (one state per organization and mode, one pin):
- *                     read in place, never written (customer-state.ts, routeFormer). A pin.<k>
+ *                     read in place, never written (customer-state.ts). A pin.<k>
  *                     of the one-message form ({seq, orgId, mode, revisions, config}) is read
  *                     as a group of one.
  *
@@ -125,11 +125,11 @@ import { parseDecimal, sum, toCanonicalString } from '../decimal.js';
 import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupLookups, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
-import { CustomerStates, formerStateKey, type CustomerEntry, type ReadStates } from './customer-state.js';
+import { CustomerStates, type CustomerEntry, type ReadStates } from './customer-state.js';
 import { pinKey } from './pins.js';
 import { pullLoop } from './pull.js';
 import { StateCache, knownOf, type Known, type ReadKnown } from './state-cache.js';
-import { stringEnd, type BillablePartitioner } from './partition.js';
+import { stringEnd } from './partition.js';
 import type { Mode } from '../../shared/mode.js';
 import { workerTask, type WorkerPool } from '../../shared/worker-pool.js';
 
@@ -550,40 +550,6 @@ export class BillingEvaluator {
       waitMs: WAIT_MS,
       partition: k,
     });
-  }
-
-  /**
-   * Re-routes what a former version left on the single-lane stream (`<P>_BILLABLE`, consumer
-   * `billing`) into the partitions, and returns once that consumer has nothing left. Run on
-   * start before the pipeline publishes anything, so a customer's older signals enter its
-   * partition before its newer ones. A message the former document already records
-   * (`lastSeq` ≥ its sequence: committed before a crash lost its ack) is only acked.
-   */
-  async routeFormer(partitioner: BillablePartitioner): Promise<number> {
-    const { billable } = this.nats.topology;
-    let routed = 0;
-    const consumer = await this.nats.js.consumers.get(billable.stream, billable.consumer);
-    for (;;) {
-      const info = await this.nats.jsm.consumers.info(billable.stream, billable.consumer);
-      if (info.num_pending === 0 && info.num_ack_pending === 0) return routed;
-      if (info.num_pending === 0) {
-        // Held by another process (it routes it): wait for it.
-        await new Promise((r) => setTimeout(r, 200));
-        continue;
-      }
-      const batch = await consumer.fetch({ max_messages: 1, expires: 1_000 });
-      for await (const m of batch) {
-        const { orgId, mode, batchId } = headersOf(m);
-        const former = await this.state.get(formerStateKey(orgId, mode));
-        const lastSeq = former && former.operation === 'PUT' && former.length > 0 ? (former.json() as { lastSeq: number }).lastSeq : 0;
-        if (lastSeq < m.seq) {
-          const lines = Buffer.from(m.data).toString('utf8').split('\n').filter((l) => l !== '');
-          await partitioner.publish({ orgId, mode, batchId }, lines, this.opts.publishTimeoutMs);
-          routed++;
-        }
-        m.ack();
-      }
-    }
   }
 
   /** Takes a message of a partition into its lane. */

@@ -11,9 +11,6 @@
  *                 at a time, oldest first, in stream order, whichever pipeline processes hold
  *                 them (consumer.ts), so a customer's balances and period totals have
  *                 exactly one writer at a time; partitions run in parallel.
- *   billable      the former single lane (subject <P>.billable.<org>, consumer `billing`):
- *                 what an older version left there is re-routed into the partitions on start
- *                 (consumer.ts, routeFormer).
  *   events        the bus of billing events, subject <P>.events.<org>.<mode>.<event>,
  *                 Nats-Msg-Id = the deterministic event id (one copy per event), kept 30
  *                 days; the webhook dispatcher reads it.
@@ -52,7 +49,6 @@ export async function ensureBillingStreams(nats: Nats, state: KV, ackWaitMs: num
     ensure(nats, { existing: 'keep', stream: { name: s.stream, subjects: [s.subjects], storage: StorageType.File, ...config } });
   // A batch (or a batch's part) re-published after a pipeline crash (same Nats-Msg-Id) is stored once.
   const workQueue = { retention: RetentionPolicy.Workqueue, max_msg_size: nats.maxPayload, duplicate_window: DAY_MS * NS_PER_MS };
-  await keep(t.billable, workQueue);
   await keep(t.billableParts, workQueue);
   await keep(t.events, {
     retention: RetentionPolicy.Limits,
@@ -67,7 +63,6 @@ export async function ensureBillingStreams(nats: Nats, state: KV, ackWaitMs: num
   // Every billing consumer takes BILLING_ACK_WAIT_MS; an existing consumer is updated to it.
   const consumer = { ack_policy: AckPolicy.Explicit, ack_wait: ackWaitMs * NS_PER_MS, max_deliver: -1 };
   await ensure(nats, { of: t.billingRows.stream, consumer: { ...consumer, durable_name: t.billingRows.consumer, max_ack_pending: 1_000 } });
-  await ensure(nats, { of: t.billable.stream, consumer: { ...consumer, durable_name: t.billable.consumer, max_ack_pending: 1 } });
   for (let k = 0; k < p; k++) {
     await ensure(nats, {
       of: t.billableParts.stream,
