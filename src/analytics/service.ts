@@ -18,7 +18,13 @@
  * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
  * cancels the query, the embedded engine's host process is killed and restarted). A last
  * watchdog answers 408 at the deadline + 0.9 s whatever stage the request is in. The slot and
- * the place are held until the engine is done with the statement.
+ * the place are held until the engine is done with the statement. The engine is told whose
+ * statement it runs, so that ending the embedded engine's work for one organization's
+ * runaway costs the others only a second run (src/store/hosted/index.ts).
+ *
+ * A result's rows take at most MAX_RESULT_BYTES of JSON: the engine's output is read no
+ * further than that (the rest is never held by the service) and cut at the last whole row,
+ * flagged `meta.truncated` with `truncatedBy: "bytes"` (result.ts).
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
 import { analyticsLog as log } from '../log.js';
@@ -27,11 +33,11 @@ import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';
 import type { Reply, Request } from '../http/route.js';
 import { parseJson } from '../http/json.js';
-import type { AnalyticsEngine, QuerySettings } from '../store/engine.js';
+import { WorkEnded, type AnalyticsEngine, type QuerySettings } from '../store/engine.js';
 import { apiErrorFor } from './engine-error.js';
 import { toEngineError } from '../store/engine-error.js';
 import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
-import { MAX_ROWS, shapeResult } from './result.js';
+import { MAX_OUTPUT_BYTES, MAX_RESULT_BYTES, MAX_ROWS, shapeResult } from './result.js';
 import { FairQueue } from './fair-queue.js';
 import { engineUnreachable } from './unreachable.js';
 import { NO_PUSHDOWN_SETTINGS, VIEW_NAMES, VIEW_SCHEMAS, schemaDocument } from '../store/views.js';
@@ -94,8 +100,10 @@ export class AnalyticsService {
     // In process and well under a millisecond: a refused query never takes a slot.
     const sql = this.compileFor(text, p);
     return this.withSlot(p, async (track) => {
+      const started = performance.now();
       const out = await this.execute(sql, p, track);
-      return { status: 200, body: shapeResult(out, MAX_ROWS).body, headers: JSON_HEADERS };
+      const wallMs = Math.round((performance.now() - started) * 1e3) / 1e3;
+      return { status: 200, body: shapeResult(out, MAX_ROWS, MAX_RESULT_BYTES, wallMs).body, headers: JSON_HEADERS };
     });
   }
 
@@ -103,8 +111,8 @@ export class AnalyticsService {
     await this.takeToken(p);
     return this.withSlot(p, async (track) => {
       const out = await this.execute(printScoped(this.metadata, { orgId: p.org.id, mode: p.mode }, this.opts.analyticsDatabase), p, track);
-      const parsed = JSON.parse(out.toString('utf8')) as { data: [string, string, string | number, string][] };
-      const paths = parsed.data.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
+      const parsed = JSON.parse(shapeResult(out, MAX_ROWS, MAX_RESULT_BYTES).body.toString('utf8')) as { rows: [string, string, string | number, string][] };
+      const paths = parsed.rows.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
       return { status: 200, body: { paths } };
     });
   }
@@ -132,7 +140,10 @@ export class AnalyticsService {
     const left = track.deadline - Date.now();
     if (left <= 0) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit');
     const stop = new AbortController();
-    const run = this.engine.select(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal);
+    const run = this.engine.select(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal, {
+      tenant: p.org.id,
+      maxBytes: MAX_OUTPUT_BYTES,
+    });
     track(run);
     let timer: NodeJS.Timeout | undefined;
     const watchdog = new Promise<never>((_, reject) => {
@@ -149,6 +160,7 @@ export class AnalyticsService {
       return await Promise.race([run, watchdog]);
     } catch (err) {
       if (err instanceof ApiError) throw err;
+      if (err instanceof WorkEnded) throw new ApiError('QUERY_TIMEOUT', `the query was stopped: ${err.message}`);
       // Ended by the watchdog: whatever the engine call says now (a broken connection), it is the timeout.
       if (stop.signal.aborted) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
       if (engineUnreachable(err)) {

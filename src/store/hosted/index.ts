@@ -4,9 +4,20 @@
  * per host generation (each launch has its own port and passwords).
  *
  * What a host restart means to each caller:
- * - Analytics reads are read-only: one that fails because the host died under it (killed for
- *   another statement's runaway, or crashed) is run once more on the next generation,
- *   within its own deadline. The statement whose deadline passed is not run again.
+ * - Analytics reads are read-only. The host holds every organization's statements, and the
+ *   only way to stop one the engine does not stop itself is to end the host, so one
+ *   organization's runaway would end everyone's work. Each analytics statement carries its
+ *   organization (`tenant`), and the generation killed at a deadline remembers whose it was:
+ *   - another organization's statement the host died under is run again on the next
+ *     generation, as often as it takes, within its own deadline;
+ *   - the same organization's other statements are not run again: they end with WorkEnded
+ *     (the API answers 408), or they would run to their own deadlines and end the next
+ *     generation too (measured: four runaways started a second apart killed the host three
+ *     times and answered another organization 503);
+ *   - the organization is held to one statement at a time in the engine for QUARANTINE_MS
+ *     after each kill it caused, so it can end the host's work at most once per deadline.
+ *   A statement whose deadline passed is not run again.
+ *   A crash (no deadline kill) is like another organization's kill: everything is run again.
  * - The pipeline's reads (existing ids, counts) likewise run once more.
  * - Inserts are never repeated here: an insert the host died under may or may not have
  *   landed, so the error goes back to the pipeline, which naks the batches; the redelivery's
@@ -22,7 +33,7 @@
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
-import type { AnalyticsEngine, QuerySettings } from '../engine.js';
+import { WorkEnded, type AnalyticsEngine, type QuerySettings, type SelectOptions } from '../engine.js';
 import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
@@ -33,6 +44,9 @@ export const WRITER_SESSIONS = 2;
 
 /** How long a caller waits for the host to come back before the call fails. */
 const WAIT_FOR_HOST_MS = 15_000;
+
+/** How long an organization whose statement made the host be killed runs one statement at a time. */
+export const QUARANTINE_MS = 5 * 60_000;
 
 /** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
 function lostHost(err: unknown): boolean {
@@ -46,6 +60,12 @@ export class HostedStore implements Store {
   readonly analytics: AnalyticsEngine;
   readonly supervisor: EngineHostSupervisor;
   private readonly stores = new Map<number, ClickHouseStore>();
+  /** Generation → the organization whose statement's deadline killed it. */
+  private readonly killedFor = new Map<number, string>();
+  /** Organization → end of its quarantine (ms since the epoch). */
+  private readonly quarantined = new Map<string, number>();
+  /** Organization in quarantine → the tail of its one-at-a-time queue. */
+  private readonly solo = new Map<string, Promise<void>>();
 
   constructor(private readonly cfg: Config) {
     this.supervisor = new EngineHostSupervisor({
@@ -56,7 +76,8 @@ export class HostedStore implements Store {
       fault: cfg.engineHostFault,
     });
     this.analytics = {
-      select: (sql: string, settings: QuerySettings, stop?: AbortSignal) => this.read((s, g) => this.stoppable(g, stop, (signal) => s.analytics.select(sql, settings, signal)), stop),
+      select: (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) =>
+        this.tenantRead(opts?.tenant, stop, (s, g) => this.stoppable(g, stop, opts?.tenant, (signal) => s.analytics.select(sql, settings, signal, opts))),
     };
   }
 
@@ -83,15 +104,67 @@ export class HostedStore implements Store {
   }
 
   /** Runs a statement whose deadline, once `stop` aborts, ends the host generation running it. */
-  private async stoppable<T>(g: Generation, stop: AbortSignal | undefined, call: (signal?: AbortSignal) => Promise<T>): Promise<T> {
+  private async stoppable<T>(g: Generation, stop: AbortSignal | undefined, tenant: string | undefined, call: (signal?: AbortSignal) => Promise<T>): Promise<T> {
     if (!stop) return call();
     if (stop.aborted) throw new Error('stopped before it ran');
-    const kill = (): void => void this.supervisor.kill(g.n, 'an analytics statement ran past its deadline');
+    const kill = (): void => {
+      // Recorded before the kill: the statements the host dies under read it when their calls fail.
+      if (tenant !== undefined && this.supervisor.serving?.n === g.n) {
+        this.killedFor.set(g.n, tenant);
+        this.quarantined.set(tenant, Date.now() + QUARANTINE_MS);
+        void g.exited.then(() => setTimeout(() => this.killedFor.delete(g.n), 60_000).unref());
+      }
+      void this.supervisor.kill(g.n, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
+    };
     stop.addEventListener('abort', kill, { once: true });
     try {
       return await call();
     } finally {
       stop.removeEventListener('abort', kill);
+    }
+  }
+
+  /**
+   * An analytics read for `tenant` (see the top of this file): one at a time while the tenant
+   * is in quarantine; run again on the next generation each time the host dies under it,
+   * unless the tenant's own statement had it killed.
+   */
+  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+    if (tenant === undefined || !stop) return this.read(call, stop);
+    const until = this.quarantined.get(tenant);
+    if (until !== undefined && until <= Date.now()) this.quarantined.delete(tenant);
+    if (!this.quarantined.has(tenant)) return this.runAgainUnlessOwn(tenant, stop, call);
+    // In quarantine: after the tenant's statement before this one has ended (or this one's deadline passed).
+    const before = this.solo.get(tenant) ?? Promise.resolve();
+    let done!: () => void;
+    const mine = new Promise<void>((r) => (done = r));
+    const tail = before.then(() => mine);
+    this.solo.set(tenant, tail);
+    try {
+      await Promise.race([before, new Promise<void>((r) => stop.addEventListener('abort', () => r(), { once: true }))]);
+      if (stop.aborted) throw new Error('stopped before it ran');
+      return await this.runAgainUnlessOwn(tenant, stop, call);
+    } finally {
+      done();
+      if (this.solo.get(tenant) === tail) this.solo.delete(tenant);
+    }
+  }
+
+  private async runAgainUnlessOwn<T>(tenant: string, stop: AbortSignal, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+    for (;;) {
+      const g = await this.supervisor.current(WAIT_FOR_HOST_MS);
+      if (stop.aborted) throw new Error('stopped before it ran');
+      try {
+        return await call(this.storeFor(g), g);
+      } catch (err) {
+        if (stop.aborted || !lostHost(err)) throw err;
+        const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
+        if (!gone) throw err;
+        if (this.killedFor.get(g.n) === tenant) {
+          throw new WorkEnded('another statement of this organization ran past its deadline, and the engine work it shared was ended');
+        }
+        // Another organization's runaway, or a crash: run it again, within its own deadline.
+      }
     }
   }
 
