@@ -9,6 +9,8 @@
  * arrive cut at the store's byte limit (MAX_OUTPUT_BYTES, no tail): then its whole lines
  * are the rows, and the result is flagged as cut by bytes.
  */
+import { ApiError } from '../errors.js';
+
 export const MAX_ROWS = 10_000;
 
 /**
@@ -92,7 +94,14 @@ export function shapeResult(out: Buffer, maxRows = MAX_ROWS, maxBytes = MAX_RESU
       return build(head.meta, Buffer.alloc(0), 0, 'bytes', maxRows, maxBytes, elapsedMs);
     }
   }
-  const all = JSON.parse(out.toString('utf8')) as { meta: Column[]; data: unknown[][] } & Tail;
+  let all: { meta: Column[]; data: unknown[][] } & Tail;
+  try {
+    all = JSON.parse(out.toString('utf8')) as typeof all;
+  } catch (err) {
+    // Only an output cut by the store before its rows began: the head alone passed the room left for it.
+    if (open === -1 && out.length > maxBytes) throw new ApiError('QUERY_FAILED', "the result's column names and types take more than 1 MiB; name the columns with shorter aliases");
+    throw err;
+  }
   const kept: string[] = [];
   let bytes = 0;
   let by: Cut = null;

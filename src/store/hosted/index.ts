@@ -16,8 +16,9 @@
  *     times and answered another organization 503);
  *   - the organization is held to one statement at a time in the engine for QUARANTINE_MS
  *     after each kill it caused, so it can end the host's work at most once per deadline.
- *   A statement whose deadline passed is not run again.
- *   A crash (no deadline kill) is like another organization's kill: everything is run again.
+ *   A statement whose deadline passed is not run again. After a crash (a death without a
+ *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
+ *   that crashes the host must not end host after host.
  * - The pipeline's reads (existing ids, counts) likewise run once more.
  * - Inserts are never repeated here: an insert the host died under may or may not have
  *   landed, so the error goes back to the pipeline, which naks the batches; the redelivery's
@@ -151,6 +152,10 @@ export class HostedStore implements Store {
   }
 
   private async runAgainUnlessOwn<T>(tenant: string, stop: AbortSignal, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+    // A host that died without a deadline kill may have died of this very statement (a crash):
+    // run again after one such death only, as before, or a crashing statement would end host
+    // after host until its deadline.
+    let crashes = 0;
     for (;;) {
       const g = await this.supervisor.current(WAIT_FOR_HOST_MS);
       if (stop.aborted) throw new Error('stopped before it ran');
@@ -160,10 +165,10 @@ export class HostedStore implements Store {
         if (stop.aborted || !lostHost(err)) throw err;
         const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
         if (!gone) throw err;
-        if (this.killedFor.get(g.n) === tenant) {
-          throw new WorkEnded('another statement of this organization ran past its deadline, and the engine work it shared was ended');
-        }
-        // Another organization's runaway, or a crash: run it again, within its own deadline.
+        const by = this.killedFor.get(g.n);
+        if (by === tenant) throw new WorkEnded('another statement of this organization ran past its deadline, and the engine work it shared was ended');
+        if (by === undefined && ++crashes > 1) throw err;
+        // Another organization's runaway (or a first crash): run it again, within its own deadline.
       }
     }
   }
