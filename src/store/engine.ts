@@ -17,6 +17,12 @@ export interface SelectOptions {
    * engine is told to stop. Unset: all of it.
    */
   maxBytes?: number;
+  /**
+   * Called when another organization's statement ended the engine work this statement had
+   * done (the embedded engine's host was killed at that statement's deadline) and it is run
+   * again: the milliseconds that work took, plus the host's restart allowance.
+   */
+  lost?: (ms: number) => void;
 }
 
 /**
