@@ -467,7 +467,7 @@ const DOCUMENT = {
             'INVALID_JSON', 'INVALID_BODY', 'INVALID_QUERY', 'MULTIPLE_STATEMENTS', 'NOT_A_SELECT', 'CLAUSE_NOT_ALLOWED', 'QUERY_FAILED',
           ]),
           403: error('The query names something outside the analytics views: another table or database, system tables, a table function.', ['FORBIDDEN']),
-          408: error('The query ran past the execution time limit (30 s) and was stopped.', ['QUERY_TIMEOUT']),
+          408: error('The query ran past the execution time limit (30 s) and was stopped, or another query of the same organization did and the engine work they shared was ended.', ['QUERY_TIMEOUT']),
           413: error('Body larger than 256 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
           ...analyticsCommon,
         },
