@@ -10,14 +10,16 @@
  *   organization (`tenant`), and the generation killed at a deadline remembers whose it was:
  *   - another organization's statement the host died under is run again on the next
  *     generation, as often as it takes, within its own deadline; the time the kill cost it
- *     (its work so far and a restart allowance) is given back to that deadline (`lost`; the
- *     analytics service gives back at most one time limit in all);
+ *     (its work so far and the wait for the next host) is given back to that deadline
+ *     (`lost`; the analytics service gives back at most one time limit in all), and so is the
+ *     wait of a statement that arrived while that host restarted;
  *   - the same organization's other statements are not run again: they end with WorkEnded
  *     (the API answers 408), or they would run to their own deadlines and end the next
  *     generation too (measured: four runaways started a second apart killed the host three
  *     times and answered another organization 503);
  *   - the organization is held to one statement at a time in the engine for QUARANTINE_MS
- *     after each kill it caused, so it can end the host's work at most once per deadline.
+ *     after each kill it caused, so it can end the host's work at most once per deadline,
+ *     and its statements' engine threads run at the lowest CPU priority meanwhile.
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -48,11 +50,22 @@ export const WRITER_SESSIONS = 2;
 /** How long a caller waits for the host to come back before the call fails. */
 const WAIT_FOR_HOST_MS = 15_000;
 
-/** What a statement of another organization is given back for the host's restart after a kill (measured 0.3–0.7 s; more on a loaded machine). */
+/**
+ * What a statement of another organization is given back at once for the host's restart
+ * after a kill (measured 0.3–0.7 s on a quiet machine, ~2 s at a load of 20 on 2 cores); a
+ * longer wait for the next host is given back when it ends.
+ */
 const RESTART_ALLOWANCE_MS = 1_500;
 
 /** How long an organization whose statement made the host be killed runs one statement at a time. */
 export const QUARANTINE_MS = 5 * 60_000;
+
+/**
+ * The engine's threads for a quarantined organization's statement run at this nice value
+ * (`os_thread_priority`). Measured on one core, two 5.8 s statements at once: the normal one
+ * took 5.2 s beside a niced one (10.2 s), so a runaway held there leaves the CPU to others.
+ */
+const QUARANTINE_NICE = 19;
 
 /** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
 function lostHost(err: unknown): boolean {
@@ -82,8 +95,11 @@ export class HostedStore implements Store {
       fault: cfg.engineHostFault,
     });
     this.analytics = {
-      select: (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) =>
-        this.tenantRead(opts?.tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, opts?.tenant, (signal) => s.analytics.select(sql, settings, signal, opts))),
+      select: (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
+        // A quarantined organization's statements also yield the CPU to everyone else's.
+        const run = opts?.tenant !== undefined && this.inQuarantine(opts.tenant) ? { ...settings, os_thread_priority: QUARANTINE_NICE } : settings;
+        return this.tenantRead(opts?.tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, opts?.tenant, (signal) => s.analytics.select(sql, run, signal, opts)));
+      },
     };
   }
 
@@ -135,11 +151,15 @@ export class HostedStore implements Store {
    * is in quarantine; run again on the next generation each time the host dies under it,
    * unless the tenant's own statement had it killed.
    */
-  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, lost: ((ms: number) => void) | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
-    if (tenant === undefined || !stop) return this.read(call, stop);
+  private inQuarantine(tenant: string): boolean {
     const until = this.quarantined.get(tenant);
     if (until !== undefined && until <= Date.now()) this.quarantined.delete(tenant);
-    if (!this.quarantined.has(tenant)) return this.runAgainUnlessOwn(tenant, stop, lost, call);
+    return this.quarantined.has(tenant);
+  }
+
+  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, lost: ((ms: number) => void) | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+    if (tenant === undefined || !stop) return this.read(call, stop);
+    if (!this.inQuarantine(tenant)) return this.runAgainUnlessOwn(tenant, stop, lost, call);
     // In quarantine: after the tenant's statement before this one has ended (or this one's deadline passed).
     const before = this.solo.get(tenant) ?? Promise.resolve();
     let done!: () => void;
@@ -162,8 +182,16 @@ export class HostedStore implements Store {
     // run again after one such death only, as before, or a crashing statement would end host
     // after host until its deadline.
     let crashes = 0;
+    // Of the restart allowance given back when the work was lost, what the wait has not used.
+    let prepaid = 0;
     for (;;) {
+      const waitFrom = Date.now();
       const g = await this.supervisor.current(WAIT_FOR_HOST_MS);
+      const waited = Date.now() - waitFrom;
+      // Waiting for a host that another organization's runaway ended is not this statement's time either.
+      const endedBy = this.killedFor.get(g.n - 1);
+      if (waited > prepaid + 20 && endedBy !== undefined && endedBy !== tenant) lost?.(waited - prepaid);
+      prepaid = 0;
       if (stop.aborted) throw new Error('stopped before it ran');
       const began = Date.now();
       try {
@@ -177,7 +205,10 @@ export class HostedStore implements Store {
         if (by === undefined && ++crashes > 1) throw err;
         // Another organization's runaway: the time it cost is given back to this statement's
         // deadline (by the caller, within its bounds), with an allowance for the restart.
-        if (by !== undefined) lost?.(Date.now() - began + RESTART_ALLOWANCE_MS);
+        if (by !== undefined) {
+          lost?.(Date.now() - began + RESTART_ALLOWANCE_MS);
+          prepaid = RESTART_ALLOWANCE_MS;
+        }
         // Run it again (also after a first crash), within its own deadline.
       }
     }
