@@ -20,9 +20,9 @@
  *   - the organization is held to one statement at a time in the engine for QUARANTINE_MS
  *     after each kill it caused, so it can end the host's work at most once per deadline,
  *     and its statements' engine threads run at the lowest CPU priority meanwhile.
- *   An organization's statements that start while another of its own runs get a lower CPU
- *   priority too (nice 10), so one organization's several long statements do not starve
- *   another's on a small machine.
+ *   An organization's statements that start while one of its own has run for a second or
+ *   more get a lower CPU priority too (nice 10), so one organization's several long
+ *   statements do not starve another's short ones on a small machine.
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -70,8 +70,9 @@ export const QUARANTINE_MS = 5 * 60_000;
  */
 const QUARANTINE_NICE = 19;
 
-/** The nice value of an organization's statements that start while another of its own runs. */
+/** The nice value of an organization's statements that start while one of its own has run LONG_MS or more. */
 const CROWD_NICE = 10;
+const LONG_MS = 1_000;
 
 /** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
 function lostHost(err: unknown): boolean {
@@ -89,8 +90,8 @@ export class HostedStore implements Store {
   private readonly killedFor = new Map<number, string>();
   /** Organization → end of its quarantine (ms since the epoch). */
   private readonly quarantined = new Map<string, number>();
-  /** Organization → its analytics statements in this store now. */
-  private readonly running = new Map<string, number>();
+  /** Organization → when each of its analytics statements in this store now started. */
+  private readonly running = new Map<string, number[]>();
   /** Organization in quarantine → the tail of its one-at-a-time queue. */
   private readonly solo = new Map<string, Promise<void>>();
 
@@ -106,18 +107,19 @@ export class HostedStore implements Store {
       select: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
-        // An organization's first statement in the engine runs at normal CPU priority; the ones
-        // it runs beside it, and all of a quarantined organization's, yield the CPU to others.
-        const running = this.running.get(tenant) ?? 0;
-        const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : running > 0 ? CROWD_NICE : 0;
+        // Statements started beside a long one of the same organization, and all of a
+        // quarantined organization's, yield the CPU to others.
+        const started = this.running.get(tenant) ?? [];
+        const now = Date.now();
+        const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
         const run = nice > 0 ? { ...settings, os_thread_priority: nice } : settings;
-        this.running.set(tenant, running + 1);
+        started.push(now);
+        this.running.set(tenant, started);
         try {
           return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => s.analytics.select(sql, run, signal, opts)));
         } finally {
-          const n = (this.running.get(tenant) ?? 1) - 1;
-          if (n > 0) this.running.set(tenant, n);
-          else this.running.delete(tenant);
+          started.splice(started.indexOf(now), 1);
+          if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
         }
       },
     };
