@@ -709,7 +709,7 @@ const DOCUMENT = {
       post: {
         summary: 'Experimental: run one read-only SELECT (or WITH … SELECT) over the analytics views, scoped to the caller',
         description:
-          'Outside the v2 compatibility guarantee. Only the views of GET /api/v2/analytics/schema can be read; results are cut at 10,000 rows (meta.truncated); 64-bit and wider integers and decimals are JSON strings (exact); NaN and ±Inf are null; execution is limited to 30 s (408).',
+          'Outside the v2 compatibility guarantee. Only the views of GET /api/v2/analytics/schema can be read; results are cut at 10,000 rows and at 16 MiB (16,777,216 bytes) of row JSON, at the last whole row (meta.truncated, meta.truncatedBy, meta.limit); 64-bit and wider integers and decimals are JSON strings (exact); NaN and ±Inf are null; execution is limited to 30 s (408).',
         security: [{ apiKey: [] }],
         requestBody: {
           required: true,
@@ -727,7 +727,9 @@ const DOCUMENT = {
                   type: 'object',
                   required: ['truncated', 'rowCount'],
                   properties: {
-                    truncated: { type: 'boolean', description: 'More than 10,000 rows existed; the first 10,000 are returned.' },
+                    truncated: { type: 'boolean', description: 'The result was cut: more than 10,000 rows existed, or its rows took more than 16 MiB of JSON; the rows before the cut are returned.' },
+                    truncatedBy: { type: 'string', enum: ['rows', 'bytes'], description: 'Only when truncated: which limit cut the result.' },
+                    limit: { type: 'integer', description: 'Only when truncated: the limit that cut it (10000 rows, or 16777216 bytes).' },
                     rowCount: { type: 'integer' },
                     elapsedMs: { type: 'number', description: "The engine's execution time." },
                   },
@@ -740,7 +742,7 @@ const DOCUMENT = {
             'INVALID_JSON', 'INVALID_BODY', 'INVALID_QUERY', 'MULTIPLE_STATEMENTS', 'NOT_A_SELECT', 'CLAUSE_NOT_ALLOWED', 'QUERY_FAILED',
           ]),
           403: error('The query names something outside the analytics views: another table or database, system tables, a table function.', ['FORBIDDEN']),
-          408: error('The query ran past the execution time limit (30 s) and was stopped.', ['QUERY_TIMEOUT']),
+          408: error('The query ran past the execution time limit (30 s) and was stopped, or another query of the same organization did and the engine work they shared was ended.', ['QUERY_TIMEOUT']),
           413: error('Body larger than 256 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
           ...analyticsCommon,
         },

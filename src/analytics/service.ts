@@ -21,7 +21,14 @@
  * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
  * cancels the query, the embedded engine's host process is killed and restarted). A last
  * watchdog answers 408 at the deadline + 0.9 s whatever stage the request is in. The slot and
- * the place are held until the engine is done with the statement.
+ * the place are held until the engine is done with the statement. The engine is told whose
+ * statement it runs, so that ending the embedded engine's work for one organization's
+ * runaway costs the others only a second run (src/store/hosted/index.ts), and the time that
+ * cost them is given back to their deadlines (at most one time limit per request in all).
+ *
+ * A result's rows take at most MAX_RESULT_BYTES of JSON: the engine's output is read no
+ * further than that (the rest is never held by the service) and cut at the last whole row,
+ * flagged `meta.truncated` with `truncatedBy: "bytes"` (result.ts).
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
 import { analyticsLog as log } from '../log.js';
@@ -30,11 +37,11 @@ import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';
 import type { Reply, Request } from '../http/route.js';
 import { parseJson } from '../http/json.js';
-import type { AnalyticsEngine, QuerySettings } from '../store/engine.js';
+import { WorkEnded, type AnalyticsEngine, type QuerySettings } from '../store/engine.js';
 import { apiErrorFor } from './engine-error.js';
 import { toEngineError } from '../store/engine-error.js';
 import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
-import { MAX_ROWS, shapeResult } from './result.js';
+import { MAX_OUTPUT_BYTES, MAX_RESULT_BYTES, MAX_ROWS, shapeResult } from './result.js';
 import { FairQueue } from './fair-queue.js';
 import { CompileGate } from './compile-gate.js';
 import { engineUnreachable } from './unreachable.js';
@@ -59,8 +66,12 @@ export const STOP_GRACE_MS = 500;
 /** How long the watchdog waits, after ending the work, for the engine call to settle before it answers. */
 const STOP_SETTLE_MS = 300;
 
-/** Hands each engine call of a request to withSlot (which keeps its slot until the call settled); knows the deadline. */
-type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: number };
+/**
+ * Hands each engine call of a request to withSlot (which keeps its slot until the call
+ * settled); knows the deadline, which `giveBack` moves later (up to the request's time limit
+ * in all) when another organization's runaway cost this request its engine work.
+ */
+type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: number; giveBack(ms: number): number };
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -99,8 +110,10 @@ export class AnalyticsService {
     // In process, metered per organization by the compile gate: a refused query never takes a slot.
     const sql = await this.compileFor(text, p);
     return this.withSlot(p, async (track) => {
+      const started = performance.now();
       const out = await this.execute(sql, p, track);
-      return { status: 200, body: shapeResult(out, MAX_ROWS).body, headers: JSON_HEADERS };
+      const wallMs = Math.round((performance.now() - started) * 1e3) / 1e3;
+      return { status: 200, body: shapeResult(out, MAX_ROWS, MAX_RESULT_BYTES, wallMs).body, headers: JSON_HEADERS };
     });
   }
 
@@ -108,8 +121,8 @@ export class AnalyticsService {
     await this.takeToken(p);
     return this.withSlot(p, async (track) => {
       const out = await this.execute(printScoped(this.metadata, { orgId: p.org.id, mode: p.mode }, this.opts.analyticsDatabase), p, track);
-      const parsed = JSON.parse(out.toString('utf8')) as { data: [string, string, string | number, string][] };
-      const paths = parsed.data.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
+      const parsed = JSON.parse(shapeResult(out, MAX_ROWS, MAX_RESULT_BYTES).body.toString('utf8')) as { rows: [string, string, string | number, string][] };
+      const paths = parsed.rows.map(([path, type, n, last]) => ({ path, type, signals: Number(n), lastSeenAt: `${last.replace(' ', 'T')}Z` }));
       return { status: 200, body: { paths } };
     });
   }
@@ -142,23 +155,36 @@ export class AnalyticsService {
     const left = track.deadline - Date.now();
     if (left <= 0) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit');
     const stop = new AbortController();
-    const run = this.engine.select(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal);
-    track(run);
     let timer: NodeJS.Timeout | undefined;
+    let arm = (): void => undefined;
+    const run = this.engine.select(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal, {
+      tenant: p.org.id,
+      maxBytes: MAX_OUTPUT_BYTES,
+      // The work another organization's runaway ended is not this request's time.
+      lost: (ms) => {
+        if (track.giveBack(ms) > 0) arm();
+      },
+    });
+    track(run);
     const watchdog = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => {
-        // End the work, and give the engine call a moment to settle so that the slot is free
-        // by the time the caller reads the 408.
-        stop.abort();
-        const answer = (): void => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
-        const settle = setTimeout(answer, STOP_SETTLE_MS);
-        run.then(answer, answer).finally(() => clearTimeout(settle));
-      }, left + STOP_GRACE_MS);
+      arm = () => {
+        clearTimeout(timer);
+        timer = setTimeout(() => {
+          // End the work, and give the engine call a moment to settle so that the slot is free
+          // by the time the caller reads the 408.
+          stop.abort();
+          const answer = (): void => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
+          const settle = setTimeout(answer, STOP_SETTLE_MS);
+          run.then(answer, answer).finally(() => clearTimeout(settle));
+        }, Math.max(0, track.deadline - Date.now()) + STOP_GRACE_MS);
+      };
+      arm();
     });
     try {
       return await Promise.race([run, watchdog]);
     } catch (err) {
       if (err instanceof ApiError) throw err;
+      if (err instanceof WorkEnded) throw new ApiError('QUERY_TIMEOUT', `the query was stopped: ${err.message}`);
       // Ended by the watchdog: whatever the engine call says now (a broken connection), it is the timeout.
       if (stop.signal.aborted) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped');
       if (engineUnreachable(err)) {
@@ -191,7 +217,8 @@ export class AnalyticsService {
    * engine call `body` tracked has settled. The deadline starts now.
    */
   private async withSlot(p: Principal, body: (track: Tracker) => Promise<Reply>): Promise<Reply> {
-    const deadline = Date.now() + this.opts.timeoutMs;
+    let deadline = Date.now() + this.opts.timeoutMs;
+    let givenBack = 0;
     let slot;
     try {
       slot = await this.slots.acquire(p.org.id, p.mode, p.org.limits.analyticsConcurrency);
@@ -210,24 +237,40 @@ export class AnalyticsService {
     const engineCalls: Promise<unknown>[] = [];
     let outstanding = 0;
     const settled = (): void => void outstanding--;
-    const track = Object.assign(
+    // Whatever stage the request is in (compiling, waiting for the engine host to come back,
+    // running), it answers by the deadline + 1 s: the engine calls' own watchdog answers at
+    // + 0.8 s at the latest, and this one covers everything else.
+    let overall: NodeJS.Timeout | undefined;
+    let rearm = (): void => undefined;
+    const latest = new Promise<never>((_, reject) => {
+      rearm = () => {
+        clearTimeout(overall);
+        overall = setTimeout(
+          () => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped')),
+          Math.max(0, deadline + STOP_GRACE_MS + STOP_SETTLE_MS + 100 - Date.now()),
+        );
+      };
+      rearm();
+    });
+    const track: Tracker = Object.assign(
       (e: Promise<unknown>) => {
         outstanding++;
         e.then(settled, settled);
         engineCalls.push(e);
       },
-      { deadline },
+      {
+        get deadline() {
+          return deadline;
+        },
+        giveBack: (ms: number): number => {
+          const give = Math.max(0, Math.min(ms, this.opts.timeoutMs - givenBack));
+          givenBack += give;
+          deadline += give;
+          if (give > 0) rearm();
+          return give;
+        },
+      },
     );
-    // Whatever stage the request is in (compiling, waiting for the engine host to come back,
-    // running), it answers by the deadline + 1 s: the engine calls' own watchdog answers at
-    // + 0.8 s at the latest, and this one covers everything else.
-    let overall: NodeJS.Timeout | undefined;
-    const latest = new Promise<never>((_, reject) => {
-      overall = setTimeout(
-        () => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped')),
-        Math.max(0, deadline + STOP_GRACE_MS + STOP_SETTLE_MS + 100 - Date.now()),
-      );
-    });
     try {
       return await Promise.race([body(track), latest]);
     } finally {

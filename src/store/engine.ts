@@ -4,6 +4,39 @@
  */
 export type QuerySettings = Record<string, string | number>;
 
+/** Who runs a statement, and how much of its output to take. */
+export interface SelectOptions {
+  /**
+   * The organization the statement runs for: the embedded engine's host tells apart whose
+   * deadline ended the host's work (src/store/hosted/index.ts).
+   */
+  tenant?: string;
+  /**
+   * Take at most about this many bytes of output (at least this many when there are): past
+   * it the output is cut where it stands (the JSON document is then incomplete) and the
+   * engine is told to stop. Unset: all of it.
+   */
+  maxBytes?: number;
+  /**
+   * Called when another organization's statement ended the engine work this statement had
+   * done (the embedded engine's host was killed at that statement's deadline) and it is run
+   * again: the milliseconds that work took, plus the host's restart allowance.
+   */
+  lost?: (ms: number) => void;
+}
+
+/**
+ * The statement's work was ended because another statement of the same organization ran
+ * past its deadline and its work could only be stopped with the engine host's (the embedded
+ * engine: src/store/hosted/index.ts). Other organizations' statements are run again instead.
+ */
+export class WorkEnded extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'WorkEnded';
+  }
+}
+
 export interface AnalyticsEngine {
   /**
    * Runs a statement printed by the query compiler (compiler/printer.ts), which carries the
@@ -15,7 +48,7 @@ export interface AnalyticsEngine {
    * statement's work (a server cancels the query; the embedded engine's host is killed) and
    * the call rejects.
    */
-  select(sql: string, settings: QuerySettings, stop?: AbortSignal): Promise<Buffer>;
+  select(sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions): Promise<Buffer>;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

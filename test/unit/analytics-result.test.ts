@@ -65,3 +65,33 @@ t.test('a failed statement’s partial output never reaches the next statement',
   await t.rejects(store.analytics.select('SELECT count() FROM numbers(1000000000000)', { ...SETTINGS, max_execution_time: 0.3 }));
   t.same(await store.countSignals('org_x'), { live: 0, test: 0 }, 'the pipeline’s own reads are clean too');
 });
+
+t.test('the byte cap: whole rows within it, from a whole output or one cut anywhere, flagged by which limit cut', async (t) => {
+  const { store } = await openTestStore(t);
+  const out = await store.analytics.select("SELECT number AS n, repeat('x', 90) AS s FROM numbers(200)", SETTINGS);
+  const full = JSON.parse(shapeResult(out, 10_000, 1 << 30).body.toString()) as { rows: [string, string][]; meta: Record<string, unknown> };
+  t.equal(full.rows.length, 200);
+  t.same(full.meta, { truncated: false, rowCount: 200, elapsedMs: full.meta.elapsedMs });
+  const rowBytes = (rows: unknown[]): number => Buffer.byteLength(JSON.stringify(rows)) - 2;
+  for (const cap of [0, 50, 1_000, 5_000, 12_345]) {
+    const b = JSON.parse(shapeResult(out, 10_000, cap).body.toString()) as { rows: unknown[]; meta: Record<string, unknown> };
+    t.ok(b.rows.length < 200 && rowBytes(b.rows) <= cap, `cap ${cap}: ${b.rows.length} rows`);
+    t.same(b.rows, full.rows.slice(0, b.rows.length), 'the first rows, whole');
+    // The engine's layout puts a tab pair and a line break around each row (4 bytes more than compact JSON).
+    t.ok(rowBytes(full.rows.slice(0, b.rows.length + 1)) + 4 * (b.rows.length + 1) > cap, 'as many as fit in the engine layout');
+    t.same(b.meta, { truncated: true, truncatedBy: 'bytes', limit: cap, rowCount: b.rows.length, elapsedMs: b.meta.elapsedMs });
+  }
+  const byRows = JSON.parse(shapeResult(out, 10, 1 << 30).body.toString()) as { meta: Record<string, unknown> };
+  t.same(byRows.meta, { truncated: true, truncatedBy: 'rows', limit: 10, rowCount: 10, elapsedMs: byRows.meta.elapsedMs });
+  // The store stopped reading somewhere: whatever the cut, whole rows only, flagged by bytes, never an error.
+  const open = out.indexOf('"data"');
+  for (let end = open + 12; end <= out.length; end += 97) {
+    const cutOut = out.subarray(0, end);
+    const b = JSON.parse(shapeResult(cutOut, 10_000, 1 << 30, 7).body.toString()) as { rows: unknown[]; meta: Record<string, unknown> };
+    t.same(b.rows, full.rows.slice(0, b.rows.length), `cut at ${end}: ${b.rows.length} whole rows`);
+    if (b.rows.length < 200) t.same(b.meta, { truncated: true, truncatedBy: 'bytes', limit: 1 << 30, rowCount: b.rows.length, elapsedMs: 7 });
+  }
+  // More whole rows than the row limit before the cut: the row limit cut it.
+  const r = JSON.parse(shapeResult(out.subarray(0, out.length - 200), 10, 1 << 30).body.toString()) as { meta: Record<string, unknown> };
+  t.same(r.meta, { truncated: true, truncatedBy: 'rows', limit: 10, rowCount: 10, elapsedMs: 0 });
+});

@@ -97,7 +97,7 @@ export class ClickHouseStore implements Store {
     const stopSettings: Record<string, string> = conn.embedded ? {} : { cancel_http_readonly_queries_on_client_close: '1' };
     const reader = this.reader;
     this.analytics = {
-      select: async (sql, settings, stop) => {
+      select: async (sql, settings, stop, opts) => {
         try {
           // exec, not query: the output's bytes as they come, without decoding them to a string
           // and encoding them again (10,000 rows are ~600 KB).
@@ -110,9 +110,21 @@ export class ClickHouseStore implements Store {
             ...(stop ? { abort_signal: stop } : {}),
           });
           await refusal(r);
+          // Read as it comes, and no further than maxBytes: a larger output is cut there (the
+          // connection is closed, which stops a server's read-only query), so the service never
+          // holds more of it than the cap and one chunk.
+          const max = opts?.maxBytes ?? Infinity;
           const chunks: Buffer[] = [];
-          for await (const c of r.stream) chunks.push(c as Buffer);
-          return Buffer.concat(chunks);
+          let n = 0;
+          for await (const c of r.stream) {
+            chunks.push(c as Buffer);
+            n += (c as Buffer).length;
+            if (n > max) {
+              r.stream.destroy();
+              break;
+            }
+          }
+          return Buffer.concat(chunks, n);
         } catch (err) {
           throw engineError(err);
         }

@@ -50,6 +50,7 @@ export const ALLOWED_SETTINGS: ReadonlySet<string> = new Set([
   'max_execution_time',
   'timeout_overflow_mode',
   'max_memory_usage',
+  'os_thread_priority',
   'limit',
   'max_result_rows',
   'result_overflow_mode',
