@@ -978,7 +978,9 @@ t.test('references naming no customer are answered from memory while the configu
   t.same(ids(byKind), [null, null, made.body.id], 'by kind only: an externalId is not a service id, and a service id is not an externalId');
   const other = await readBy(() => resolve('test', ['x:nobody-one', 'x:nobody-one']));
   t.same(ids(other.value), [null, null], "the other mode's references are its own");
-  t.equal(other.keys.length, 1, 'read in that mode, once');
+  // Keys of that mode only: the subscription also sees the service's own reads of the live
+  // customer just created, which may land in this window on a loaded machine.
+  t.equal(other.keys.filter((k) => k.includes(`.${org.id}.test.`)).length, 1, `read in that mode, once: ${JSON.stringify(other.keys)}`);
   const twice = await readBy(() => resolve('live', ['x:nobody-two', 'x:nobody-one', 'x:nobody-two']));
   t.same(ids(twice.value), [null, made.body.id, null], 'each reference from memory');
   t.same(twice.keys, [], `nothing read: ${JSON.stringify(twice.keys)}`);

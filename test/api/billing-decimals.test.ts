@@ -124,7 +124,7 @@ t.test('a quantity outside the rule is not priced, and fact_unpriced says why', 
 t.test('a quantity far past 10^15 whose cost and draw fit the stored type is priced: cost, draw, depletion and the cap', async (t) => {
   const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const call = (method: string, path: string, body?: unknown) => ok(http(svc.url, method, path, { token: org.live, body }));
-  const customer = await call('POST', '/api/v2/customers', { externalId: 'acme' });
+  const customer = await call('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   await call('PUT', `/api/v2/customers/${customer.id}/units/root`, {});
   const plan = await call('POST', '/api/v2/plans', { name: 'Pro' });
   const big = await call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, {

@@ -43,7 +43,7 @@ t.test('operator routes: an id not shaped like an organization id is no organiza
 
 t.test('organization routes: a malformed id in any position is refused', async (t) => {
   const org = await createOrg(svc.url);
-  const c = await call(svc.url, org, 'POST', '/api/v2/customers', { externalId: 'acme' });
+  const c = await call(svc.url, org, 'POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   await call(svc.url, org, 'PUT', `/api/v2/customers/${c.id}/units/root`, {});
   const plan = await call(svc.url, org, 'POST', '/api/v2/plans', { name: 'Pro' });
   const cur = '0b5e7c1a-1111-4222-8333-444455556666';

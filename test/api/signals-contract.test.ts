@@ -149,7 +149,7 @@ t.test('repeats inside one request: the first occurrence ingested, the others du
 t.test('legacy v1: fields mapped to the v2 shape, numbers in data keep their digits, per-signal errors named the v1 way', async (t) => {
   const org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
   const call = (method: string, path: string, body?: unknown) => ok(http(svc.url, method, path, { token: org.live, body }));
-  const customer = await call('POST', '/api/v2/customers', { externalId: 'acme' });
+  const customer = await call('POST', '/api/v2/customers', { externalId: 'acme', name: 'Acme' });
   const plan = await call('POST', '/api/v2/plans', { name: 'Pro' });
   await call('POST', `/api/v2/customers/${customer.id}/order-line-attributes`, { planId: plan.id, eventName: 'tokens', quantity: { kind: 'path', path: 'usage.tokens' }, unitPrice: '1', currency: 'USD' });
   const v1 = await http(svc.url, 'POST', '/api/v1/usage', {
