@@ -66,7 +66,8 @@ fi
 if [ "$(node_major)" -lt "$NODE_SUPPORTED_MIN" ]; then
   echo "setup: WARNING: using Node.js $(node --version), which is out of support since April 2026. Node 22/24 need" >&2
   echo "       glibc >= 2.38 for uWebSockets.js's binary and this machine has glibc ${glibc:-unknown}: run on Debian 13 /" >&2
-  echo "       Ubuntu 24.04 or newer, or with Docker (node:22-trixie-slim), to be on a supported Node." >&2
+  echo "       Ubuntu 24.04 or newer, or with Docker (see the Dockerfile), to be on a supported Node. On this machine" >&2
+  echo "       the suite runs under Node 22 and 24 in a Debian 13 root: sudo ./scripts/test-lts.sh (docs/testing.md)." >&2
 fi
 echo "setup: using Node.js $(node --version) ($(command -v node)), npm $(npm --version 2>/dev/null)"
 
