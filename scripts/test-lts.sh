@@ -129,7 +129,17 @@ mount_root() {
   # Name resolution as on this machine (npm registry, localhost and the tests' host names).
   cp -L /etc/resolv.conf "$ROOT/etc/resolv.conf"
   cp -L /etc/hosts "$ROOT/etc/hosts"
+  # Extra certificate authorities this machine's Node trusts (e.g. a proxy's), for npm inside.
+  if [ -n "${NODE_EXTRA_CA_CERTS:-}" ] && [ -r "$NODE_EXTRA_CA_CERTS" ]; then
+    cp -L "$NODE_EXTRA_CA_CERTS" "$ROOT/etc/ssl/host-extra-ca.pem"
+    PASS_ENV+=(NODE_EXTRA_CA_CERTS=/etc/ssl/host-extra-ca.pem)
+  fi
 }
+# The environment a run inside gets from this one: the services' addresses, proxy settings, CI.
+PASS_ENV=()
+for v in REDIS_URL NATS_URL CI http_proxy https_proxy no_proxy HTTP_PROXY HTTPS_PROXY NO_PROXY; do
+  [ -n "${!v:-}" ] && PASS_ENV+=("$v=${!v}")
+done
 in_root() { # run a command in the root with a clean environment
   chroot "$ROOT" /usr/bin/env -i HOME=/root LANG=C.UTF-8 TERM="${TERM:-dumb}" \
     PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin "$@"
@@ -211,25 +221,21 @@ ensure_npm() {
 # ---- a copy of the checkout per Node line --------------------------------------------------------
 work_dir() { if [ "$MODE" = root ]; then printf '%s/srv/node%s' "$ROOT" "$1"; else printf '%s/work-node%s' "$LTS" "$1"; fi; }
 prepare_copy() {
-  local dir="$1" keep
+  local dir="$1"
   mkdir -p "$dir"
   # Everything but node_modules goes (old build, data, tap cache); then the working tree's files.
   find "$dir" -mindepth 1 -maxdepth 1 ! -name node_modules -exec rm -rf {} +
   git -C "$CHECKOUT" ls-files -z --cached --others --exclude-standard |
     (cd "$CHECKOUT" && xargs -0 -r sh -c 'for f; do [ -e "$f" ] || [ -L "$f" ] && printf "%s\0" "$f"; done' _) |
     tar -C "$CHECKOUT" --null -T - -cf - | tar -C "$dir" -xf -
-  # node_modules: the checkout's when it is current with its lock file, else setup.sh installs.
-  keep=0
-  if [ -d "$dir/node_modules" ] && cmp -s "$dir/node_modules/.package-lock.json" "$CHECKOUT/node_modules/.package-lock.json" 2>/dev/null; then keep=1; fi
-  if [ "$keep" = 0 ]; then
-    rm -rf "$dir/node_modules"
-    if [ -f "$CHECKOUT/node_modules/.package-lock.json" ] && [ ! "$CHECKOUT/package-lock.json" -nt "$CHECKOUT/node_modules/.package-lock.json" ]; then
-      say "copying the checkout's node_modules into $dir"
-      cp -a "$CHECKOUT/node_modules" "$dir/node_modules"
-    fi
+  # node_modules: kept from the last run; a new copy starts from the checkout's. Modification
+  # times come along (tar, cp -a), so scripts/setup.sh decides as it would in the checkout:
+  # `npm install` under this Node when package-lock.json is newer than node_modules.
+  if [ ! -d "$dir/node_modules" ] && [ -d "$CHECKOUT/node_modules" ]; then
+    say "copying the checkout's node_modules into $dir"
+    cp -a "$CHECKOUT/node_modules" "$dir/node_modules.tmp"
+    mv "$dir/node_modules.tmp" "$dir/node_modules"
   fi
-  # setup.sh installs when the lock file is newer than node_modules' record of it.
-  [ -f "$dir/node_modules/.package-lock.json" ] && touch "$dir/node_modules/.package-lock.json"
   return 0
 }
 
@@ -254,7 +260,7 @@ run_line() {
     where="Debian 13 root, glibc $(in_root getconf GNU_LIBC_VERSION | awk '{print $2}')"
     say "node $version ($where): ./scripts/test.sh $* (log: $log)"
     in_root env PATH="${home#"$ROOT"}/bin:${npmbin#"$ROOT"}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
-      ${REDIS_URL:+REDIS_URL="$REDIS_URL"} ${NATS_URL:+NATS_URL="$NATS_URL"} ${CI:+CI="$CI"} \
+      "${PASS_ENV[@]}" \
       bash -c 'cd "$1" && shift && exec ./scripts/test.sh "$@"' _ "${dir#"$ROOT"}" "$@" 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
   else
