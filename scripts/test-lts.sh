@@ -66,6 +66,9 @@ EOF
 fi
 
 mkdir -p "$LTS" "$LOGS"
+# One run at a time (they share the root, the copies and the logs).
+exec 9>"$LTS/.lock"
+flock -n 9 || die "another scripts/test-lts.sh is running on this checkout"
 
 # ---- the Debian mirror of this machine's apt sources (no host name is written here) ----------
 apt_mirror() {
@@ -261,13 +264,13 @@ run_line() {
     say "node $version ($where): ./scripts/test.sh $* (log: $log)"
     in_root env PATH="${home#"$ROOT"}/bin:${npmbin#"$ROOT"}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
       "${PASS_ENV[@]}" \
-      bash -c 'cd "$1" && shift && exec ./scripts/test.sh "$@"' _ "${dir#"$ROOT"}" "$@" 2>&1 | tee "$log"
+      bash -c 'cd "$1" && shift && exec ./scripts/test.sh "$@"' _ "${dir#"$ROOT"}" "$@" 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
   else
     version="$("$home/bin/node" --version)"
     where="this machine, glibc $glibc"
     say "node $version ($where): ./scripts/test.sh $* (log: $log)"
-    (cd "$dir" && PATH="$home/bin:$npmbin:$PATH" ./scripts/test.sh "$@") 2>&1 | tee "$log"
+    (cd "$dir" && PATH="$home/bin:$npmbin:$PATH" ./scripts/test.sh "$@") 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
   fi
   set -e
