@@ -122,11 +122,16 @@ unmount_all() {
 mount_root() {
   local d
   for d in proc sys dev dev/pts dev/shm tmp; do mkdir -p "$ROOT/$d"; done
+  # Each bind is made a slave at once: nothing mounted or unmounted under it here reaches this
+  # machine's own /sys or /dev (where / is a shared mount, as systemd makes it).
   mount -t proc proc "$ROOT/proc"
-  mount --bind /sys "$ROOT/sys"
+  mount --rbind /sys "$ROOT/sys" # with /sys/fs/cgroup: chdb reads its memory limit there
+  mount --make-rslave "$ROOT/sys"
   mount -o remount,bind,ro "$ROOT/sys" 2>/dev/null || true
   mount --bind /dev "$ROOT/dev"
+  mount --make-rslave "$ROOT/dev"
   mount --bind /dev/pts "$ROOT/dev/pts"
+  mount --make-rslave "$ROOT/dev/pts"
   mount -t tmpfs -o mode=1777,nosuid,nodev shm "$ROOT/dev/shm"
   chmod 1777 "$ROOT/tmp"
   # Name resolution as on this machine (npm registry, localhost and the tests' host names).
