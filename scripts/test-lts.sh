@@ -266,7 +266,7 @@ run_line() {
   if [ "$MODE" = root ]; then
     version="$(in_root "${home#"$ROOT"}/bin/node" --version)"
     where="Debian 13 root, glibc $(in_root getconf GNU_LIBC_VERSION | awk '{print $2}')"
-    say "node $version ($where): ./scripts/test.sh $* (log: $log)"
+    say "node $version ($where): ./scripts/test.sh${1:+ with $# file(s)/argument(s)} (log: $log)"
     in_root env PATH="${home#"$ROOT"}/bin:${npmbin#"$ROOT"}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin" \
       "${PASS_ENV[@]}" \
       bash -c 'cd "$1" && shift && exec ./scripts/test.sh "$@"' _ "${dir#"$ROOT"}" "$@" 9>&- 2>&1 | tee "$log"
@@ -274,7 +274,7 @@ run_line() {
   else
     version="$("$home/bin/node" --version)"
     where="this machine, glibc $glibc"
-    say "node $version ($where): ./scripts/test.sh $* (log: $log)"
+    say "node $version ($where): ./scripts/test.sh${1:+ with $# file(s)/argument(s)} (log: $log)"
     (cd "$dir" && PATH="$home/bin:$npmbin:$PATH" ./scripts/test.sh "$@") 9>&- 2>&1 | tee "$log"
     status=${PIPESTATUS[0]}
   fi
