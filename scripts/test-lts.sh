@@ -113,9 +113,9 @@ unmount_all() {
   local m left
   [ -d "$ROOT" ] || return 0
   kill_inside
-  for m in $(mounts_under "$ROOT"); do
+  while IFS= read -r m; do
     umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || say "could not unmount $m"
-  done
+  done < <(mounts_under "$ROOT")
   left="$(mounts_under "$ROOT")"
   [ -z "$left" ] || say "still mounted: $left"
 }
