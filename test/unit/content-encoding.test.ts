@@ -4,6 +4,10 @@
  * corrupt data refused, unknown codings refused with 415 naming them. No uWS here, so this
  * file also runs on a Node.js whose node:zlib has zstd (where uWS may not load); the
  * wrapper's part is in http-wrapper.test.ts.
+ *
+ * zstd differs by Node version (node:zlib has it from Node 22.15 / 23.8: on 22 and 24, not on
+ * Node 20): the tests below say which way they go, and the suite runs on each
+ * (scripts/test-lts.sh).
  */
 import t from 'tap';
 import zlib from 'node:zlib';
@@ -13,6 +17,15 @@ import { rejection } from '../helpers/rejection.js';
 
 /** node:zlib's zstd functions, present on Node ≥ 22.15 / 23.8 only. */
 const zstd = zlib as unknown as { zstdCompressSync?: (b: Buffer) => Buffer };
+
+const [major, minor] = process.versions.node.split('.').map(Number) as [number, number];
+/** Whether this Node has zstd, by its version alone. */
+const ZSTD_BY_VERSION = major > 23 || (major === 23 && minor >= 8) || (major === 22 && minor >= 15);
+
+t.test(`zstd by Node version: ${ZSTD_BY_VERSION ? 'detected' : 'absent'} on Node ${process.versions.node}`, async (t) => {
+  t.equal(ZSTD_AVAILABLE, ZSTD_BY_VERSION, 'detection follows the runtime');
+  t.same(SUPPORTED_CODINGS, ZSTD_BY_VERSION ? ['gzip', 'deflate', 'zstd', 'identity'] : ['gzip', 'deflate', 'identity']);
+});
 
 const json = Buffer.from(JSON.stringify({ signals: Array.from({ length: 200 }, (_, i) => ({ eventName: 'api_call', customer: { externalCustomerId: `cus_${i % 7}` }, data: { n: i } })) }));
 

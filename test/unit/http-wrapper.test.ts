@@ -3,13 +3,16 @@
  * API-key lookup that misses the cache) still receives the whole body; early answers and
  * the body limit work; a thrown non-API error becomes a 500 without internals; compressed
  * bodies (Content-Encoding) reach handlers decompressed and every refusal of one (415, 413,
- * 400) happens before the handler and after authentication.
+ * 400) happens before the handler and after authentication. The header-section limit
+ * (src/http/uws-limits.ts) differs by Node version: its test says which way it goes and runs
+ * on each (scripts/test-lts.sh).
  */
 import t from 'tap';
 import zlib from 'node:zlib';
 import { uWS, wrap } from '../../src/http/wrap.js';
 import { ApiError } from '../../src/errors.js';
 import { SUPPORTED_CODINGS } from '../../src/http/content-encoding.js';
+import { MAX_HEADER_BYTES } from '../../src/http/uws-limits.js';
 
 const app = uWS.App();
 const slowBefore = (): Promise<undefined> => new Promise((r) => setTimeout(() => r(undefined), 150));
@@ -17,6 +20,7 @@ app.post('/echo', wrap((req) => ({ status: 200, body: { bytes: req.body.length, 
 app.post('/deny', wrap(() => ({ status: 200 }), { body: true, before: () => { throw new ApiError('UNAUTHORIZED', 'no'); } }));
 app.post('/small', wrap((req) => ({ status: 200, body: { bytes: req.body.length } }), { body: true, maxBodyBytes: 100 }));
 app.get('/boom', wrap(() => { throw new Error('secret /etc/path'); }));
+app.get('/long/:id', wrap((req) => ({ status: 200, body: { bytes: req.url.length } })));
 const port = await new Promise<number>((resolve) => app.listen('127.0.0.1', 0, (s) => resolve(uWS.us_socket_local_port(s))));
 const base = `http://127.0.0.1:${port}`;
 t.teardown(() => app.close());
@@ -134,4 +138,23 @@ t.test('wrapper: authentication answers before the coding is judged', async (t) 
   const r = await post('/guarded', json, 'br');
   t.equal(r.status, 401);
   t.equal(r.body.code, 'UNAUTHORIZED');
+});
+
+/** uwebsockets@3.0.6's binaries for Node 22 and 24 answer 431 over the limit; Node 20's has none. */
+const HEADER_LIMIT = Number(process.versions.node.split('.')[0]) >= 22;
+
+t.test(`header section by Node version: ${HEADER_LIMIT ? `431 past ${MAX_HEADER_BYTES} bytes` : 'no limit in uWS'} on Node ${process.versions.node}`, async (t) => {
+  t.equal(process.env.UWS_HTTP_MAX_HEADERS_SIZE, String(MAX_HEADER_BYTES), 'set before uWS loaded');
+  // Past uWS's own default (4 KiB), as a path with a few long ids is: the handler answers.
+  const mid = await fetch(`${base}/long/${'a'.repeat(6000)}`);
+  t.equal(mid.status, 200);
+  t.same(await mid.json(), { bytes: 6006 });
+  const past = await fetch(`${base}/long/${'a'.repeat(MAX_HEADER_BYTES)}`);
+  if (HEADER_LIMIT) {
+    t.equal(past.status, 431, 'uWS answers it itself, before any handler');
+    t.match(await past.text(), 'Request Header Fields Too Large');
+  } else {
+    t.equal(past.status, 200, "Node 20's uWS build has no header-size limit");
+    await past.arrayBuffer();
+  }
 });
