@@ -55,7 +55,7 @@ import { parseDecimal, sub, sum, toCanonicalString } from '../decimal.js';
 import { capKey, type CreditCap, type CreditPool, type Customer, type OrderLineAttribute, type Plan, type Unit } from '../model.js';
 import { defaultProfile, type BillingConfigStore, type CustomerDoc, type CustomerProfile } from './store.js';
 import { creditBalances } from './balances.js';
-import { DEFAULT_LIMIT, MAX_LIMIT, offsetPage, pagination } from './paging.js';
+import { DEFAULT_LIMIT, MAX_LIMIT, limitOf, offsetPage, pagination } from './paging.js';
 import { ProductsApi } from './products.js';
 import {
   CREDIT_PLACES,
@@ -196,12 +196,7 @@ interface PageRequest {
 /** `limit` and `cursor` of a list request's query string, checked. */
 export function pageRequest(query: string): PageRequest {
   const q = new URLSearchParams(query);
-  let limit = DEFAULT_LIMIT;
-  const l = q.get('limit');
-  if (l !== null) {
-    if (!/^[0-9]{1,4}$/.test(l) || Number(l) < 1 || Number(l) > MAX_LIMIT) throw bad('limit', `must be an integer from 1 to ${MAX_LIMIT}, got ${JSON.stringify(l)}`);
-    limit = Number(l);
-  }
+  const limit = limitOf(q);
   const c = q.get('cursor');
   if (c === null || c === '') return { limit, cursor: null };
   let cursor: unknown;

@@ -17,14 +17,17 @@ export interface OffsetPage {
   offset: number;
 }
 
+/** `?limit=` of a list request (offset or cursor paged), checked: 1 to MAX_LIMIT, default DEFAULT_LIMIT. */
+export function limitOf(q: URLSearchParams): number {
+  const l = q.get('limit');
+  if (l === null) return DEFAULT_LIMIT;
+  if (!/^[0-9]{1,4}$/.test(l) || Number(l) < 1 || Number(l) > MAX_LIMIT) throw bad('limit', `must be an integer from 1 to ${MAX_LIMIT}, got ${JSON.stringify(l)}`);
+  return Number(l);
+}
+
 export function offsetPage(query: string): OffsetPage {
   const q = new URLSearchParams(query);
-  let limit = DEFAULT_LIMIT;
-  const l = q.get('limit');
-  if (l !== null) {
-    if (!/^[0-9]{1,4}$/.test(l) || Number(l) < 1 || Number(l) > MAX_LIMIT) throw bad('limit', `must be an integer from 1 to ${MAX_LIMIT}, got ${JSON.stringify(l)}`);
-    limit = Number(l);
-  }
+  const limit = limitOf(q);
   let offset = 0;
   const o = q.get('offset');
   if (o !== null) {
