@@ -139,6 +139,8 @@ mount_root() {
   cp -L /etc/hosts "$ROOT/etc/hosts"
   # Extra certificate authorities this machine's Node trusts (e.g. a proxy's), for npm inside.
   if [ -n "${NODE_EXTRA_CA_CERTS:-}" ] && [ -r "$NODE_EXTRA_CA_CERTS" ]; then
+    # (A root just made has no /etc/ssl yet: ca-certificates is installed after this first mount.)
+    mkdir -p "$ROOT/etc/ssl"
     cp -L "$NODE_EXTRA_CA_CERTS" "$ROOT/etc/ssl/host-extra-ca.pem"
     PASS_ENV+=(NODE_EXTRA_CA_CERTS=/etc/ssl/host-extra-ca.pem)
   fi
