@@ -93,14 +93,19 @@ t.test('organization routes: a malformed id in any position is refused', async (
   t.same(await snapshot(), before, 'nothing changed');
 });
 
-t.test('a body longer than its Content-Length: the HTTP layer closes the connection (documented)', async (t) => {
-  // The bytes past the declared length are read as the next request on the connection, which
-  // uWebSockets.js refuses itself (505, connection closed) before the service's own answer
-  // to the first request is written; the service cannot answer in its place. docs/api.md
-  // ("HTTP framing") says so. What is tested: that answer, and that nothing else suffers.
+/** uWebSockets.js's binaries differ by Node line: Node 20's (ABI 115) is an older build than Node 22's and 24's. */
+const OLDER_UWS = Number(process.versions.modules) <= 115;
+
+t.test(`a body longer than its Content-Length, on Node ${process.versions.node}: ${OLDER_UWS ? "uWebSockets.js's 505 and the connection closed" : 'the first request answered, the extra bytes left waiting'} (documented)`, async (t) => {
+  // The bytes past the declared length are read as the next request on the connection. Node
+  // 20's uWebSockets.js refuses them itself (505, connection closed) before the service's own
+  // answer to the first request is written; Node 22's and 24's answer the first request (here
+  // its 5 bytes are not JSON: the service's own 400) and keep the rest as the start of a next
+  // request. docs/api.md ("HTTP framing") says so. What is tested: that answer, and that
+  // nothing else suffers.
   const { connect } = await import('node:net');
   const u = new URL(svc.url);
-  const raw = async (bytes: string): Promise<string> => {
+  const raw = async (bytes: string): Promise<{ text: string; closed: boolean }> => {
     const sock = connect(Number(u.port), u.hostname);
     const got: Buffer[] = [];
     sock.on('data', (d: Buffer) => got.push(d));
@@ -112,13 +117,19 @@ t.test('a body longer than its Content-Length: the HTTP layer closes the connect
     sock.write(bytes);
     const wasClosed = await closed;
     sock.destroy();
-    t.ok(wasClosed, 'the connection is closed');
-    return Buffer.concat(got).toString('latin1');
+    return { text: Buffer.concat(got).toString('latin1'), closed: wasClosed };
   };
   const head = (len: number): string => `POST /admin/v1/organizations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${OPERATOR_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
-  const text = await raw(`${head(5)}{"name":"x"}`);
+  const { text, closed } = await raw(`${head(5)}{"name":"x"}`);
   const statuses = [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => Number(m[1]));
-  t.same(statuses, [505], `uWebSockets.js's own 505 only: ${JSON.stringify(text.slice(0, 200))}`);
+  if (OLDER_UWS) {
+    t.same(statuses, [505], `uWebSockets.js's own 505 only: ${JSON.stringify(text.slice(0, 200))}`);
+    t.ok(closed, 'the connection is closed');
+  } else {
+    t.same(statuses, [400], `the service's own answer to the first request only: ${JSON.stringify(text.slice(0, 200))}`);
+    t.match(text, /"code":"INVALID_(JSON|BODY)"/, 'its 5 bytes are not a JSON body');
+    t.notOk(closed, 'the extra bytes wait as the start of a next request');
+  }
   // The same request with its true length is answered as usual, on a new connection.
   const ok = await http(svc.url, 'POST', '/admin/v1/organizations', { token: OPERATOR_TOKEN, raw: '{"name":"x"}' });
   t.equal(ok.status, 201, 'the service serves on');

@@ -7,10 +7,33 @@
 import t from 'tap';
 import path from 'node:path';
 import { execFileSync } from 'node:child_process';
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
-const tracked = execFileSync('git', ['ls-files', '-z'], { cwd: ROOT, encoding: 'utf8' }).split('\0').filter((f) => f !== '' && existsSync(path.join(ROOT, f)));
+
+/** What .gitignore keeps out of the project (its directories and the files of these forms), for a copy without git. */
+const IGNORED_DIRS = new Set(['.git', 'node_modules', 'dist', '.data', '.tap', '.tools']);
+const IGNORED_FILE = /(\.log|\.tmp|^\.env)$/;
+
+/** The project's files: git's list in a checkout; in a copy of its files without git (scripts/test-lts.sh's), every file but the ignored ones. */
+function projectFiles(): string[] {
+  try {
+    return execFileSync('git', ['ls-files', '-z'], { cwd: ROOT, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split('\0').filter((f) => f !== '' && existsSync(path.join(ROOT, f)));
+  } catch {
+    const out: string[] = [];
+    const walk = (dir: string): void => {
+      for (const e of readdirSync(path.join(ROOT, dir), { withFileTypes: true })) {
+        const rel = dir === '' ? e.name : `${dir}/${e.name}`;
+        if (e.isDirectory()) {
+          if (!IGNORED_DIRS.has(e.name) && !e.name.startsWith('.tap-readme-')) walk(rel);
+        } else if (e.isFile() && !IGNORED_FILE.test(e.name)) out.push(rel);
+      }
+    };
+    walk('');
+    return out;
+  }
+}
+const tracked = projectFiles();
 const markdown = tracked.filter((f) => f.endsWith('.md'));
 
 /** GitHub's anchor of a heading: lower case, formatting and punctuation dropped, spaces as dashes. */
