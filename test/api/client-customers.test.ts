@@ -6,7 +6,8 @@
  * later signals draw nothing.
  */
 import t, { type Test } from 'tap';
-import { PaidClient, PaidError } from '@paid-ai/paid-node';
+import type { PaidClient } from '@paid-ai/paid-node';
+import { paidClient, paidError } from '../helpers/paid.js';
 import { billed, stateKeys } from '../helpers/bus.js';
 import { createOrg, http, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 
@@ -25,13 +26,8 @@ async function sendSignals(org: TestOrg, ref: string, eventName: string, keys: s
 }
 
 /** The client's error for `request`, checked: a PaidError of `status` whose body is `{error, code, details}` naming `field`. */
-async function paidError(t: Test, request: Promise<unknown>, status: number, code: string, field: string): Promise<void> {
-  const err = await request.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  t.ok(err instanceof PaidError, `a PaidError (${String(err)})`);
-  const e = err as PaidError;
+async function refused(t: Test, request: Promise<unknown>, status: number, code: string, field: string): Promise<void> {
+  const e = await paidError(request);
   t.equal(e.statusCode, status, `${code}: status`);
   t.match(e.body, { error: String, code, details: new RegExp(`^${field}:`) }, `${code}: {error, code, details} naming ${field}`);
 }
@@ -40,7 +36,7 @@ let org: TestOrg;
 let client: PaidClient;
 t.before(async () => {
   org = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  client = new PaidClient({ token: org.live, baseUrl: `${svc.url}/api/v2` });
+  client = paidClient(svc.url, org.live);
 });
 
 t.test('customers through the official client', async (t) => {
@@ -71,26 +67,26 @@ t.test('customers through the official client', async (t) => {
   const byExternal = await client.customers.updateCustomerByExternalId({ externalId: 'acme', body: { churnDate: '2027-01-01T00:00:00Z', metadata: null } });
   t.match(byExternal, { churnDate: '2027-01-01T00:00:00Z', metadata: null, phone: '+33 1 00 00 00 00' });
 
-  await paidError(t, client.customers.getCustomerById({ id: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'customerId');
-  await paidError(t, client.customers.getCustomerByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.customers.updateCustomerById({ id: 'cus_AAAAAAAAAAAAAAAAAAAA', body: { name: 'x' } }), 404, 'NOT_FOUND', 'customerId');
-  await paidError(t, client.customers.createCustomer({ name: 'Dup', externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
-  await paidError(t, client.customers.updateCustomerById({ id: second.id, body: { externalId: 'acme' } }), 409, 'CONFLICT', 'externalId');
-  await paidError(t, client.customers.updateCustomerById({ id: created.id, body: { externalId: 'acme-2' } }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
-  await paidError(t, client.customers.createCustomer({ name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
-  await paidError(t, client.customers.createCustomer({ name: 'x', email: 'nope' }), 400, 'INVALID_BILLING_CONFIG', 'email');
-  await paidError(t, client.customers.listCustomers({ limit: 0 }), 400, 'INVALID_BILLING_CONFIG', 'limit');
-  await paidError(t, client.customers.listCustomers({ offset: -1 }), 400, 'INVALID_BILLING_CONFIG', 'offset');
+  await refused(t, client.customers.getCustomerById({ id: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, client.customers.getCustomerByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, client.customers.updateCustomerById({ id: 'cus_AAAAAAAAAAAAAAAAAAAA', body: { name: 'x' } }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, client.customers.createCustomer({ name: 'Dup', externalId: 'acme' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, client.customers.updateCustomerById({ id: second.id, body: { externalId: 'acme' } }), 409, 'CONFLICT', 'externalId');
+  await refused(t, client.customers.updateCustomerById({ id: created.id, body: { externalId: 'acme-2' } }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, client.customers.createCustomer({ name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, client.customers.createCustomer({ name: 'x', email: 'nope' }), 400, 'INVALID_BILLING_CONFIG', 'email');
+  await refused(t, client.customers.listCustomers({ limit: 0 }), 400, 'INVALID_BILLING_CONFIG', 'limit');
+  await refused(t, client.customers.listCustomers({ offset: -1 }), 400, 'INVALID_BILLING_CONFIG', 'offset');
   t.same(await client.customers.getCustomerById({ id: second.id }), second, 'refusals changed nothing');
 
   await client.customers.deleteCustomerById({ id: second.id });
-  await paidError(t, client.customers.getCustomerById({ id: second.id }), 404, 'NOT_FOUND', 'customerId');
-  await paidError(t, client.customers.deleteCustomerById({ id: second.id }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, client.customers.getCustomerById({ id: second.id }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, client.customers.deleteCustomerById({ id: second.id }), 404, 'NOT_FOUND', 'customerId');
   const third = await client.customers.createCustomer({ name: 'Gamma', externalId: 'gamma' });
   await client.customers.deleteCustomerByExternalId({ externalId: 'gamma' });
-  await paidError(t, client.customers.getCustomerByExternalId({ externalId: 'gamma' }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.customers.deleteCustomerByExternalId({ externalId: 'gamma' }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.customers.createCustomer({ name: 'Gamma again', externalId: 'gamma' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, client.customers.getCustomerByExternalId({ externalId: 'gamma' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, client.customers.deleteCustomerByExternalId({ externalId: 'gamma' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, client.customers.createCustomer({ name: 'Gamma again', externalId: 'gamma' }), 409, 'CONFLICT', 'externalId');
   t.same((await client.customers.listCustomers()).data.map((c) => c.id), [created.id], `deleted customers are not listed (${third.id})`);
 });
 
@@ -106,20 +102,20 @@ t.test('products through the official client', async (t) => {
   t.match(archived, { active: false, archivedAt: String, metadata: { v: 2 }, name: 'Agent' });
   const renamed = await client.products.updateProductByExternalId({ externalId: 'agent', body: { name: 'Agent 2' } });
   t.match(renamed, { name: 'Agent 2', externalId: 'agent', active: false });
-  await paidError(t, client.products.getProductById({ id: 'prod_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'productId');
-  await paidError(t, client.products.getProductByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.products.updateProductByExternalId({ externalId: 'nobody', body: { name: 'x' } }), 404, 'NOT_FOUND', 'externalId');
-  await paidError(t, client.products.createProduct({ name: 'Dup', externalId: 'agent' }), 409, 'CONFLICT', 'externalId');
-  await paidError(t, client.products.updateProductById({ id: q.id, body: { externalId: 'agent' } }), 409, 'CONFLICT', 'externalId');
-  await paidError(t, client.products.updateProductById({ id: p.id, body: { externalId: 'agent-2' } }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
-  await paidError(t, client.products.createProduct({ name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
-  await paidError(t, client.products.listProducts({ limit: 1001 }), 400, 'INVALID_BILLING_CONFIG', 'limit');
+  await refused(t, client.products.getProductById({ id: 'prod_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'productId');
+  await refused(t, client.products.getProductByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, client.products.updateProductByExternalId({ externalId: 'nobody', body: { name: 'x' } }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, client.products.createProduct({ name: 'Dup', externalId: 'agent' }), 409, 'CONFLICT', 'externalId');
+  await refused(t, client.products.updateProductById({ id: q.id, body: { externalId: 'agent' } }), 409, 'CONFLICT', 'externalId');
+  await refused(t, client.products.updateProductById({ id: p.id, body: { externalId: 'agent-2' } }), 400, 'INVALID_BILLING_CONFIG', 'externalId');
+  await refused(t, client.products.createProduct({ name: '' }), 400, 'INVALID_BILLING_CONFIG', 'name');
+  await refused(t, client.products.listProducts({ limit: 1001 }), 400, 'INVALID_BILLING_CONFIG', 'limit');
   t.same(await client.products.getProductById({ id: q.id }), q, 'refusals changed nothing');
 });
 
 t.test('credit balances through the official client, after billed signals; a deleted customer draws nothing more', async (t) => {
   const o = await createOrg(svc.url, { burst: 1_000_000, refillPerSecond: 1_000_000 });
-  const c = new PaidClient({ token: o.live, baseUrl: `${svc.url}/api/v2` });
+  const c = paidClient(svc.url, o.live);
   const api = async (method: string, path: string, body?: unknown) => {
     const r = await http(svc.url, method, `/api/v2${path}`, { token: o.live, body });
     if (r.status >= 300) throw new Error(`${method} ${path}: ${r.status} ${JSON.stringify(r.body)}`);
@@ -151,8 +147,8 @@ t.test('credit balances through the official client, after billed signals; a del
   t.same(await c.customers.getCustomerCreditBalancesByExternalId({ externalId: 'metered' }), balances, 'by externalId');
   const pools = (await api('GET', `/customers/${cus.id}/credit-pools`)).creditPools;
   t.same([pools[0].consumedCredits, pools[0].balance], ['0.3', '4.95'], 'the same figures as the credit-pools view');
-  await paidError(t, c.customers.getCustomerCreditBalances({ id: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'customerId');
-  await paidError(t, c.customers.getCustomerCreditBalancesByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
+  await refused(t, c.customers.getCustomerCreditBalances({ id: 'cus_AAAAAAAAAAAAAAAAAAAA' }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c.customers.getCustomerCreditBalancesByExternalId({ externalId: 'nobody' }), 404, 'NOT_FOUND', 'externalId');
 
   // Deleted: later signals naming it are stored as always but priced as a stranger's — no draw.
   const stateKey = `cs.${o.id}.live.${cus.id}`;
@@ -163,5 +159,5 @@ t.test('credit balances through the official client, after billed signals; a del
   await sendSignals(o, cus.id, 'call', ['k6']);
   await billed(iso);
   t.equal(await consumed(), '0.3', 'signals after the deletion draw nothing');
-  await paidError(t, c.customers.getCustomerCreditBalances({ id: cus.id }), 404, 'NOT_FOUND', 'customerId');
+  await refused(t, c.customers.getCustomerCreditBalances({ id: cus.id }), 404, 'NOT_FOUND', 'customerId');
 });

@@ -9,30 +9,20 @@
  */
 import t from 'tap';
 import http from 'node:http';
-import { PaidClient, PaidError } from '@paid-ai/paid-node';
+import type { PaidClient } from '@paid-ai/paid-node';
 import { verifyWebhook } from '../../packages/receiver/src/index.js';
+import { paidClient, paidError } from '../helpers/paid.js';
 import { createOrg, drained, http as call, useService, type TestOrg } from '../helpers/service.js';
 
 const { iso, svc } = useService(t, 'official-client');
 
-const clientOf = (key: string, opts: { maxRetries?: number } = {}): PaidClient => new PaidClient({ token: key, baseUrl: `${svc.url}/api/v2`, ...opts });
+const clientOf = (key: string, opts: { maxRetries?: number } = {}): PaidClient => paidClient(svc.url, key, opts);
 
 /** The rows of an analytics query, through the service's own API (the client has no analytics operation). */
 async function rows(org: TestOrg, query: string): Promise<unknown[][]> {
   const r = await call(svc.url, 'POST', '/api/v2/analytics/query', { token: org.live, body: { query } });
   if (r.status !== 200) throw new Error(`query: ${r.status} ${JSON.stringify(r.body)}`);
   return r.body.rows;
-}
-
-/** What a call that must fail threw, as the client's PaidError. */
-async function paidError(p: Promise<unknown>): Promise<PaidError> {
-  try {
-    await p;
-  } catch (err) {
-    if (err instanceof PaidError) return err;
-    throw err;
-  }
-  throw new Error('the call succeeded');
 }
 
 t.test('signals: both customer forms with attribution, stored with both forms resolved', async (t) => {

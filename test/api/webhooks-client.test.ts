@@ -10,7 +10,8 @@
  */
 import t, { type Test } from 'tap';
 import http from 'node:http';
-import { PaidClient, PaidError } from '@paid-ai/paid-node';
+import type { PaidClient } from '@paid-ai/paid-node';
+import { paidClient, paidError } from '../helpers/paid.js';
 import { verifyWebhook } from '../../packages/receiver/src/index.js';
 import { EVENT_NAMES } from '../../src/bus/events.js';
 import { createOrg, http as call, useService, type TestOrg } from '../helpers/service.js';
@@ -48,16 +49,11 @@ const EVENT = 'billing-payment-succeeded';
 /** In the spec (section 6) but not in the client's enum of webhook names: the client passes it through. */
 const CAP_EVENT = 'billing-credit-cap-reached' as typeof EVENT;
 
-const clientOf = (org: TestOrg): PaidClient => new PaidClient({ token: org.live, baseUrl: `${svc.url}/api/v2` });
+const clientOf = (org: TestOrg): PaidClient => paidClient(svc.url, org.live);
 
 /** The client's refusal of `p`: a PaidError with the status and the service's error body. */
 async function refusal(t: Test, p: Promise<unknown>, status: number, code: string, details: RegExp): Promise<void> {
-  const err = await p.then(
-    () => null,
-    (e: unknown) => e,
-  );
-  t.ok(err instanceof PaidError, `a PaidError (${String(err)})`);
-  const e = err as PaidError;
+  const e = await paidError(p);
   t.equal(e.statusCode, status);
   const body = e.body as { error: unknown; code: unknown; details: unknown };
   t.same(Object.keys(body).sort(), ['code', 'details', 'error'], 'err.body is the service error');
@@ -137,7 +133,7 @@ t.test("refusals through the client: PaidError with the service's {error, code, 
   await refusal(t, client.webhooks.updateWebhook({ webhookName: EVENT }), 400, 'INVALID_BODY', /url or enabled/);
   await refusal(t, client.webhooks.updateWebhook({ webhookName: 'billing-invoice-paid', enabled: true }), 409, 'WEBHOOK_NOT_READY', /^enabled: billing-invoice-paid has no URL/);
   await refusal(t, client.webhooks.testWebhook({ webhookName: EVENT }), 409, 'WEBHOOK_NOT_READY', /disabled/);
-  const foreign = new PaidClient({ token: 'sk_live_not_a_key_at_all_000000', baseUrl: `${svc.url}/api/v2` });
+  const foreign = paidClient(svc.url, 'sk_live_not_a_key_at_all_000000');
   await refusal(t, foreign.webhooks.listWebhooks(), 401, 'UNAUTHORIZED', /./);
 
   t.same(await client.webhooks.listWebhooks(), before, 'nothing changed');
