@@ -55,9 +55,11 @@ t.test('a flood of pathological queries from one organization does not hold up a
   t.ok([...statuses.keys()].every((k) => k === '400 INVALID_QUERY' || k === '429 CONCURRENCY_LIMIT_EXCEEDED'), 'A is refused: at the depth limit, or at once for waiting too many');
   t.ok((statuses.get('400 INVALID_QUERY') ?? 0) > 0, 'A\'s queries were compiled (and refused) too');
   // Generous bounds (the machine may be loaded: one pathological compilation alone takes
-  // 40 ms idle and several hundred under load): without the gate, B waited for nearly the
-  // whole flood (27.8 of 29.4 s here); with it, for a compilation or two of A's.
-  t.ok(worst < floodMs / 4, `B's worst answer (${worst.toFixed(0)} ms) is a small part of the flood's time (${floodMs.toFixed(0)} ms)`);
+  // 40 ms idle and several hundred under load, and the flood itself lasts under 2 s on a
+  // fast Node line, so B's own request and answer are a visible part of it): without the
+  // gate, B waited for nearly the whole flood (27.8 of 29.4 s here); with it, for a
+  // compilation or two of A's.
+  t.ok(worst < floodMs / 2, `B's worst answer (${worst.toFixed(0)} ms) is a small part of the flood's time (${floodMs.toFixed(0)} ms)`);
   t.ok(worst < 5_000, `B's worst answer during the flood took ${worst.toFixed(0)} ms (< 5,000 ms)`);
 });
 
