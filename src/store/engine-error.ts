@@ -58,10 +58,21 @@ export function toEngineError(err: unknown): EngineError {
  * CANNOT_PARSE_DATETIME 41, TYPE_MISMATCH 53, CANNOT_PARSE_NUMBER 72, INCORRECT_DATA 117,
  * TOO_LARGE_STRING_SIZE 131, ARGUMENT_OUT_OF_BOUND 69, CANNOT_CONVERT_TYPE 70. An insert that
  * fails with one is dead-lettered (the pipeline's batches, the billing rows), never retried.
+ * The code is the engine's number (an EngineError's, a chdb error's `clickhouseCode`, or the
+ * leading `Code: N.` the engine writes before any quoted text), never a number found further
+ * on in a message, which may quote the rows' own text.
  */
 const DATA_ERROR_CODES = new Set([6, 25, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131]);
 
 export function isDataError(err: unknown): boolean {
-  const m = /Code: (\d+)\./.exec(err instanceof Error ? err.message : String(err));
-  return m !== null && DATA_ERROR_CODES.has(Number(m[1]));
+  return DATA_ERROR_CODES.has(toEngineError(err).codeNumber);
+}
+
+/**
+ * The text a dead-lettered message records as its reason: `Code: N. NAME: reason` for an
+ * engine error (its number first, as the engine writes it), the message otherwise.
+ */
+export function errorReason(err: unknown): string {
+  if (err instanceof EngineError && err.codeNumber > 0) return `Code: ${err.codeNumber}. ${err.codeName || 'engine error'}: ${err.reason}`;
+  return err instanceof Error ? err.message : String(err);
 }

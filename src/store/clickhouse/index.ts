@@ -188,11 +188,8 @@ export class ClickHouseStore implements Store {
       r.stream.resume();
       await new Promise<void>((resolve, reject) => r.stream.on('end', resolve).on('error', reject));
     } catch (err) {
-      // The pipeline tells data errors from outages by "Code: N." and records the reason of a
-      // dead-lettered batch: give the engine's refusal in ClickHouse's own words.
-      const e = err as { code?: unknown; type?: unknown; message?: string };
-      if (err instanceof ClickHouseError) throw new Error(`Code: ${String(e.code)}. DB::Exception: ${e.message ?? ''} (${String(e.type)})`, { cause: err });
-      throw err;
+      // The pipeline tells data errors from outages by the engine's code number (isDataError).
+      throw engineError(err);
     }
   }
 
