@@ -208,7 +208,7 @@ const addressSchema = {
 /** The fields of a customer a create or update body may carry (`name` is required on create). */
 const customerFields = {
   name: str,
-  externalId: { ...externalIdSchema, description: "The caller's own id, unique within the organization and mode (also among deleted customers); not of the form cus_ + 20 characters. Set once: an update may give one to a customer without one, never change or remove it (400)." },
+  externalId: { ...externalIdSchema, description: "The caller's own id, unique within the organization and mode (also among deleted customers). Set once: an update may give one to a customer without one, never change or remove it (400)." },
   legalName: nullableStr,
   email: { type: 'string', maxLength: MAX_STRING, description: 'An e-mail address, or "" for none.' },
   phone: { type: 'string', maxLength: MAX_STRING },
@@ -417,7 +417,7 @@ const billingPaths = {
   '/api/v2/customers': {
     post: {
       summary: 'Create a customer',
-      description: 'Signals name their customer by the service id (cus_…) or by the externalId: the service id is tried first, then the externalId. An externalId of the form of a service id is refused.',
+      description: 'Signals name their customer by kind: `customer.customerId` is the service id (cus_…), `customer.externalCustomerId` the externalId; each is looked up as that kind only, so an externalId may have any form.',
       security: [{ apiKey: [] }],
       requestBody: billingBody({ type: 'object', additionalProperties: false, required: ['name'], properties: customerFields }),
       responses: { 201: json(ref('Customer'), 'Created.'), ...billingCreateErrors },

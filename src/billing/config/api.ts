@@ -145,14 +145,6 @@ function profileFields(body: Obj): Partial<CustomerProfile> {
   return out;
 }
 
-/** An externalId a customer may have (not shaped like a service id). */
-function customerExternalId(v: unknown): string | null {
-  const externalId = optionalText(v, 'externalId');
-  if (externalId !== null && ID_PATTERNS.customer.test(externalId)) {
-    throw bad('externalId', 'must not have the form of a service id (cus_ and 20 characters): signals name customers by either, so it would be ambiguous');
-  }
-  return externalId;
-}
 export const unitView = (customerId: string, u: Unit) => ({ customerId, ...u });
 export const poolView = (p: CreditPool) => ({
   ...p,
@@ -355,7 +347,7 @@ export class BillingConfigApi {
   private async updateCustomer(req: Request, who: Principal, customerId: string): Promise<Reply> {
     const body = readObject(req, UPDATE_FIELDS, true);
     const name = body.name !== undefined ? text(body.name, 'name') : undefined;
-    const externalId = body.externalId !== undefined ? customerExternalId(body.externalId) : undefined;
+    const externalId = body.externalId !== undefined ? optionalText(body.externalId, 'externalId') : undefined;
     const profile = profileFields(body);
     const now = new Date().toISOString();
     // Checked again inside the change; first here, so that a refused move claims nothing.
@@ -390,7 +382,7 @@ export class BillingConfigApi {
   private async createCustomer(req: Request, who: Principal): Promise<Reply> {
     const body = readObject(req, CREATE_FIELDS, true);
     const name = text(required(body, 'name'), 'name');
-    const externalId = customerExternalId(body.externalId);
+    const externalId = optionalText(body.externalId, 'externalId');
     const profile: CustomerProfile = { ...defaultProfile(), ...profileFields(body) };
     const id = newId('cus');
     const now = new Date().toISOString();
