@@ -115,12 +115,7 @@ export async function start(cfg: Config): Promise<Running> {
       return l;
     });
     const webhookStore = once(async () => new WebhookStore(await webhookBucket(n)));
-    // One-document configurations of the former layout are migrated before anything uses the store.
-    const configStore = once(async () => {
-      const s = new BillingConfigStore(await billingConfigBucket(n), n.maxPayload, undefined, n.replicas > 1);
-      await s.migrate();
-      return s;
-    });
+    const configStore = once(async () => new BillingConfigStore(await billingConfigBucket(n), n.maxPayload, undefined, n.replicas > 1));
     // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
     const watchLag = (kind: string, stream: string, consumer: string): void => {
       closers.push(
