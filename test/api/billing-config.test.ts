@@ -861,7 +861,7 @@ t.test('BillingConfigStore: compare-and-set across instances, create-only extern
   const loser = movers.find((id) => id !== winner)!;
   t.equal((await stores[2]!.customerByExternalId(orgId, 'live', 'target'))?.doc.customer.id, winner);
   t.equal((await stores[2]!.getCustomer(orgId, 'live', loser))?.doc.customer.externalId, `mover-${movers.indexOf(loser)}`, 'the loser is unchanged');
-  t.equal(await stores[2]!.externalIdOwner(orgId, 'live', `mover-${movers.indexOf(winner)}`), null, "the winner's former claim is released");
+  t.equal(await stores[2]!.externalIdOwner(orgId, 'live', `mover-${movers.indexOf(winner)}`), null, "the winner's previous claim is released");
 
   // Products: the same create-only claims (pxid.), crash-safe in the same way.
   const product = (id: string, externalId: string | null, name = 'p') => ({ id, name, description: null, active: true, productCode: null, externalId, archivedAt: null, metadata: null, createdAt: at, updatedAt: at });
