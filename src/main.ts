@@ -265,6 +265,8 @@ export async function start(cfg: Config): Promise<Running> {
     throw err;
   }
   server.markReady();
+  // What this role serves, once per start: what an operator checks a deployment's roles by (and test/api/docs-routes.test.ts reads).
+  log.info('routes', { routes: server.routes() });
   log.info('ready', { port, store: store?.kind ?? null });
 
   let stopping: Promise<void> | null = null;
