@@ -63,9 +63,9 @@ async function main(): Promise<void> {
   const bucket = `BENCHPARTS${tag}`;
   const kv = await new Kvm(jetstream(nc)).create(bucket, { history: 1 });
   try {
-    // The claim log as the service makes it (src/pipeline/streams.ts ensureClaimLog), the bucket as the former claims.
+    // The claim log as the service makes it (src/pipeline/streams.ts ensureClaimLog).
     await jsm.streams.add({ name: `${bucket}_CLAIMS`, subjects: [`${bucket}.claims.>`], storage: StorageType.File });
-    const claims = new IdempotencyClaims({ nc, apiPrefix: '$JS.API', stream: `${bucket}_CLAIMS`, subject: (scope) => `${bucket}.claims.signals.${scope}`, former: { kv, bucket } });
+    const claims = new IdempotencyClaims({ nc, apiPrefix: '$JS.API', stream: `${bucket}_CLAIMS`, subject: (scope) => `${bucket}.claims.signals.${scope}` });
     const made = bodies.map((body, n) => ({ r: rows({ body, meta: meta(n) }), m: meta(n) }));
     const n0 = natsCpu();
     const t0 = performance.now();

@@ -115,12 +115,7 @@ export async function start(cfg: Config): Promise<Running> {
       return l;
     });
     const webhookStore = once(async () => new WebhookStore(await webhookBucket(n)));
-    // One-document configurations of the former layout are migrated before anything uses the store.
-    const configStore = once(async () => {
-      const s = new BillingConfigStore(await billingConfigBucket(n), n.maxPayload, undefined, n.replicas > 1);
-      await s.migrate();
-      return s;
-    });
+    const configStore = once(async () => new BillingConfigStore(await billingConfigBucket(n), n.maxPayload, undefined, n.replicas > 1));
     // Consumer lag, read from JetStream when /metrics is scraped (src/metrics).
     const watchLag = (kind: string, stream: string, consumer: string): void => {
       closers.push(
@@ -270,6 +265,8 @@ export async function start(cfg: Config): Promise<Running> {
     throw err;
   }
   server.markReady();
+  // What this role serves, once per start: what an operator checks a deployment's roles by (and test/api/docs-routes.test.ts reads).
+  log.info('routes', { routes: server.routes() });
   log.info('ready', { port, store: store?.kind ?? null });
 
   let stopping: Promise<void> | null = null;

@@ -39,7 +39,7 @@ const signal = {
       "The customer's service id (cus_…); names a customer by its id only.",
       'externalCustomerId',
       "The producer's own id of the customer (its externalId); names a customer by its externalId only.",
-      'The customer: exactly one of customerId or externalCustomerId. (The flat customerId of the former shape is an unknown field.)',
+      'The customer: exactly one of customerId or externalCustomerId. (A flat customerId outside customer is an unknown field.)',
     ),
     attribution: reference('productId', "The product's service id (prod_…).", 'externalProductId', "The product's externalId.", 'Optional (null = none): the product the usage is attributed to, exactly one of productId or externalProductId.', true),
     unitId: { ...nullableStr, description: 'Extension of this service: the customer unit by its externalId within the customer (credit caps).' },

@@ -15,7 +15,7 @@
  * other status, or no answer within the timeout → the call rejects. A bucket whose stream is
  * missing gets no answer at all (nats-server 2.9 takes every `$JS.API.>` request and says
  * nothing about an unknown stream's direct get): the call rejects after the timeout, as
- * `kv.get` did. A bucket without `allow_direct` (buckets made by old clients) is read with
+ * `kv.get` did. A bucket without `allow_direct` (made by another client, or changed by an operator) is read with
  * `kv.get` per key, correct and slower.
  */
 import type { Msg, MsgHdrs, NatsConnection } from '@nats-io/transport-node';

@@ -11,7 +11,7 @@
  *   <P>_EVENTS             <P>.events.<org>.<mode>.<event>   dispatcher    evaluator, operator API → dispatcher
  *   <P>_DELIVERIES         <P>.deliveries.<org>.<mode>       -             dispatcher → webhooks API
  *   <P>_CLAIMS             <P>.claims.<kind>.<org>.<mode>    -             pipeline, rows inserter (their idempotency claims and batch marks)
- *   KV buckets: <P>_orgs, <P>_dedupe, <P>_billing, <P>_webhooks, <P>_billing_state, <P>_billing_members.
+ *   KV buckets: <P>_orgs, <P>_billing, <P>_webhooks, <P>_billing_state, <P>_billing_members.
  *
  * The configuration of each resource (retention, limits, ack wait, ...) belongs to the stage
  * that owns it; every stage creates its resources through `ensure` (NATS_REPLICAS applied,
@@ -49,8 +49,6 @@ export interface Topology {
   claims: StreamNames<[kind: 'signals' | 'rows', orgId: string, mode: string]>;
   buckets: {
     orgs: string;
-    /** Idempotency claims of former versions, one key each (read only: src/pipeline/dedupe.ts). */
-    dedupe: string;
     /** Billing configuration documents (src/billing/config/store.ts). */
     billingConfig: string;
     /** The evaluator's running state (src/billing/evaluator/consumer.ts). */
@@ -84,7 +82,6 @@ export function topology(prefix: string): Topology {
     claims: stream('CLAIMS', 'claims'),
     buckets: {
       orgs: `${prefix}_orgs`,
-      dedupe: `${prefix}_dedupe`,
       billingConfig: `${prefix}_billing`,
       billingState: `${prefix}_billing_state`,
       billingMembers: `${prefix}_billing_members`,

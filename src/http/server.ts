@@ -123,6 +123,11 @@ export class Server {
     allowed.add(method.toUpperCase());
   }
 
+  /** Every route served, `METHOD /pattern` (the form without a trailing slash), sorted by pattern then method. */
+  routes(): string[] {
+    return [...this.methods].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).flatMap(([pattern, methods]) => [...methods].sort().map((m) => `${m} ${pattern}`));
+  }
+
   /** From now on, an unknown path is a 404 rather than "starting". */
   markReady(): void {
     this.ready = true;

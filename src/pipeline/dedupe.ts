@@ -27,17 +27,11 @@
  * stream's first sequence has passed it (asked at most every `refreshMs`; a generation of
  * claims at a time, claim-index.ts: at most 6 hours later, never earlier), so no process's
  * clock decides it. A subject found to hold less than the index knows (its messages removed,
- * the stream recreated) is read again from the start: the index always mirrors the log. Claims made by former versions, one
- * key each in the KV bucket `<P>_dedupe` (`<orgId>.<mode>.<claim>`), are still read for an
- * organization whose keys that bucket holds (checked when the organization is first seen):
- * a key the log does not know is looked up there before it is claimed. Former versions must
- * not run beside this one (they would claim in the bucket only).
+ * the stream recreated) is read again from the start: the index always mirrors the log.
  */
 import { headers as natsHeaders, type NatsConnection } from '@nats-io/transport-node';
-import type { KV } from '@nats-io/kv';
 import { replies, type Replies } from '../bus/replies.js';
 import { ackOf, PublishError, WRONG_LAST_SEQUENCE } from '../bus/publish.js';
-import { kvReader, type KvReader } from '../bus/kv-read.js';
 import { AckPolicy, DeliverPolicy, jetstream, jetstreamManager, type JetStreamClient, type JetStreamManager } from '@nats-io/jetstream';
 import { NS_PER_MS } from '../shared/time.js';
 import { claimsInMemory } from '../metrics/index.js';
@@ -46,7 +40,6 @@ import { streamMessage } from '../bus/stream-get.js';
 import { ClaimIndex, type Holder } from './claim-index.js';
 
 const enc = new TextEncoder();
-const dec = new TextDecoder();
 /** Refused appends in a row (each after reading what was appended meanwhile) before a round gives up. */
 const MAX_ATTEMPTS = 50;
 /** Room for one claim line in an append (a 43-character claim, a space, an owner of up to ~40, a newline), for sizing rounds. */
@@ -80,8 +73,6 @@ export interface ClaimLog {
   inUseMs?: number;
   /** The `kind` label of the claims-in-memory gauge (none: not reported). */
   kind?: string;
-  /** The former per-key bucket (`<P>_dedupe`) and its name: read while it holds an organization's keys. */
-  former?: { kv: KV; bucket: string };
   timeoutMs?: number;
 }
 
@@ -107,8 +98,6 @@ interface Scope {
   usedAt: number;
   /** The last sequence of the subject read or appended (0: none). */
   lastSeq: number;
-  /** The former bucket holds keys of this scope. */
-  former: boolean;
   loaded: Promise<void> | null;
   /** Times its index was emptied (a lookup beside the rounds checks it did not happen while it read). */
   resets: number;
@@ -120,14 +109,12 @@ export class IdempotencyClaims {
   private readonly replies: Replies;
   private readonly scopes = new Map<string, Scope>();
   private readonly timeoutMs: number;
-  private readonly formerReader: KvReader | null;
   /** Claims held in memory over all scopes (kept with every change of an index). */
   private claimsHeld = 0;
 
   constructor(private readonly log: ClaimLog) {
     this.replies = replies(log.nc);
     this.timeoutMs = log.timeoutMs ?? 10_000;
-    this.formerReader = log.former ? kvReader(log.former.kv) : null;
   }
 
   /**
@@ -245,16 +232,13 @@ export class IdempotencyClaims {
       }
       seq = m.seq;
     }
-    const former = await this.formerOwners(s, [{ claims, owners, mark: null, resolve: () => undefined, reject: () => undefined }]);
     if (s.resets !== resets) return null;
     // Claims whose messages the window removed are not held (as a round finds them).
     this.expire(s);
     return claims.map((claim, j) => {
-      const o = since.get(claim) ?? former.get(claim);
-      if (since.has(claim)) return o === owners[j] ? 'same' : 'other';
-      const held = s.index.heldBy(claim, owners[j]!);
-      if (held !== 'none') return held;
-      return o === undefined ? 'none' : o === owners[j] ? 'same' : 'other';
+      const o = since.get(claim);
+      if (o !== undefined) return o === owners[j] ? 'same' : 'other';
+      return s.index.heldBy(claim, owners[j]!);
     });
   }
 
@@ -267,15 +251,7 @@ export class IdempotencyClaims {
     this.expire(s);
     // A scope just read is current; otherwise what was appended since its last read.
     if (!fresh) await this.catchUp(s);
-    const former = await this.formerOwners(s, items);
-    return items.map((r) =>
-      r.claims.map((claim, j) => {
-        const held = s.index.heldBy(claim, r.owners[j]!);
-        if (held !== 'none') return held;
-        const f = former.get(claim);
-        return f === undefined ? 'none' : f === r.owners[j] ? 'same' : 'other';
-      }),
-    );
+    return items.map((r) => r.claims.map((claim, j) => s.index.heldBy(claim, r.owners[j]!)));
   }
 
   /** Claims of one organization and mode, in its next round. */
@@ -295,7 +271,7 @@ export class IdempotencyClaims {
       this.scopes.set(name, s);
       return s;
     }
-    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, former: false, loaded: null, resets: 0, queue: [], running: false };
+    s = { name, subject: this.log.subject(name), index: new ClaimIndex(), usedAt: 0, lastSeq: 0, loaded: null, resets: 0, queue: [], running: false };
     this.scopes.set(name, s);
     return s;
   }
@@ -346,17 +322,12 @@ export class IdempotencyClaims {
     for (let attempt = 0; ; attempt++) {
       await this.loaded(s);
       this.expire(s);
-      const formerOwners = await this.formerOwners(s, round);
       const fresh = new Map<string, string>();
-      /** Who holds `claim`: this round's fresh claims first, then the log (the index), then the former bucket. */
+      /** Who holds `claim`: this round's fresh claims first, then the log (the index). */
       const holder = (claim: string, owner: string): Holder => {
         const f = fresh.get(claim);
         if (f !== undefined) return f === owner ? 'same' : 'other';
-        const held = s.index.heldBy(claim, owner);
-        if (held !== 'none') return held;
-        const former = formerOwners.get(claim);
-        if (former !== undefined) return former === owner ? 'same' : 'other';
-        return 'none';
+        return s.index.heldBy(claim, owner);
       };
       const out = round.map((r) => {
         let reclaimed = false;
@@ -404,25 +375,6 @@ export class IdempotencyClaims {
     }
   }
 
-  /** The owners the former bucket names for the round's claims the log does not know (none unless it holds keys of this scope). */
-  private async formerOwners(s: Scope, round: Request[]): Promise<Map<string, string>> {
-    const out = new Map<string, string>();
-    if (!s.former || !this.formerReader) return out;
-    const unknown = new Set<string>();
-    for (const r of round) {
-      for (const c of r.claims) if (!s.index.has(c)) unknown.add(c);
-      if (r.mark && !s.index.has(r.mark.claim)) unknown.add(r.mark.claim);
-    }
-    const claims = [...unknown];
-    const entries = await this.formerReader.getMany(claims.map((c) => `${s.name}.${c}`), { markers: true });
-    entries.forEach((e, i) => {
-      // A mark an operator deleted still counts as taken (the former bucket's rule: the row check runs).
-      if (e && e.operation === 'PUT') out.set(claims[i]!, dec.decode(e.value));
-      else if (e && claims[i]!.startsWith('batch_')) out.set(claims[i]!, '');
-    });
-    return out;
-  }
-
   /** Appends one round; its sequence, or 0 when the subject has messages this process has not read (the compare-and-set lost). */
   private async append(s: Scope, claims: string[], owners: string[]): Promise<number> {
     let body = '';
@@ -436,12 +388,10 @@ export class IdempotencyClaims {
     throw new Error(`idempotency claims refused: ${ack.message}`);
   }
 
-  /** Reads a scope's log from the start (and whether the former bucket holds keys of it). */
+  /** Reads a scope's log from the start. */
   private async load(s: Scope): Promise<void> {
     this.forget(s);
     s.lastSeq = 0;
-    const { former } = this.log;
-    s.former = former ? (await this.get(`KV_${former.bucket}`, { seq: 1, next_by_subj: `$KV.${former.bucket}.${s.name}.>` })) !== null : false;
     const last = await this.get(this.log.stream, { last_by_subj: s.subject });
     if (last) await this.readAll(s, last.seq);
     await this.catchUp(s);
@@ -560,7 +510,7 @@ export class IdempotencyClaims {
    * The stream's first sequence (everything before it removed by the window) and its creation
    * time, asked at most every refreshMs (and at once after a refused append or a reload). A
    * stream created anew since (deleted and made again: its sequences start over) empties every
-   * index and has each read again: an index of the former stream is no mirror of this one.
+   * index and has each read again: an index of the stream it replaced is no mirror of this one.
    */
   private async refreshStream(force: boolean): Promise<void> {
     if (!force && Date.now() - this.firstAt < (this.log.refreshMs ?? 10_000)) return;

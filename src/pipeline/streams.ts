@@ -1,10 +1,8 @@
 /**
  * The JetStream resources of the pipeline (names: src/bus/topology.ts), with their
- * configuration: its consumer of the signal stream, the dead-letter stream, the claim log and
- * the former idempotency bucket.
+ * configuration: its consumer of the signal stream, the dead-letter stream and the claim log.
  */
 import { AckPolicy, DiscardPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';
-import type { KV } from '@nats-io/kv';
 import type { Config } from '../config.js';
 import type { Nats } from '../bus/connection.js';
 import { ensure } from '../bus/topology.js';
@@ -44,11 +42,6 @@ export async function ensureDeadLetterStream(nats: Nats): Promise<void> {
   });
 }
 
-/** Idempotency claims of former versions, one key each (read only now: dedupe.ts), kept DEDUPE_WINDOW_DAYS. */
-export function dedupeBucket(nats: Nats, cfg: Config): Promise<KV> {
-  return ensure(nats, { bucket: nats.topology.buckets.dedupe, options: { history: 1, storage: StorageType.File, ttl: dedupeWindowMs(cfg) } });
-}
-
 const dedupeWindowMs = (cfg: Config): number => cfg.dedupeWindowDays * 24 * 3600 * 1000;
 
 /**
@@ -72,11 +65,10 @@ export async function ensureClaimLog(nats: Nats, cfg: Config): Promise<void> {
 
 /**
  * The idempotency claims of one kind (the pipeline's `signals`, the billing rows inserter's
- * `rows`), the claim log ensured, reading what former versions claimed in `<P>_dedupe`.
+ * `rows`), the claim log ensured.
  */
 export async function idempotencyClaims(nats: Nats, cfg: Config, kind: 'signals' | 'rows'): Promise<IdempotencyClaims> {
   await ensureClaimLog(nats, cfg);
-  const kv = await dedupeBucket(nats, cfg);
   return new IdempotencyClaims({
     nc: nats.nc,
     apiPrefix: nats.js.getOptions().apiPrefix ?? '$JS.API',
@@ -87,7 +79,6 @@ export async function idempotencyClaims(nats: Nats, cfg: Config, kind: 'signals'
     },
     maxPayload: nats.maxPayload,
     kind,
-    former: { kv, bucket: nats.topology.buckets.dedupe },
     timeoutMs: cfg.publishTimeoutMs,
   });
 }

@@ -125,32 +125,6 @@ export function schemaStatements(db: string): string[] {
   ];
 }
 
-/**
- * Decimal columns whose type changed after data directories were created: in data directories
- * made before STORED_DECIMAL they were Decimal(38, 12), which cut products to 12 places. Start-up reads their types
- * (DECIMAL_TYPES_SQL) and widens each one that is not STORED_DECIMAL yet; values already
- * stored are kept as they are (widening loses nothing), and a second start changes nothing.
- */
-export const STORED_DECIMAL_COLUMNS: readonly { table: 'costs' | 'credit_consumption'; column: string }[] = [
-  { table: 'costs', column: 'quantity' },
-  { table: 'costs', column: 'unit_price' },
-  { table: 'costs', column: 'cost_amount' },
-  { table: 'credit_consumption', column: 'credits' },
-  { table: 'credit_consumption', column: 'balance_after' },
-];
-
-/** The current types of STORED_DECIMAL_COLUMNS: rows {table, name, type}. */
-export const DECIMAL_TYPES_SQL =
-  `SELECT table, name, type FROM system.columns WHERE database = {db:String} AND table IN ('costs', 'credit_consumption')`;
-
-/** The ALTER statements that bring the decimal columns to STORED_DECIMAL, given their current types. */
-export function decimalMigrations(db: string, current: readonly { table: string; name: string; type: string }[]): string[] {
-  return STORED_DECIMAL_COLUMNS.filter(({ table, column }) => {
-    const found = current.find((c) => c.table === table && c.name === column);
-    return found !== undefined && found.type !== STORED_DECIMAL;
-  }).map(({ table, column }) => `ALTER TABLE ${db}.${table} MODIFY COLUMN ${column} ${STORED_DECIMAL}`);
-}
-
 /** Which of these signal ids of an organization a table already holds (redelivery checks). */
 export type RowTable = 'signals' | 'costs' | 'credit_consumption' | 'unpriced';
 

@@ -11,7 +11,7 @@ export interface SignalCounts {
 
 export interface Store {
   readonly kind: 'chdb' | 'clickhouse';
-  /** Creates the database and tables when missing and widens old decimal columns (idempotent). */
+  /** Creates the database, tables and views when missing (idempotent). */
   init(): Promise<void>;
   /** Inserts rows given as JSONEachRow text (one JSON object per line). */
   insertSignals(rows: Buffer): Promise<void>;

@@ -2,7 +2,7 @@
  * The signal contract end to end through the real HTTP API: the nested customer/attribution
  * references and the identity columns of fact_signal, per-signal errors (mixed and
  * all-refused batches, their tokens), `duplicates` (a resent keyed batch, repeats inside one
- * request), the legacy v1 mapping, and the flat `customerId` of the former shape refused.
+ * request), the legacy v1 mapping, and a flat `customerId` (outside `customer`) refused.
  */
 import t from 'tap';
 import { connect } from '@nats-io/transport-node';
@@ -188,7 +188,7 @@ t.test('legacy v1: fields mapped to the v2 shape, numbers in data keep their dig
   t.same(await query(org, "SELECT toString(quantity) FROM fact_cost WHERE event_name = 'tokens' ORDER BY created_at"), [['1234567890.123456789012'], ['2.5']], 'the quantity with every digit sent');
 });
 
-t.test('the flat customerId of the former shape is a signal error like any unknown field', async (t) => {
+t.test('a flat customerId (outside customer) is a signal error like any unknown field', async (t) => {
   const org = await createOrg(svc.url);
   const r = await sendBatch(svc.url, org.live, {
     signals: [

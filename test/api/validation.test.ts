@@ -45,7 +45,7 @@ const signalCases: [string, Record<string, unknown>, string | RegExp, string | R
   ['customer.externalCustomerId too long', { customer: { externalCustomerId: longStr } }, 'customer.externalCustomerId', 'must be at most 255 characters, got 256'],
   ['customer.externalCustomerId lone surrogate', { customer: { externalCustomerId: 'a\ud800b' } }, 'customer.externalCustomerId', /Unicode/i],
   ['customer.customerId number', { customer: { customerId: 7 } }, 'customer.customerId', 'must be a string, got number'],
-  ['the former flat customerId', { customerId: 'acme' }, 'customerId', 'unknown field'],
+  ['a flat customerId outside customer', { customerId: 'acme' }, 'customerId', 'unknown field'],
   ['attribution string', { attribution: 'prod' }, 'attribution', /object/],
   ['attribution with both ids', { attribution: { productId: 'prod_x', externalProductId: 'x' } }, 'attribution', /productId|externalProductId/],
   ['attribution.externalProductId number', { attribution: { externalProductId: 1 } }, 'attribution.externalProductId', 'must be a string, got number'],

@@ -125,7 +125,7 @@ t.test('2 ingress + 2 pipeline + 1 dispatcher on one store, a pipeline process k
     await cleanup(iso);
   });
 
-  // The pipelines first (they run the store's migrations and views), then the others.
+  // The pipelines first (they create the store's tables and views), then the others.
   await Promise.all(pipelines.map((p) => p.start()));
   await Promise.all([...ingress.map((p) => p.start()), dispatcher.start()]);
   t.comment(`5 processes and the store ready after ${Date.now() - started} ms`);

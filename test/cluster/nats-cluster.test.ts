@@ -17,7 +17,7 @@ import { NATS_URL, OPERATOR_TOKEN, ServiceProcess, cleanup, createOrg, http, iso
 import { Nats } from '../../src/bus/connection.js';
 import { loadConfig } from '../../src/config.js';
 import { ensureSignalStream } from '../../src/ingress/stream.js';
-import { dedupeBucket, ensureDeadLetterStream, ensurePipelineConsumer } from '../../src/pipeline/streams.js';
+import { ensureDeadLetterStream, ensurePipelineConsumer } from '../../src/pipeline/streams.js';
 import { orgBucket } from '../../src/orgs/registry.js';
 import { billingConfigBucket } from '../../src/billing/config/store.js';
 
@@ -51,7 +51,7 @@ const cfgFor = (url: string, prefix: string, replicas: string) =>
 t.test('replicas of existing streams and buckets are raised; too many replicas is a clear startup error', async (t) => {
   const c = cluster!;
   const prefix = `TREP${process.pid}`;
-  // Made by an older version with one replica.
+  // Made while NATS_REPLICAS was 1.
   const { nc, jsm } = await c.manager();
   t.teardown(() => nc.close());
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], retention: RetentionPolicy.Limits, storage: StorageType.File, num_replicas: 1 });
@@ -64,8 +64,7 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   await ensureSignalStream(nats, cfgFor(c.url, prefix, '3'), true);
   await ensureDeadLetterStream(nats);
   await orgBucket(nats);
-  await dedupeBucket(nats, cfgFor(c.url, prefix, '3'));
-  for (const s of [`${prefix}_SIGNALS`, `${prefix}_SIGNALS_DLQ`, `KV_${prefix}_orgs`, `KV_${prefix}_dedupe`]) {
+  for (const s of [`${prefix}_SIGNALS`, `${prefix}_SIGNALS_DLQ`, `KV_${prefix}_orgs`]) {
     t.equal((await jsm.streams.info(s)).config.num_replicas, 3, `${s}: 3 replicas`);
   }
   await ensurePipelineConsumer(nats, cfgFor(c.url, prefix, '3'));

@@ -1,8 +1,7 @@
 /**
  * The quantity rule (src/billing/quantity.ts), the stored type it is sized for
  * (src/store/stored.ts), the exact reading of JSON-number texts a double does not keep
- * (src/pipeline/exact-numbers.ts) and the start-up widening of old decimal columns
- * (decimalMigrations in src/store/schema.ts).
+ * (src/pipeline/exact-numbers.ts).
  */
 import t from 'tap';
 import fc from 'fast-check';
@@ -12,7 +11,6 @@ import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, STORED_DECIMA
 import { fitsStored } from '../../src/billing/stored.js';
 import { decimalFromJsonNumberText, parseDecimal, toCanonicalString } from '../../src/billing/decimal.js';
 import { doubleKeeps, exactNumberTexts } from '../../src/pipeline/exact-numbers.js';
-import { decimalMigrations, STORED_DECIMAL_COLUMNS } from '../../src/store/schema.js';
 
 /** The reference: decimal.js with room for every digit these tests produce (its default of 20 would round). */
 const Decimal = DecimalJs.clone({ precision: 200 });
@@ -160,17 +158,4 @@ t.test('property: the exact texts and the parsed data together give every number
     }),
     { numRuns: 500 },
   );
-});
-
-t.test('start-up widening: only the columns not yet of the stored type, so a second start changes nothing', async (t) => {
-  const old = STORED_DECIMAL_COLUMNS.map(({ table, column }) => ({ table, name: column, type: 'Decimal(38, 12)' }));
-  t.same(decimalMigrations('billing', old), [
-    `ALTER TABLE billing.costs MODIFY COLUMN quantity ${STORED_DECIMAL}`,
-    `ALTER TABLE billing.costs MODIFY COLUMN unit_price ${STORED_DECIMAL}`,
-    `ALTER TABLE billing.costs MODIFY COLUMN cost_amount ${STORED_DECIMAL}`,
-    `ALTER TABLE billing.credit_consumption MODIFY COLUMN credits ${STORED_DECIMAL}`,
-    `ALTER TABLE billing.credit_consumption MODIFY COLUMN balance_after ${STORED_DECIMAL}`,
-  ]);
-  t.same(decimalMigrations('billing', old.map((c) => ({ ...c, type: STORED_DECIMAL }))), [], 'already widened');
-  t.same(decimalMigrations('billing', [...old.slice(0, 2).map((c) => ({ ...c, type: STORED_DECIMAL })), ...old.slice(2), { table: 'costs', name: 'currency', type: 'LowCardinality(String)' }]).length, 3, 'a half-done widening is finished; other columns are left alone');
 });

@@ -31,7 +31,7 @@ t.test('topology: streams, subjects, consumers and buckets from the prefix', asy
   t.equal(n.events.subject('org_1', 'test', 'billing-invoice-paid'), 'P1.events.org_1.test.billing-invoice-paid');
   t.equal(n.deliveries.subject('org_1', 'live'), 'P1.deliveries.org_1.live');
   t.equal(n.claims.subject('signals', 'org_1', 'live'), 'P1.claims.signals.org_1.live');
-  t.same(n.buckets, { orgs: 'P1_orgs', dedupe: 'P1_dedupe', billingConfig: 'P1_billing', billingState: 'P1_billing_state', billingMembers: 'P1_billing_members', webhooks: 'P1_webhooks' });
+  t.same(n.buckets, { orgs: 'P1_orgs', billingConfig: 'P1_billing', billingState: 'P1_billing_state', billingMembers: 'P1_billing_members', webhooks: 'P1_webhooks' });
   t.not(topology('P2').events.stream, n.events.stream, 'another prefix, other names');
 });
 

@@ -208,7 +208,7 @@ t.test('ClickHouse: the writing user and the read-only analytics user, their pro
 
   const writer = userBlock(ingress.CLICKHOUSE_USER!);
   const storeDb = loadConfig({ OPERATOR_TOKEN: 'x'.repeat(16) }, []).clickhouseDatabase;
-  t.same(grants(writer).sort(), [`GRANT ALL ON ${analyticsDb}.*`, `GRANT ALL ON ${storeDb}.*`], 'the writer owns the two databases its migrations create, nothing else');
+  t.same(grants(writer).sort(), [`GRANT ALL ON ${analyticsDb}.*`, `GRANT ALL ON ${storeDb}.*`], 'the writer owns the two databases the service creates, nothing else');
   t.match(profileBlock(/<profile>([^<]+)<\/profile>/.exec(writer)![1]!), /<default_normal_view_sql_security>DEFINER<\/default_normal_view_sql_security>/, "the writer's views read with the writer's rights");
   t.equal(passwordRef(writer), ingress.CLICKHOUSE_PASSWORD, 'its password is the one the roles use');
   t.equal(env('pipeline').CLICKHOUSE_USER, ingress.CLICKHOUSE_USER);

@@ -1,13 +1,11 @@
 /**
  * Idempotency claims (src/pipeline/dedupe.ts) against a real claim log in JetStream.
- * The test makes its own streams (`TUNIT<random>_CLAIMS`, and the former bucket
- * `TUNIT<random>_dedupe`) and deletes them at the end.
+ * The test makes its own streams (`TUNIT<random>_CLAIMS`, …) and deletes them at the end.
  */
 import t from 'tap';
 import { randomBytes } from 'node:crypto';
 import { connect } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager, StorageType } from '@nats-io/jetstream';
-import { Kvm, type KV } from '@nats-io/kv';
 import { IdempotencyClaims, type ClaimLog } from '../../src/pipeline/dedupe.js';
 import rows, { dedupeKey } from '../../workers/rows.js';
 import type { BatchMeta } from '../../src/bus/batch.js';
@@ -17,16 +15,14 @@ const P = `TUNIT${randomBytes(4).toString('hex')}`;
 const nc = await connect({ servers: NATS_URL });
 const js = jetstream(nc);
 const jsm = await jetstreamManager(nc);
-const formerBucket = `${P}_dedupe`;
-const kv: KV = await new Kvm(js).create(formerBucket, { history: 1 });
 const WEEK = 7 * 24 * 3600 * 1000;
-const made: string[] = [`KV_${formerBucket}`];
+const made: string[] = [];
 /** A claim log stream of its own (max age `windowMs`), and the options of an instance on it (the window's end looked for every `refreshMs`). */
 async function logOf(name: string, windowMs = WEEK, refreshMs?: number): Promise<ClaimLog> {
   const stream = `${P}_${name}`;
   await jsm.streams.add({ name: stream, subjects: [`${P}.${name}.>`], storage: StorageType.File, max_age: windowMs * 1_000_000 });
   made.push(stream);
-  return { nc, apiPrefix: '$JS.API', stream, subject: (scope) => `${P}.${name}.${scope}`, former: { kv, bucket: formerBucket }, ...(refreshMs !== undefined ? { refreshMs } : {}) };
+  return { nc, apiPrefix: '$JS.API', stream, subject: (scope) => `${P}.${name}.${scope}`, ...(refreshMs !== undefined ? { refreshMs } : {}) };
 }
 const log = await logOf('CLAIMS');
 const claims = new IdempotencyClaims(log);
@@ -228,14 +224,14 @@ t.test('the log recreated (its sequences start again): an instance behind it rea
   t.same(await a.claim([key(org)], ['sig_ra10_0']), [true], 'and claims in the new log');
 });
 
-t.test('the log recreated while an instance holds claims of the former one: found by its creation time, read again', async (t) => {
+t.test('the log recreated while an instance holds claims of the one it replaced: found by its creation time, read again', async (t) => {
   const l = await logOf('RECREATE');
   const org = 'org_RECRTRECRTRECRTRECR';
   const recreate = async (): Promise<void> => {
     await jsm.streams.delete(l.stream);
     await jsm.streams.add({ name: l.stream, subjects: [`${P}.RECREATE.>`], storage: StorageType.File });
   };
-  // The former stream's first sequence is past 1 (its early messages removed), as a window does.
+  // The replaced stream's first sequence is past 1 (its early messages removed), as a window does.
   for (let i = 0; i < 20; i++) await js.publish(`${P}.RECREATE.other.live`, 'x');
   await jsm.streams.purge(l.stream);
   const p = new IdempotencyClaims(l);
@@ -299,33 +295,6 @@ t.test('beyond maxClaims, organizations not in use are dropped and read again fr
   t.ok(gets.length > before, 'by reading its log again');
 });
 
-t.test('claims made by a former version (one key each in the former bucket) still hold', async (t) => {
-  const org = 'org_FORMERFORMERFORMERF';
-  const [k, mark] = [key(org), `${org}.live.batch_bat_former1`];
-  await kv.create(k, new TextEncoder().encode('sig_old_0'));
-  await kv.create(mark, new TextEncoder().encode('bat_former1'));
-  const c = new IdempotencyClaims(log);
-  t.same(await c.claimAll([k], ['sig_new_0']), { keep: [false], reclaimed: false }, 'held by the former claim: another signal drops');
-  t.same(await c.claimAll([k], ['sig_old_0']), { keep: [true], reclaimed: true }, 'its own signal (a redelivery across the upgrade) keeps it');
-  t.equal(await c.takeBatch(org, 'live', 'bat_former1'), false, 'a batch the former version took up counts as taken');
-  await kv.delete(`${org}.live.batch_bat_former2`);
-  t.equal(await c.takeBatch(org, 'live', 'bat_former2'), false, 'a mark an operator deleted there too (the row check runs)');
-  t.same(await c.claim([key(org)], ['sig_new_1']), [true], 'a fresh key is claimed in the log');
-
-  // An organization without former claims never reads the bucket.
-  const gets: string[] = [];
-  const sub = nc.subscribe(`$JS.API.DIRECT.GET.KV_${formerBucket}.>`, { callback: (_e, m) => void gets.push(m.subject) });
-  const sub2 = nc.subscribe(`$JS.API.DIRECT.GET.KV_${formerBucket}`, { callback: (_e, m) => void gets.push(m.subject) });
-  t.teardown(() => {
-    sub.unsubscribe();
-    sub2.unsubscribe();
-  });
-  await nc.flush();
-  t.same(await new IdempotencyClaims(log).claim([key('org_NEWNEWNEWNEWNEWNEWNE')], ['sig_nn_0']), [true]);
-  await nc.flush();
-  t.same(gets, [], 'no read of the former bucket');
-});
-
 t.test('keys that are not <orgId>.<mode>.<claim> reject (never "already claimed")', async (t) => {
   await t.rejects(claims.claim(['bad key with spaces'], ['sig_x_0']), /not <orgId>\.<mode>\.<claim>/);
   await t.rejects(claims.claim(['org.live.'], ['sig_x_1']), /is not a claim/);
@@ -367,7 +336,7 @@ t.test('no answer within the timeout: the claim rejects; a late answer is ignore
   const sub = nc.subscribe(`${silentApi}.>`, { callback: (_err, m) => void held.push(m) });
   t.teardown(() => sub.unsubscribe());
   await nc.flush();
-  const c = new IdempotencyClaims({ ...log, apiPrefix: silentApi, former: undefined, timeoutMs: 300 });
+  const c = new IdempotencyClaims({ ...log, apiPrefix: silentApi, timeoutMs: 300 });
   await t.rejects(c.claimBatch([key(), key()], ['sig_s_0', 'sig_s_1'], null), /no answer from JetStream within 300 ms/);
   t.equal(held.length, 1, 'the log was asked (its state) and nothing appended');
   for (const m of held) m.respond(new TextEncoder().encode('{"message":{"seq":1,"data":"","time":"2026-01-01T00:00:00Z"}}'));

@@ -385,7 +385,7 @@ t.test('validateBulk: customer (required) and attribution (optional) hold exactl
     }
   }
   expectError(t, () => validateBulk(bulkWith(sig({ attribution: { externalCustomerId: 'c' } })), NOW), 'INVALID_SIGNAL', 'signals[3].attribution.externalCustomerId: unknown field', "a customer's key in attribution");
-  expectError(t, () => validateBulk(bulkWith({ eventName: 'e', customerId: 'c' }), NOW), 'INVALID_SIGNAL', 'signals[3].customerId: unknown field', 'the former flat customerId');
+  expectError(t, () => validateBulk(bulkWith({ eventName: 'e', customerId: 'c' }), NOW), 'INVALID_SIGNAL', 'signals[3].customerId: unknown field', 'a flat customerId outside customer');
 });
 
 t.test('validateBulk: optional strings unitId and idempotencyKey', async (t) => {

@@ -31,8 +31,6 @@
  *                               position n of the listing order (creation order);
  *                               written before the entity, so a crash between the two leaves a
  *                               dangling position that lists skip.
- *   cfg.O.M                     the former one-document layout; migrated on start
- *                               (`migrate`), then replaced by {"migrated":true,…}.
  *
  * Changes to one key made in this process are queued one after another, so concurrent
  * requests to one process never conflict; compare-and-set is what keeps several processes
@@ -165,7 +163,6 @@ export interface BatchConfig {
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-export const legacyKey = (orgId: string, mode: Mode): string => `cfg.${orgId}.${mode}`;
 export const customerKey = (orgId: string, mode: Mode, customerId: string): string => `cus.${orgId}.${mode}.${customerId}`;
 export const externalIdKey = (orgId: string, mode: Mode, externalId: string): string => `xid.${orgId}.${mode}.${Buffer.from(externalId, 'utf8').toString('base64url') || '_'}`;
 export const planKey = (orgId: string, mode: Mode, planId: string): string => `plan.${orgId}.${mode}.${planId}`;
@@ -470,7 +467,7 @@ export class BillingConfigStore {
   /**
    * `changeCustomer` where `fn` may give the customer another externalId (`next`; undefined:
    * unchanged): the new one is claimed first (409 through `onTaken` when another customer
-   * has it), the former one released after the document is written.
+   * has it), the one it had released after the document is written.
    */
   changeCustomerClaiming<T>(orgId: string, mode: Mode, customerId: string, next: string | null | undefined, missing: () => ApiError, onTaken: (ownerId: string) => ApiError, fn: (doc: CustomerDoc) => T): Promise<T> {
     return this.changeClaiming('customer', orgId, mode, customerId, next, async () => {
@@ -832,104 +829,5 @@ export class BillingConfigStore {
       this.plansSeen.set(key, { plan: parse<Plan>(e), revision: e.revision });
     });
     return keys.map((k) => [k, this.plansSeen.get(k) ?? null]);
-  }
-
-  // --- the former layout ---
-
-  /**
-   * Migrates every one-document configuration (`cfg.O.M`) to the per-entity layout. Run on
-   * start, before the API or the evaluator use the store. Idempotent and crash-safe: entity
-   * keys are written create-only (an existing key is kept: an earlier, interrupted run wrote
-   * it from the same document), positions are the document's order, the counters are raised
-   * to cover them, and only then is the old document replaced by {"migrated":true} (with
-   * compare-and-set, so a document changed meanwhile is migrated again on the next start).
-   * Returns how many documents it migrated.
-   */
-  async migrate(): Promise<number> {
-    let keys: string[] = [];
-    try {
-      const it = await this.kv.keys('cfg.>');
-      for await (const k of it) keys.push(k);
-    } catch (err) {
-      throw unavailable(err);
-    }
-    keys = keys.filter((k) => k.split('.').length === 3);
-    let migrated = 0;
-    for (const key of keys) {
-      const e = await this.raw(key);
-      if (!present(e)) continue;
-      const old = parse<Partial<BillingConfig> & { migrated?: boolean }>(e);
-      if (old.migrated === true || !old.customers) continue;
-      const [, orgId, mode] = key.split('.') as [string, string, Mode];
-      await this.migrateOne(orgId, mode, old as BillingConfig);
-      try {
-        await this.kv.update(key, JSON.stringify({ migrated: true, at: new Date().toISOString(), layout: 'per-entity keys (src/billing/config/store.ts)' }), e.revision);
-      } catch (err) {
-        if (!isConflict(err)) throw unavailable(err);
-        log.warn('billing configuration changed while migrating; migrated again on the next start', { key });
-        continue;
-      }
-      migrated++;
-      log.info('billing configuration migrated to per-entity keys', { orgId, mode, customers: Object.keys(old.customers).length });
-    }
-    return migrated;
-  }
-
-  private async createIfAbsent(key: string, value: string | Uint8Array): Promise<void> {
-    try {
-      await this.kv.create(key, value);
-    } catch (err) {
-      if (!isConflict(err)) throw unavailable(err);
-    }
-  }
-
-  private async raiseCounter(orgId: string, mode: Mode, l: Listing, atLeast: number): Promise<void> {
-    const key = counterKey(orgId, mode, l);
-    for (;;) {
-      const e = await this.raw(key);
-      const n = present(e) ? parse<{ n: number }>(e).n : 0;
-      if (n >= atLeast) return;
-      try {
-        if (present(e)) await this.kv.update(key, JSON.stringify({ n: atLeast }), e.revision);
-        else await this.kv.create(key, JSON.stringify({ n: atLeast }));
-        return;
-      } catch (err) {
-        if (!isConflict(err)) throw unavailable(err);
-      }
-    }
-  }
-
-  private async migrateOne(orgId: string, mode: Mode, cfg: BillingConfig): Promise<void> {
-    const customers = Object.values(cfg.customers);
-    const plans = Object.values(cfg.plans);
-    const docs = new Map<string, CustomerDoc>();
-    customers.forEach((customer, i) => docs.set(customer.id, { seq: i + 1, customer, profile: defaultProfile(), deletedAt: null, attributes: {}, pools: {}, caps: {} }));
-    for (const a of Object.values(cfg.attributes)) if (docs.has(a.customerId)) docs.get(a.customerId)!.attributes[a.id] = a;
-    for (const p of Object.values(cfg.pools)) if (docs.has(p.customerId)) docs.get(p.customerId)!.pools[p.id] = p;
-    for (const [k, c] of Object.entries(cfg.caps)) {
-      const d = docs.get(c.customerId);
-      if (d) Object.defineProperty(d.caps, k, { value: c, enumerable: true, writable: true, configurable: true });
-    }
-    await this.raiseCounter(orgId, mode, 'customers', customers.length);
-    await this.raiseCounter(orgId, mode, 'plans', plans.length);
-    const chunk = 64;
-    for (let i = 0; i < plans.length; i += chunk) {
-      await Promise.all(
-        plans.slice(i, i + chunk).map(async (p, j) => {
-          await this.createIfAbsent(orderKey(orgId, mode, 'plans', i + j + 1), JSON.stringify(p));
-          await this.createIfAbsent(planKey(orgId, mode, p.id), JSON.stringify(p));
-        }),
-      );
-    }
-    const all = [...docs.values()];
-    for (let i = 0; i < all.length; i += chunk) {
-      await Promise.all(
-        all.slice(i, i + chunk).map(async (d) => {
-          if (d.customer.externalId !== null) await this.createIfAbsent(externalIdKey(orgId, mode, d.customer.externalId), JSON.stringify({ customerId: d.customer.id }));
-          await this.createIfAbsent(orderKey(orgId, mode, 'customers', d.seq), JSON.stringify({ id: d.customer.id }));
-          await this.createIfAbsent(customerKey(orgId, mode, d.customer.id), JSON.stringify(d));
-        }),
-      );
-    }
   }
 }

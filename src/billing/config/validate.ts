@@ -195,7 +195,7 @@ export function oneOf<T extends string>(v: unknown, field: string, values: reado
  * Refuses changing or removing an externalId once set (setting one where there is none, or the
  * same again, is fine): the pipeline resolves an externalId to its service id once and keeps the
  * answer for the process's life (src/billing/evaluator/partition.ts), so a moved externalId
- * would keep billing its former owner.
+ * would keep billing the customer it named before.
  */
 export function settableOnce(current: string | null, next: string | null, what: 'customer' | 'product'): void {
   if (current !== null && next !== current) {

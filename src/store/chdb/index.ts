@@ -24,7 +24,7 @@ import path from 'node:path';
 import { Session } from 'chdb';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
-import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, decimalMigrations, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
+import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { checkInsertData } from '../insert-data.js';
 import { settingsClause, type AnalyticsEngine, type QuerySettings } from '../engine.js';
@@ -69,11 +69,6 @@ export class ChdbStore implements Store {
 
   async init(): Promise<void> {
     for (const sql of schemaStatements(this.db)) await this.run(() => this.session.queryAsync(sql));
-    const types = await this.run(() => this.session.queryBindAsync(DECIMAL_TYPES_SQL, { db: this.db }, { format: 'JSONEachRow' }));
-    for (const sql of decimalMigrations(this.db, lines<{ table: string; name: string; type: string }>(types.text()))) {
-      log.info('widening a decimal column', { sql });
-      await this.run(() => this.session.queryAsync(sql));
-    }
     for (const sql of [...viewStatements(this.db, this.analyticsDb), `USE ${this.analyticsDb}`]) {
       await this.run(() => this.session.queryAsync(sql));
     }

@@ -7,7 +7,7 @@ import { Readable } from 'node:stream';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
 import type { Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
-import { COUNT_SQL, DECIMAL_TYPES_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, decimalMigrations, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
+import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { engineErrorOf } from '../engine-error.js';
 import type { AnalyticsEngine } from '../engine.js';
@@ -134,8 +134,6 @@ export class ClickHouseStore implements Store {
 
   async init(): Promise<void> {
     for (const sql of schemaStatements(this.db)) await this.client.command({ query: sql });
-    const types = await (await this.client.query({ query: DECIMAL_TYPES_SQL, query_params: { db: this.db }, format: 'JSONEachRow' })).json<{ table: string; name: string; type: string }>();
-    for (const sql of decimalMigrations(this.db, types)) await this.client.command({ query: sql });
     for (const sql of viewStatements(this.db, this.analyticsDb)) await this.client.command({ query: sql });
   }
 
