@@ -1019,7 +1019,7 @@ export class BillingEvaluator {
       );
       const unpriced = scopes.every((s) => Object.keys(s.config.attributes).length === 0);
       const pin: Pin = { seq: group[0]!.seq, last: group.at(-1)!.seq, seqs: group.map((h) => h.seq), scopes };
-      const bytes = JSON.stringify(unpriced ? donePin(pin) : pin);
+      const bytes = unpriced ? JSON.stringify(donePin(pin)) : pinText(pin);
       if (Buffer.byteLength(bytes) > this.pinRoom() && group.length > 1) {
         group = group.slice(0, Math.ceil(group.length / 2));
         continue;
@@ -1090,6 +1090,38 @@ const slimAttribute = (a: OrderLineAttribute): OrderLineAttribute => slimOnce(a,
 // The folded sum too is made once per stored pool, not once per group.
 const slimPool = (p: CreditPool): CreditPool => slimOnce(p, pinnedPool);
 const slimCap = (c: CreditCap): CreditCap => slimOnce(c, ({ updatedAt: _u, ...rest }) => rest as CreditCap);
+
+/** Each pinned document's JSON text, made once while the document is kept (slimOnce): a group's pin repeats the documents of the customers it names, most of them named by the groups before it. */
+const texts = new WeakMap<object, string>();
+function textOf(doc: object): string {
+  let t = texts.get(doc);
+  if (t === undefined) texts.set(doc, (t = JSON.stringify(doc)));
+  return t;
+}
+
+/** `JSON.stringify(record)` of a record of pinned documents, from each document's kept text (same key order: both take the own enumerable keys in property order). */
+function recordText(record: Record<string, object>): string {
+  let out = '{';
+  let first = true;
+  for (const [k, v] of Object.entries(record)) {
+    out += `${first ? '' : ','}${JSON.stringify(k)}:${textOf(v)}`;
+    first = false;
+  }
+  return `${out}}`;
+}
+
+/**
+ * `JSON.stringify(pin)`, the same text, assembled from the documents' kept texts (textOf)
+ * instead of serializing every document of every group again: a pin of 448 customers is
+ * ~900 KB. Relies on pinOf's and pinnedConfig's key order (a unit test compares both texts).
+ */
+export function pinText(pin: Pin): string {
+  const scopes = pin.scopes.map(({ orgId, mode, revisions, config: c }) => {
+    const config = `{"customers":${recordText(c.customers)},"plans":${recordText(c.plans)},"attributes":${recordText(c.attributes)},"pools":${recordText(c.pools)},"caps":${recordText(c.caps)}}`;
+    return `{"orgId":${JSON.stringify(orgId)},"mode":${JSON.stringify(mode)},"revisions":${JSON.stringify(revisions)},"config":${config}}`;
+  });
+  return `{"seq":${pin.seq},"last":${pin.last},"seqs":${JSON.stringify(pin.seqs)},"scopes":[${scopes.join(',')}]}`;
+}
 
 function fitsOneTopUp(credits: string): boolean {
   try {
