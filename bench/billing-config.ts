@@ -239,7 +239,7 @@ async function main(): Promise<void> {
         const t1 = performance.now();
         // The cap periods the batch touches (the evaluator reads their keys; here: none spent yet).
         const periods: Record<string, PeriodTotal> = {};
-        for (const r of capPeriods({ orgId, mode: 'live', config: batch.config, signals })) periods[r.key] = startingTotal(null, 1, undefined);
+        for (const r of capPeriods({ orgId, mode: 'live', config: batch.config, signals })) periods[r.key] = startingTotal(null, 1);
         const out = evaluate({ orgId, mode: 'live', config: batch.config, state: emptyState(), signals, evaluatedAt: Date.now(), periods });
         const t2 = performance.now();
         if (out.costs.length !== 10) problems.push(`evaluation at ${n}: ${out.costs.length} cost rows for 10 signals`);

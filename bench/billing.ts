@@ -22,6 +22,14 @@
  * After the producers stop it waits until every stored message is evaluated.
  * Target: billing keeps up (the backlog drains with the producers) with lag p99 ≤ 1 s.
  *
+ * Before them, the same service takes the same batches (the largest size of --sizes, the same
+ * producers, --duration seconds) naming customers no organization has configured for billing:
+ * resolved, stored, not billed — the pipeline's own work (as bench/pipeline.js's ROLE=all
+ * phase), measured in the same run on the same machine. Each billing scenario of that size is
+ * printed beside it: end to end (signals accepted / time until all stored, or all billed), the
+ * service's CPU per signal, what billing adds to it, and the ratios (targets: billed end to
+ * end ≥ 0.8 × stored end to end; billing's added service CPU per signal ≤ 1 × the pipeline's).
+ *
  * With --rate R the producers are an open loop instead: R batches per second at fixed times,
  * whatever the answers (billing lag at a load the service sustains, rather than at the
  * ingress's maximum).
@@ -68,6 +76,34 @@ if (SIZES.some((n) => !Number.isInteger(n) || n < 1 || n > 10_000)) {
 const DRAIN_S = args.num('drain-timeout', 300, 1, 36_000);
 const RATE = args.num('rate', 0, 0, 100_000);
 const TARGET_LAG_P99_MS = 1_000;
+/** Targets against the pipeline's own run in the same bench: billed end to end ≥ 0.8 × stored end to end; what billing adds to the service's CPU per signal ≤ 1 × the pipeline's own. */
+const TARGET_RATE_RATIO = 0.8;
+const TARGET_CPU_RATIO = 1;
+
+/** The pipeline alone in this run: the same batches naming customers nobody configured (resolved, stored, not billed). */
+interface Reference {
+  size: number;
+  accepted: number;
+  /** Signals accepted / (time until every accepted batch was stored and acked by the pipeline). */
+  endToEndSignalsPerS: number;
+  drainS: number;
+  cpu: Record<string, number | null>;
+  cpuSeconds: Record<string, number | null>;
+  /** Service CPU µs per signal accepted (ingress, pipeline and everything else the service ran). */
+  serviceCpuUsPerSignal: number | null;
+}
+
+/** A billing scenario beside the reference of the same batch size. */
+interface Comparison {
+  size: number;
+  storedEndToEndSignalsPerS: number;
+  billedEndToEndSignalsPerS: number;
+  rateRatio: number;
+  pipelineCpuUsPerSignal: number | null;
+  billingRunCpuUsPerSignal: number | null;
+  billingAddsCpuUsPerSignal: number | null;
+  cpuRatio: number | null;
+}
 
 interface Result {
   size: number;
@@ -75,6 +111,10 @@ interface Result {
   acceptedPerS: number;
   /** Batches whose every partition message was evaluated. */
   batchesEvaluated: number;
+  /** Signals accepted / (time until every one of them was billed): the billed end-to-end rate. */
+  endToEndSignalsPerS: number;
+  /** Service CPU µs per signal accepted. */
+  serviceCpuUsPerSignal: number | null;
   /** Billable batches evaluated per second while the producers ran. */
   batchesPerSDuring: number;
   /** All batches / (last evaluation − start). */
@@ -171,10 +211,19 @@ async function partitionsShared(urls: string[], partitions: number): Promise<{ s
   }
 }
 
-async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>, urls: string[]): Promise<Result> {
-  watch.reset();
-  const g0 = await groupFigures(urls);
-  const cpu = new CpuMeter(pids);
+/** A batch of `size` signals for a random organization; `billed`: for its configured customers, otherwise for customers it never configured. */
+function batchOf(size: number, orgs: { org: BenchOrg; ids: string[] }[], b: number, billed: boolean): { org: BenchOrg; body: string } {
+  const o = orgs[Math.floor(Math.random() * orgs.length)]!;
+  const signals = Array.from({ length: size }, (_, i) => {
+    const c = Math.floor(Math.random() * o.ids.length);
+    const customer = !billed ? { externalCustomerId: `nobody-${c + 1}` } : i % 2 === 0 ? { externalCustomerId: `ext-${c + 1}` } : { customerId: o.ids[c]! };
+    return { eventName: 'tokens', customer, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
+  });
+  return { org: o.org, body: JSON.stringify({ signals }) };
+}
+
+/** Posts batches for DURATION seconds (closed loop, or open at RATE); the batches accepted and refused, and when sending began and ended. */
+async function produce(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], billed: boolean): Promise<{ accepted: number; refused: number; t0: number; sent: number }> {
   const t0 = performance.now();
   const end = t0 + DURATION * 1000;
   let accepted = 0;
@@ -183,13 +232,8 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
   // Open loop: as many connections as requests may be in flight at once.
   const poster = new Poster(svc.url, RATE > 0 ? 256 : IN_FLIGHT);
   const post = async (): Promise<void> => {
-    const o = orgs[Math.floor(Math.random() * orgs.length)]!;
-    const b = n++;
-    const signals = Array.from({ length: size }, (_, i) => {
-      const c = Math.floor(Math.random() * o.ids.length);
-      return { eventName: 'tokens', customer: i % 2 === 0 ? { externalCustomerId: `ext-${c + 1}` } : { customerId: o.ids[c]! }, unitId: 'user', timestamp: new Date().toISOString(), data: { b, i } };
-    });
-    const r = await poster.post('/api/v2/signals/bulk', { authorization: `Bearer ${o.org.liveKey}`, 'content-type': 'application/json' }, JSON.stringify({ signals }));
+    const { org, body } = batchOf(size, orgs, n++, billed);
+    const r = await poster.post('/api/v2/signals/bulk', { authorization: `Bearer ${org.liveKey}`, 'content-type': 'application/json' }, body);
     if (r.status === 202) accepted++;
     else refused++;
   };
@@ -211,7 +255,40 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     await Promise.all(Array.from({ length: IN_FLIGHT }, producer));
   }
   poster.close();
-  const sent = performance.now();
+  return { accepted, refused, t0, sent: performance.now() };
+}
+
+/** The pipeline's own work in this run: batches of `size` naming customers nobody configured, until every one is stored (the pipeline consumer has nothing pending or unacked). */
+async function reference(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], jsm: Awaited<ReturnType<typeof jetstreamManager>>, prefix: string, pids: Record<string, number>): Promise<Reference> {
+  const cpu = new CpuMeter(pids);
+  const { accepted, refused, t0, sent } = await produce(size, svc, orgs, false);
+  const deadline = sent + DRAIN_S * 1000;
+  for (;;) {
+    const ci = await jsm.consumers.info(`${prefix}_SIGNALS`, 'pipeline');
+    if ((ci.num_pending === 0 && ci.num_ack_pending === 0) || performance.now() > deadline) break;
+    await sleep(50);
+  }
+  const drained = performance.now();
+  const usage = cpu.read();
+  const cpuSeconds = cpu.seconds();
+  if (refused > 0) console.log(`  (${refused} batches refused)`);
+  const signals = accepted * size;
+  return {
+    size,
+    accepted,
+    endToEndSignalsPerS: round(signals / ((drained - t0) / 1000)),
+    drainS: round((drained - sent) / 1000, 1),
+    cpu: usage,
+    cpuSeconds,
+    serviceCpuUsPerSignal: cpuSeconds.service == null || signals === 0 ? null : round((cpuSeconds.service * 1e6) / signals, 1),
+  };
+}
+
+async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>, urls: string[]): Promise<Result> {
+  watch.reset();
+  const g0 = await groupFigures(urls);
+  const cpu = new CpuMeter(pids);
+  const { accepted, refused, t0, sent } = await produce(size, svc, orgs, true);
   // Until the pipeline has published every accepted batch's billable parts and billing has
   // evaluated them all (the billable stream empty and every stored part evaluated).
   const deadline = sent + DRAIN_S * 1000;
@@ -262,6 +339,8 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     size,
     accepted,
     acceptedPerS: round(accepted / seconds),
+    endToEndSignalsPerS: round((accepted * size) / ((lastEval - t0) / 1000)),
+    serviceCpuUsPerSignal: cpuSeconds.service == null || accepted === 0 ? null : round((cpuSeconds.service * 1e6) / (accepted * size), 1),
     batchesEvaluated: complete,
     batchesPerSDuring: round(completeDuring / seconds),
     batchesPerSOverall: round(complete / ((lastEval - t0) / 1000)),
@@ -275,6 +354,21 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     cpu: usage,
     cpuSeconds,
     cpuMsPerBatch: Object.fromEntries(Object.entries(cpuSeconds).map(([k, v]) => [k, v === null || complete === 0 ? null : round((v * 1000) / complete, 2)])),
+  };
+}
+
+/** A billing scenario beside the pipeline's run of the same batch size. */
+function compare(ref: Reference, r: Result): Comparison {
+  const adds = r.serviceCpuUsPerSignal === null || ref.serviceCpuUsPerSignal === null ? null : round(r.serviceCpuUsPerSignal - ref.serviceCpuUsPerSignal, 1);
+  return {
+    size: r.size,
+    storedEndToEndSignalsPerS: ref.endToEndSignalsPerS,
+    billedEndToEndSignalsPerS: r.endToEndSignalsPerS,
+    rateRatio: round(r.endToEndSignalsPerS / ref.endToEndSignalsPerS, 3),
+    pipelineCpuUsPerSignal: ref.serviceCpuUsPerSignal,
+    billingRunCpuUsPerSignal: r.serviceCpuUsPerSignal,
+    billingAddsCpuUsPerSignal: adds,
+    cpuRatio: adds === null || !ref.serviceCpuUsPerSignal ? null : round(adds / ref.serviceCpuUsPerSignal, 2),
   };
 }
 
@@ -316,7 +410,13 @@ async function main(): Promise<void> {
     const partitions = (await jsm.consumers.list(`${iso.natsPrefix}_BILLABLE_P`).next()).filter((c) => c.name.startsWith('billing-p')).length;
     const shared = await partitionsShared(urls, partitions);
     console.log(`partitions pulled  ${shared.shares.join(' + ')} of ${partitions} (shared out ${shared.seconds} s after seeding)`);
+    const refSize = Math.max(...SIZES);
+    console.log(`\n${refSize}-signal batches naming customers nobody configured (the pipeline alone: resolved, stored, not billed), ${RATE > 0 ? `${RATE}/s open loop` : `${IN_FLIGHT} in flight`}, ${DURATION} s …`);
+    const ref = await reference(refSize, svc, orgs, jsm, iso.natsPrefix, pids);
+    console.log(`  accepted            ${fmt(ref.accepted)} batches (${fmt(ref.accepted * refSize)} signals); stored ${ref.drainS} s after the producers stopped; CPU ${JSON.stringify(ref.cpu)}`);
+    console.log(`  end to end          ${fmt(ref.endToEndSignalsPerS)} signals/s (accepted / time until all stored); service ${ref.serviceCpuUsPerSignal} µs CPU per signal (CPU-s ${JSON.stringify(ref.cpuSeconds)})`);
     const results: Result[] = [];
+    const comparisons: Comparison[] = [];
     for (const size of SIZES) {
       console.log(`\n${size}-signal batches, ${RATE > 0 ? `${RATE}/s open loop` : `${IN_FLIGHT} in flight`}, ${DURATION} s …`);
       const r = await scenario(size, svc, orgs, watch, billable, pids, urls);
@@ -328,12 +428,21 @@ async function main(): Promise<void> {
       console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
       console.log(`  evaluation groups   ${fmt(r.groups.count)}, ${r.groups.meanMessages} messages each on average, a step ${r.groups.meanStepMs} ms on average; ${fmt(r.groups.waits)} waits for another process; ${fmt(r.groups.overdueFetches)} fetches not ended by their expiry`);
       console.log(`  CPU per batch (ms)  ${JSON.stringify(r.cpuMsPerBatch)} (CPU-s ${JSON.stringify(r.cpuSeconds)}; the service's includes its ingress and pipeline, the engine host's the inserts of the signal and billing rows)`);
+      console.log(`  end to end          ${fmt(r.endToEndSignalsPerS)} signals/s (accepted / time until all billed); service ${r.serviceCpuUsPerSignal} µs CPU per signal`);
+      if (size === refSize) {
+        const c = compare(ref, r);
+        comparisons.push(c);
+        const x = (v: number | null): string => (v === null ? '?' : String(v));
+        console.log(`  beside the pipeline  stored ${fmt(c.storedEndToEndSignalsPerS)} / billed ${fmt(c.billedEndToEndSignalsPerS)} signals/s end to end: ratio ${c.rateRatio} (target ≥ ${TARGET_RATE_RATIO}); service CPU per signal ${x(c.pipelineCpuUsPerSignal)} / ${x(c.billingRunCpuUsPerSignal)} µs: billing adds ${x(c.billingAddsCpuUsPerSignal)} µs, ratio ${x(c.cpuRatio)} (target ≤ ${TARGET_CPU_RATIO})`);
+        if (c.rateRatio < TARGET_RATE_RATIO) problems.push(`${size}-signal batches: billed end to end ${c.rateRatio} × the pipeline's stored end to end, below the target ${TARGET_RATE_RATIO}`);
+        if (c.cpuRatio !== null && c.cpuRatio > TARGET_CPU_RATIO) problems.push(`${size}-signal batches: billing adds ${c.cpuRatio} × the pipeline's own service CPU per signal, above the target ${TARGET_CPU_RATIO}`);
+      }
       if (r.batchesEvaluated !== r.accepted) problems.push(`${size}-signal batches: ${r.accepted} accepted, ${r.batchesEvaluated} evaluated in full`);
       if (r.lagPart.p99 > TARGET_LAG_P99_MS) problems.push(`${size}-signal batches: billing lag p99 ${r.lagPart.p99} ms is above the target ${TARGET_LAG_P99_MS} ms`);
     }
     watch.close();
     for (const l of [svc, ...extra].flatMap((s) => s.problems())) if (!/billing fault|BILLING_PARTITIONS/.test(l)) problems.push(`service: ${l.slice(0, 300)}`);
-    appendHistory({ bench: 'billing', at: new Date().toISOString(), host, orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, rate: RATE, pipelines: PIPELINES, partitions: PARTITIONS || 'default', results });
+    appendHistory({ bench: 'billing', at: new Date().toISOString(), host, orgs: ORGS, customers: CUSTOMERS, duration: DURATION, inFlight: IN_FLIGHT, rate: RATE, pipelines: PIPELINES, partitions: PARTITIONS || 'default', reference: ref, results, comparisons });
     printProblems(problems.slice(0, 20));
   } finally {
     await nc.close();

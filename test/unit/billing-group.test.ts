@@ -12,7 +12,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { capPeriods, evaluate, type BillableSignal, type BillingState, type EmittedEvent, type PeriodTotal } from '../../src/billing/evaluator/evaluate.js';
 import { configsOf, evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type GroupLookups, type GroupUnit } from '../../src/billing/evaluator/group.js';
-import { billedCustomers, formGroup, GROUP_CUSTOMERS, GROUP_MESSAGES, pinnedConfig, readPin } from '../../src/billing/evaluator/consumer.js';
+import { billedCustomers, formGroup, GROUP_CUSTOMERS, GROUP_MESSAGES, pinnedConfig, pinText, readPin, type Pin } from '../../src/billing/evaluator/consumer.js';
 import { capKey, emptyConfig, type BillingConfig } from '../../src/billing/model.js';
 import { renderRows } from '../../src/billing/evaluator/rows-body.js';
 import type { KvEntry } from '@nats-io/kv';
@@ -175,11 +175,28 @@ t.test('a group takes the held messages while each was delivered right after the
   t.equal(formGroup(sized).length, 10, 'no bound by default');
 });
 
-t.test('a pin of the former one-message form is read as a group of one', async (t) => {
+t.test("a pin's text is JSON.stringify's, documents with odd ids included, whether or not their texts were kept by an earlier pin", async (t) => {
+  const ids = fc.oneof(fc.constantFrom('__proto__', 'constructor', '0', '17', '-1', '1.5', 'a"b\\c', '\u2028', '\ud800'), fc.string({ maxLength: 6 }));
+  fc.assert(
+    fc.property(fc.array(ids, { maxLength: 6 }), fc.array(fc.nat(1_000_000), { minLength: 1, maxLength: 5 }), (odd, seqs) => {
+      const cfg = config();
+      for (const id of odd) {
+        const put = (r: Record<string, unknown>, v: unknown) => Object.defineProperty(r, id, { value: v, enumerable: true, writable: true, configurable: true });
+        put(cfg.customers, { ...cfg.customers.cus_1!, id });
+        put(cfg.plans, { id, name: id, createdAt: now });
+        put(cfg.attributes, { ...cfg.attributes.ola_1!, id });
+        put(cfg.pools, { ...cfg.pools.cp_1!, id, topUps: [{ id: 'a', credits: '1', at: now }, { id: 'b', credits: '2.5', at: now }] });
+        put(cfg.caps, { ...Object.values(cfg.caps)[0]!, unitExternalId: id });
+      }
+      const pin: Pin = { seq: seqs[0]!, last: seqs.at(-1)!, seqs, scopes: [{ orgId: 'org_a', mode: 'live', revisions: Object.fromEntries(odd.map((id, i) => [id, i])), config: pinnedConfig(cfg) }, { orgId: 'org_"b', mode: 'test', revisions: {}, config: pinnedConfig(emptyConfig()) }] };
+      return pinText(pin) === JSON.stringify(pin) && pinText(pin) === JSON.stringify(pin);
+    }),
+    { numRuns: 300 },
+  );
+});
+
+t.test('a pin is read as written; no pin, or a deleted one, is none', async (t) => {
   const entry = (v: unknown): KvEntry => ({ operation: 'PUT', length: 1, revision: 3, json: () => v }) as unknown as KvEntry;
-  const config = emptyConfig();
-  t.same(readPin(entry({ seq: 9, orgId: 'o', mode: 'live', revisions: { a: 1 }, config })), { seq: 9, last: 9, seqs: [9], scopes: [{ orgId: 'o', mode: 'live', revisions: { a: 1 }, config }] });
-  t.match(readPin(entry({ seq: 9, orgId: 'o', mode: 'live', revisions: {}, config, done: true })), { seq: 9, last: 9, done: true });
   const group = { seq: 4, last: 8, seqs: [4, 8], scopes: [], done: true };
   t.same(readPin(entry(group)), group, 'the group form as it is');
   t.equal(readPin(null), null);

@@ -42,7 +42,7 @@ function attempt(sim: Sim, cfg: BillingConfig, seq: number, signals: BillableSig
   if (sim.state.lastSeq >= seq) return [];
   const refs = capPeriods({ orgId: 'o', mode: 'live', config: cfg, signals });
   const periods: Record<string, PeriodTotal> = {};
-  for (const r of refs) periods[r.key] = startingTotal(sim.keys.get(r.key) ?? null, seq, sim.state.caps?.[r.capKey]?.[r.start]);
+  for (const r of refs) periods[r.key] = startingTotal(sim.keys.get(r.key) ?? null, seq);
   const out = evaluate({ orgId: 'o', mode: 'live', config: cfg, state: sim.state, signals, evaluatedAt: D0, periods });
   for (const e of out.events) {
     const had = sim.bus.get(e.id);
@@ -113,11 +113,10 @@ t.test('property: crashes after any subset of period writes, replayed, bill exac
   t.equal(r.failed, false, 'same totals, state and events as without crashes', r.failed ? { diagnostic: true, counterexample: r.counterexample, error: r.errorInstance } : {});
 });
 
-t.test('startingTotal: before for the batch that wrote the key, after for any other, the former layout or zero without a key', async (t) => {
+t.test('startingTotal: before for the batch that wrote the key, after for any other, zero without a key', async (t) => {
   const e: PeriodEntry = { seq: 5, before: { used: '1', reached: false }, after: { used: '3', reached: true } };
   t.same(startingTotal(e, 5), e.before);
   t.same(startingTotal(e, 6), e.after);
-  t.same(startingTotal(null, 6, { used: '2', reached: false }), { used: '2', reached: false });
   t.same(startingTotal(null, 6), { used: '0', reached: false });
 });
 

@@ -10,11 +10,7 @@
  * A batch reads and writes only the keys of the customers it names. The state before batch S
  * is the key's `before` when the key's seq is S (S wrote it, then crashed before its commit)
  * and its `after` otherwise (that batch committed: a customer's batches commit in order, in
- * its one partition). No key: what the former layout's one document per organization and
- * mode (`st.<org>.<mode>`, no longer written) holds for the customer's pools and attributes,
- * else nothing. Such a document is read in place, never rewritten; since nothing writes it
- * any more, a process keeps one it found (an absent one costs a KV get per batch that names a
- * customer without a key of its own: a new customer's first batch).
+ * its one partition). No key: nothing consumed, no usage.
  */
 import type { KV, KvEntry } from '@nats-io/kv';
 import { kvReader, type KvReader } from '../../bus/kv-read.js';
@@ -40,7 +36,6 @@ export interface CustomerEntry {
 }
 
 export const customerStateKey = (orgId: string, mode: Mode, customerId: string): string => `cs.${orgId}.${mode}.${customerId}`;
-export const formerStateKey = (orgId: string, mode: Mode): string => `st.${orgId}.${mode}`;
 
 /** The state of every customer a batch names, as read before it. */
 export interface ReadStates {
@@ -48,8 +43,6 @@ export interface ReadStates {
   state: BillingState;
   /** Per customer id: the state before the batch and the entry's revision (0: no key). */
   customers: Map<string, { start: CustomerState; revision: number }>;
-  /** The former layout's document of the organization and mode, or null when there is none. */
-  former: BillingState | null;
   /**
    * The largest `seq` among the keys read (0: none): above the group's own, a later group of
    * the partition has written a key, so the group is committed and these are not its starting
@@ -58,16 +51,7 @@ export interface ReadStates {
   newest: number;
 }
 
-const FORMER_CACHE = 1_024;
-const ABSENT_CACHE = 100_000;
-const ABSENT_MS = 60_000;
-
 export class CustomerStates {
-  /** Documents of the former layout found, by key. They are never written any more. */
-  private readonly former = new Map<string, BillingState>();
-  /** Keys of the former layout found absent, until when that answer is reused (epoch ms). */
-  private readonly absent = new Map<string, number>();
-
   /**
    * @param kv the state bucket
    * @param reader its reads: direct gets, a batch's keys in one round (bus/kv-read.ts)
@@ -81,37 +65,6 @@ export class CustomerStates {
     private readonly ackFloor: (k: number) => Promise<number | null> = async () => null,
   ) {}
 
-  /** The former document of one organization and mode (an absent one is asked again each time: the API's reads). */
-  async formerState(orgId: string, mode: Mode): Promise<BillingState | null> {
-    return (await this.formerStates([{ orgId, mode }], false))[0]!;
-  }
-
-  /**
-   * The former layout's document of each organization and mode, those not known yet read in
-   * one round. A document found is kept (nothing writes it any more); an absent one is known
-   * absent for ABSENT_MS (nothing writes one any more either: the README asks that processes
-   * of the former version be stopped first; the bound keeps a mistake there short).
-   */
-  async formerStates(scopes: readonly { orgId: string; mode: Mode }[], trustAbsent = true): Promise<(BillingState | null)[]> {
-    const now = Date.now();
-    const keys = scopes.map((s) => formerStateKey(s.orgId, s.mode));
-    const ask = [...new Set(keys.filter((k) => !this.former.has(k) && !(trustAbsent && (this.absent.get(k) ?? 0) > now)))];
-    if (ask.length > 0) {
-      const entries = await this.reader.getMany(ask);
-      ask.forEach((k, i) => {
-        const e = entries[i];
-        if (present(e)) {
-          if (this.former.size >= FORMER_CACHE) this.former.delete(this.former.keys().next().value!);
-          this.former.set(k, e.json() as BillingState);
-        } else {
-          if (this.absent.size >= ABSENT_CACHE) this.absent.delete(this.absent.keys().next().value!);
-          this.absent.set(k, now + ABSENT_MS);
-        }
-      });
-    }
-    return keys.map((k) => this.former.get(k) ?? null);
-  }
-
   /**
    * The state before the group `seq` (its first message's sequence, consumer.ts) of every
    * customer each organization and mode's `config` names, all keys in one batched round
@@ -120,32 +73,27 @@ export class CustomerStates {
   async readMany(scopes: readonly { orgId: string; mode: Mode; config: BillingConfig }[], seq: number, read: ReadKnown = async (keys) => (await this.reader.getMany(keys, { markers: true })).map(knownOf)): Promise<ReadStates[]> {
     const ids = scopes.map((s) => Object.keys(s.config.customers));
     const keys = scopes.flatMap((s, i) => ids[i]!.map((id) => customerStateKey(s.orgId, s.mode, id)));
-    // The former documents in the same round: a customer or a cap period without a key of its own starts from them.
-    const [entries, formers] = await Promise.all([read(keys), this.formerStates(scopes)]);
+    const entries = await read(keys);
     let at = 0;
-    return Promise.all(
-      scopes.map(async (s, i) => {
-        const mine = entries.slice(at, (at += ids[i]!.length));
-        const former = formers[i]!;
-        const owned = former ? ownedIds(s.config) : undefined;
-        const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
-        const customers = new Map<string, { start: CustomerState; revision: number }>();
-        let newest = 0;
-        ids[i]!.forEach((id, j) => {
-          const e = mine[j]!;
-          let start: CustomerState;
-          if (e.value !== null) {
-            const stored = e.value as CustomerEntry;
-            newest = Math.max(newest, stored.seq);
-            start = stored.seq === seq ? stored.before : stored.after;
-          } else start = former ? sliceOf(former, s.config, id, owned) : { consumed: {}, usage: {} };
-          customers.set(id, { start, revision: e.revision });
-          Object.assign(state.consumed, start.consumed);
-          Object.assign(state.usage, start.usage);
-        });
-        return { state, customers, former, newest };
-      }),
-    );
+    return scopes.map((_s, i) => {
+      const mine = entries.slice(at, (at += ids[i]!.length));
+      const state: BillingState = { lastSeq: 0, consumed: {}, usage: {} };
+      const customers = new Map<string, { start: CustomerState; revision: number }>();
+      let newest = 0;
+      ids[i]!.forEach((id, j) => {
+        const e = mine[j]!;
+        let start: CustomerState;
+        if (e.value !== null) {
+          const stored = e.value as CustomerEntry;
+          newest = Math.max(newest, stored.seq);
+          start = stored.seq === seq ? stored.before : stored.after;
+        } else start = { consumed: {}, usage: {} };
+        customers.set(id, { start, revision: e.revision });
+        Object.assign(state.consumed, start.consumed);
+        Object.assign(state.usage, start.usage);
+      });
+      return { state, customers, newest };
+    });
   }
 
   /**
@@ -187,8 +135,7 @@ export class CustomerStates {
       // The key's seq is its group's first message's, the pin's `seq` (as the evaluator's own read, readMany).
       return pendingFrom(await this.reader.get(pinKey(k))) === entry.seq ? entry.before.consumed : entry.after.consumed;
     }
-    // Pool ids are unique: the former document's map answers for this customer's pools.
-    return (await this.formerState(orgId, mode))?.consumed ?? {};
+    return {};
   }
 }
 
@@ -208,7 +155,7 @@ function ownedIds(config: BillingConfig): OwnedIds {
   return out;
 }
 
-/** One customer's part of a (merged or former) state: its pools' consumption, its attributes' usage. */
+/** One customer's part of a merged state: its pools' consumption, its attributes' usage. */
 export function sliceOf(state: Pick<BillingState, 'consumed' | 'usage'>, config: BillingConfig, customerId: string, owned: OwnedIds = ownedIds(config)): CustomerState {
   const out: CustomerState = { consumed: {}, usage: {} };
   const mine = owned.get(customerId);

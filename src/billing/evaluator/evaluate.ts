@@ -66,13 +66,6 @@ export interface BillingState {
   consumed: Record<string, string>;
   /** Cumulative quantity per order line attribute id. */
   usage: Record<string, string>;
-  /**
-   * Written by versions that kept the latest four periods of each cap in the state (per cap
-   * key, per period start). Never written now; read only as the starting total of a period
-   * that has no key of its own yet (consumer.ts), so an upgrade neither restarts nor
-   * re-fires those periods.
-   */
-  caps?: Record<string, Record<string, PeriodTotal>>;
 }
 
 export const emptyState = (): BillingState => ({ lastSeq: 0, consumed: {}, usage: {} });
@@ -96,19 +89,18 @@ export interface PeriodEntry {
 /**
  * A period's total before batch `seq`: the key's `before` when `seq` itself wrote it (a replay
  * after a crash between that write and the commit), its `after` when an earlier batch did
- * (committed: batches commit in stream order); no key: what a state of the former layout kept
- * for it, or zero.
+ * (committed: batches commit in stream order); no key: zero.
  */
-export function startingTotal(stored: PeriodEntry | null, seq: number, legacy?: PeriodTotal): PeriodTotal {
+export function startingTotal(stored: PeriodEntry | null, seq: number): PeriodTotal {
   if (stored) return stored.seq === seq ? stored.before : stored.after;
-  return legacy ?? ZERO_PERIOD;
+  return ZERO_PERIOD;
 }
 
 /** A cap period a batch touches. */
 export interface CapPeriodRef {
   /** Its key in the state bucket (`periodKey`). */
   key: string;
-  /** The cap (`capKey`) and the period start (canonical RFC 3339): where a legacy state kept it. */
+  /** The cap (`capKey`) and the period start (canonical RFC 3339). */
   capKey: string;
   start: string;
 }
@@ -436,7 +428,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
   const { config, orgId, mode } = input;
   const scope = `${orgId}:${mode}`;
   const live = mode === 'live';
-  // A copy: only `consumed` and `usage` are written below (the legacy `caps` is only read).
+  // A copy: only `consumed` and `usage` are written below.
   const state: BillingState = { ...input.state, consumed: { ...input.state.consumed }, usage: { ...input.state.usage } };
   const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [], periods: {} };
   const at = input.evaluatedAt;

@@ -15,8 +15,8 @@ const decoder = new TextDecoder();
 /**
  * The first stream sequence of the group pin.<k> holds pending (evaluated or being evaluated,
  * not committed), or null when the pin is committed or absent: every message of the partition
- * before that sequence is committed. A pin of the current forms is told by its first bytes and
- * its last (written by JSON.stringify in a fixed key order); one of a former form is parsed.
+ * before that sequence is committed. Told by the pin's first bytes and its last (every form is
+ * written by JSON.stringify in a fixed key order, consumer.ts), without parsing it.
  */
 export function pendingFrom(e: KvEntry | null | undefined): number | null {
   if (!e || e.operation !== 'PUT' || e.length === 0) return null;
@@ -24,6 +24,5 @@ export function pendingFrom(e: KvEntry | null | undefined): number | null {
   if (decoder.decode(bytes.subarray(Math.max(0, bytes.length - DONE_TAIL.length))) === DONE_TAIL) return null;
   const head = HEAD.exec(decoder.decode(bytes.subarray(0, 64)));
   if (head) return Number(head[1]);
-  const former = e.json<{ seq: number; done?: boolean }>();
-  return former.done ? null : former.seq;
+  throw new Error(`billing pin of ${bytes.length} bytes in no form this version writes: ${decoder.decode(bytes.subarray(0, 64))}`);
 }

@@ -15,16 +15,12 @@
  * engine. The column lists travel with the body, so an inserter reads a body of another
  * version as long as the columns are its tables' (checked: store/schema.ts compactColumns), and
  * every line is checked to be one row of that shape with a string signal id (readRows).
- *
- * Earlier forms are still read (messages in flight across an upgrade): `{"v":2,…}` with
- * JSONEachRow object lines, and one JSON object `{costs: [...], consumption: [...],
- * unpriced?: [...]}` of row objects.
  */
 import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import { BILLING_COLUMNS, compactColumns, type BillingTable } from '../../store/schema.js';
 import { BACKSLASH, COMMA, LBRACKET, MINUS, QUOTE, RBRACKET } from '../../shared/json-bytes.js';
 
-/** The lines of one table: JSONEachRow objects (`columns` null), or JSONCompactEachRow arrays in `columns` order; each line's signal id. */
+/** The lines of one table: JSONCompactEachRow arrays in `columns` order (null: no lines); each line's signal id. */
 export interface TableLines {
   columns: readonly string[] | null;
   lines: string[];
@@ -49,7 +45,6 @@ export const RENDER_COLUMNS: Record<Part, readonly string[]> = {
   unpriced: first(BILLING_COLUMNS.unpriced),
 };
 
-const V2 = '{"v":2,';
 const V3 = '{"v":3,';
 
 /** A string value needing an escape in JSON text (JSON.stringify also escapes lone surrogates). */
@@ -86,43 +81,34 @@ export function renderRows(rows: { costs: readonly CostRow[]; consumption: reado
 const dec = new TextDecoder();
 
 /**
- * The lines of a body of any form, each checked to be one row of its table's shape: one JSON
- * array of as many values as the column list names (or one JSON object), its signal id a
- * string. Throws on anything else — a column list that is not its table's included — so a
- * line the engine would refuse, or that holds more than one row, or whose id the redelivery
- * check could not match, never reaches an insert.
+ * The lines of a body, each checked to be one row of its table's shape: one JSON array of as
+ * many values as the column list names, its signal id a string. Throws on anything else — a
+ * column list that is not its table's included — so a line the engine would refuse, or that
+ * holds more than one row, or whose id the redelivery check could not match, never reaches an
+ * insert.
  */
 export function readRows(data: Uint8Array): RowLines {
   const text = dec.decode(data);
-  const v3 = text.startsWith(V3);
-  if (v3 || text.startsWith(V2)) {
-    const nl = text.indexOf('\n');
-    if (nl < 0) throw new Error('billing rows body: a header without lines');
-    const head = JSON.parse(text.slice(0, nl)) as { costs: number; consumption: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
-    const lines = text.slice(nl + 1).split('\n');
-    if (lines.at(-1) === '') lines.pop();
-    const [costs, consumption, unpriced] = PARTS.map((p) => head[p]);
-    if (![costs, consumption, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + consumption! + unpriced! !== lines.length) {
-      throw new Error(`billing rows body: the header counts ${costs! + consumption! + unpriced!} lines, the body has ${lines.length}`);
-    }
-    const table = (p: Part, from: number, n: number): TableLines => {
-      const mine = lines.slice(from, from + n);
-      if (!v3 || n === 0) return { columns: null, lines: mine, ids: mine.map(objectId) };
-      const c = head.columns?.[p];
-      if (!Array.isArray(c)) throw new Error(`billing rows body: no column list for its ${p}`);
-      const columns = compactColumns(TABLE[p], c);
-      const at = columns.indexOf('signal_id');
-      return { columns, lines: mine, ids: mine.map((l) => arrayId(l, columns.length, at)) };
-    };
-    return { costs: table('costs', 0, costs!), consumption: table('consumption', costs!, consumption!), unpriced: table('unpriced', costs! + consumption!, unpriced!) };
+  if (!text.startsWith(V3)) throw new Error(`billing rows body: not a body of this form: ${text.slice(0, 64)}`);
+  const nl = text.indexOf('\n');
+  if (nl < 0) throw new Error('billing rows body: a header without lines');
+  const head = JSON.parse(text.slice(0, nl)) as { costs: number; consumption: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
+  const lines = text.slice(nl + 1).split('\n');
+  if (lines.at(-1) === '') lines.pop();
+  const [costs, consumption, unpriced] = PARTS.map((p) => head[p]);
+  if (![costs, consumption, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + consumption! + unpriced! !== lines.length) {
+    throw new Error(`billing rows body: the header counts ${costs! + consumption! + unpriced!} lines, the body has ${lines.length}`);
   }
-  const former = JSON.parse(text) as { costs?: unknown[]; consumption?: unknown[]; unpriced?: unknown[] };
-  if (!Array.isArray(former.costs) || !Array.isArray(former.consumption)) throw new Error('billing rows body: neither form');
-  const objects = (rows: unknown[] | undefined): TableLines => {
-    const lines = (rows ?? []).map((r) => JSON.stringify(r));
-    return { columns: null, lines, ids: lines.map(objectId) };
+  const table = (p: Part, from: number, n: number): TableLines => {
+    if (n === 0) return { columns: null, lines: [], ids: [] };
+    const mine = lines.slice(from, from + n);
+    const c = head.columns?.[p];
+    if (!Array.isArray(c)) throw new Error(`billing rows body: no column list for its ${p}`);
+    const columns = compactColumns(TABLE[p], c);
+    const at = columns.indexOf('signal_id');
+    return { columns, lines: mine, ids: mine.map((l) => arrayId(l, columns.length, at)) };
   };
-  return { costs: objects(former.costs), consumption: objects(former.consumption), unpriced: objects(former.unpriced) };
+  return { costs: table('costs', 0, costs!), consumption: table('consumption', costs!, consumption!), unpriced: table('unpriced', costs! + consumption!, unpriced!) };
 }
 
 const SIGNAL_ID = /^[\w-]{1,200}$/;
@@ -130,13 +116,6 @@ const SIGNAL_ID = /^[\w-]{1,200}$/;
 function idOf(v: unknown, line: string): string {
   if (typeof v !== 'string' || !SIGNAL_ID.test(v)) throw new Error(`billing rows body: a row without a valid signal id: ${line.slice(0, 120)}`);
   return v;
-}
-
-/** The signal id of a JSONEachRow line holding one object. */
-function objectId(line: string): string {
-  const row = JSON.parse(line) as unknown;
-  if (row === null || typeof row !== 'object' || Array.isArray(row)) throw new Error(`billing rows body: a line that is not one row object: ${line.slice(0, 120)}`);
-  return idOf((row as { signal_id?: unknown }).signal_id, line);
 }
 
 /** The signal id of a JSONCompactEachRow line holding one array of `arity` values. */

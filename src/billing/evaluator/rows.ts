@@ -112,10 +112,9 @@ export class BillingRowsInserter {
   }
 
   /**
-   * The rows of some messages, one statement per table and shape. Per table, the lines of each
-   * shape (JSONEachRow objects, or arrays in one column order: one shape unless versions meet
-   * in a flush), a signal's row once per table, even when a message and its redelivery (or a
-   * former version's message of the same batch) meet in one flush.
+   * The rows of some messages, one statement per table and column order (one, unless bodies
+   * naming their columns in different orders meet in a flush), a signal's row once per table,
+   * even when a message and its redelivery meet in one flush.
    */
   private async insert(rows: RowLines[]): Promise<void> {
     const tables = { costs: new Shapes(), consumption: new Shapes(), unpriced: new Shapes() };
@@ -204,7 +203,7 @@ export class BillingRowsInserter {
   }
 }
 
-/** One table's lines of a flush, by shape (column list; none: JSONEachRow objects), each signal's row once. */
+/** One table's lines of a flush, by shape (column list), each signal's row once. */
 class Shapes {
   private readonly seen = new Set<string>();
   private readonly byShape = new Map<string, { columns: readonly string[] | undefined; lines: string[] }>();
