@@ -12,11 +12,13 @@
  * organization with the most compile-time budget left first, within a budget per
  * organization) → a concurrency slot (429
  * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → a place in the engine (fair-queue.ts:
- * a process-wide limit shared in turn by the organizations) → the engine, with readonly=1,
- * the time left and the row limits as settings → the exact 10,000-row cut.
+ * a process-wide limit that no small set of organizations can fill, waited for at most one
+ * time limit, holding nothing meanwhile) → the engine, with readonly=1, the time left and the
+ * row limits as settings → the exact 10,000-row cut.
  *
- * The time limit is on the wall clock from the request's admission (after the body check and
- * the rate limiter): waiting for a slot and a place counts against it. The engine is told the
+ * The time limit is on the wall clock from the moment the statement has its place: it bounds
+ * the statement's execution, and what other statements made it wait is not charged to it
+ * (the wait has its own bound, the same length). The engine is told the
  * time left; if it has not answered 0.5 s after the deadline, the request answers 408 (at most
  * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
  * cancels the query, the embedded engine's host process is killed and restarted). A last
@@ -97,7 +99,8 @@ export class AnalyticsService {
     this.compiler = new QueryCompiler(VIEW_SCHEMAS, opts.analyticsDatabase);
     this.metadata = compile(METADATA_SQL, VIEW_SCHEMAS);
     this.schemaBody = JSON.stringify(schemaDocument());
-    this.lanes = new FairQueue(opts.engineSessions);
+    // An organization the engine holds in quarantine runs one statement at a time; its others wait here, holding no place.
+    this.lanes = new FairQueue(opts.engineSessions, (org) => (engine.quarantined?.(org) ? 1 : Infinity));
   }
 
   schema(): Reply {
@@ -214,10 +217,9 @@ export class AnalyticsService {
 
   /**
    * Runs `body` holding a slot and a place in the engine; both are given back once every
-   * engine call `body` tracked has settled. The deadline starts now.
+   * engine call `body` tracked has settled. The deadline starts when the place is had.
    */
   private async withSlot(p: Principal, body: (track: Tracker) => Promise<Reply>): Promise<Reply> {
-    let deadline = Date.now() + this.opts.timeoutMs;
     let givenBack = 0;
     let slot;
     try {
@@ -229,11 +231,13 @@ export class AnalyticsService {
     if (!slot) throw concurrencyLimited();
     let place: () => void;
     try {
-      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, deadline);
+      // Waited for on a clock of its own: the time limit bounds the statement's execution.
+      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, this.opts.timeoutMs);
     } catch (err) {
       void slot.release();
       throw err;
     }
+    let deadline = Date.now() + this.opts.timeoutMs;
     const engineCalls: Promise<unknown>[] = [];
     let outstanding = 0;
     const settled = (): void => void outstanding--;
