@@ -18,7 +18,7 @@
  *
  * The time limit is on the wall clock from the moment the statement has its place: it bounds
  * the statement's execution, and what other statements made it wait is not charged to it
- * (the wait has its own bound, the same length). The engine is told the
+ * (the wait has its own bound: the time limit + 1 s, PLACE_WAIT_EXTRA_MS). The engine is told the
  * time left; if it has not answered 0.5 s after the deadline, the request answers 408 (at most
  * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
  * cancels the query, the embedded engine's host process is killed and restarted). A last
@@ -67,6 +67,13 @@ export interface AnalyticsOptions {
 export const STOP_GRACE_MS = 500;
 /** How long the watchdog waits, after ending the work, for the engine call to settle before it answers. */
 const STOP_SETTLE_MS = 300;
+/**
+ * A place is waited for at most the time limit and this much more: the longest one statement
+ * holds a place (its deadline + 0.9 s, when the last watchdog answers, and the moment its
+ * engine call settles), unless a kill gave it time back. So a statement whose turn comes
+ * after one statement ahead of it never gives up just before that one ends.
+ */
+export const PLACE_WAIT_EXTRA_MS = 1_000;
 
 /**
  * Hands each engine call of a request to withSlot (which keeps its slot until the call
@@ -232,7 +239,7 @@ export class AnalyticsService {
     let place: () => void;
     try {
       // Waited for on a clock of its own: the time limit bounds the statement's execution.
-      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, this.opts.timeoutMs);
+      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, this.opts.timeoutMs + PLACE_WAIT_EXTRA_MS);
     } catch (err) {
       void slot.release();
       throw err;
