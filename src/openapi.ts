@@ -121,7 +121,7 @@ const ingestResponses = {
 const analyticsCommon = {
   401: error('Missing or unknown API key.', ['UNAUTHORIZED']),
   429: error(
-    'Too many analytics queries of this organization are running (no Retry-After: retry after one completes, with backoff); or, only when ANALYTICS_RATE_LIMITED=true, the token bucket is empty (then with Retry-After).',
+    'Too many analytics queries of this organization are running, or one waited the time limit + 1 s for a place in the engine while its organization\'s other queries held places (no Retry-After: retry after one completes, with backoff); or, only when ANALYTICS_RATE_LIMITED=true, the token bucket is empty (then with Retry-After).',
     ['CONCURRENCY_LIMIT_EXCEEDED', 'RATE_LIMIT_EXCEEDED'],
   ),
   500: error('The engine failed; details name the error class only.', ['INTERNAL']),
@@ -742,7 +742,7 @@ const DOCUMENT = {
             'INVALID_JSON', 'INVALID_BODY', 'INVALID_QUERY', 'MULTIPLE_STATEMENTS', 'NOT_A_SELECT', 'CLAUSE_NOT_ALLOWED', 'QUERY_FAILED',
           ]),
           403: error('The query names something outside the analytics views: another table or database, system tables, a table function.', ['FORBIDDEN']),
-          408: error('The query ran past the execution time limit (30 s) and was stopped, or another query of the same organization did and the engine work they shared was ended.', ['QUERY_TIMEOUT']),
+          408: error('The query ran past the execution time limit (30 s, counted from when it has its place in the engine) and was stopped, or another query of the same organization did and the engine work they shared was ended, or it found no place in the engine within the time limit + 1 s while other organizations held every place.', ['QUERY_TIMEOUT']),
           413: error('Body larger than 256 KiB, as received or once decompressed.', ['PAYLOAD_TOO_LARGE']),
           ...analyticsCommon,
         },
@@ -765,7 +765,7 @@ const DOCUMENT = {
         security: [{ apiKey: [] }],
         responses: {
           200: json({ type: 'object', properties: { paths: { type: 'array', items: { type: 'object', properties: { path: { type: 'string' }, type: { type: 'string' }, signals: { type: 'integer', description: 'Signals carrying the path with this type.' }, lastSeenAt: { type: 'string', format: 'date-time' } } } } } }, 'The paths, ordered by path.'),
-          408: error('Listing ran past the execution time limit.', ['QUERY_TIMEOUT']),
+          408: error('Listing ran past the execution time limit, or found no place in the engine within the time limit + 1 s.', ['QUERY_TIMEOUT']),
           ...analyticsCommon,
         },
       },

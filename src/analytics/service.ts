@@ -12,11 +12,13 @@
  * organization with the most compile-time budget left first, within a budget per
  * organization) → a concurrency slot (429
  * CONCURRENCY_LIMIT_EXCEEDED without Retry-After) → a place in the engine (fair-queue.ts:
- * a process-wide limit shared in turn by the organizations) → the engine, with readonly=1,
- * the time left and the row limits as settings → the exact 10,000-row cut.
+ * a process-wide limit that no small set of organizations can fill, waited for at most one
+ * time limit, holding nothing meanwhile) → the engine, with readonly=1, the time left and the
+ * row limits as settings → the exact 10,000-row cut.
  *
- * The time limit is on the wall clock from the request's admission (after the body check and
- * the rate limiter): waiting for a slot and a place counts against it. The engine is told the
+ * The time limit is on the wall clock from the moment the statement has its place: it bounds
+ * the statement's execution, and what other statements made it wait is not charged to it
+ * (the wait has its own bound: the time limit + 1 s, PLACE_WAIT_EXTRA_MS). The engine is told the
  * time left; if it has not answered 0.5 s after the deadline, the request answers 408 (at most
  * 0.3 s later) and the statement's work is ended (the engine's `select` is aborted: a server
  * cancels the query, the embedded engine's host process is killed and restarted). A last
@@ -65,6 +67,13 @@ export interface AnalyticsOptions {
 export const STOP_GRACE_MS = 500;
 /** How long the watchdog waits, after ending the work, for the engine call to settle before it answers. */
 const STOP_SETTLE_MS = 300;
+/**
+ * A place is waited for at most the time limit and this much more: the longest one statement
+ * holds a place (its deadline + 0.9 s, when the last watchdog answers, and the moment its
+ * engine call settles), unless a kill gave it time back. So a statement whose turn comes
+ * after one statement ahead of it never gives up just before that one ends.
+ */
+export const PLACE_WAIT_EXTRA_MS = 1_000;
 
 /**
  * Hands each engine call of a request to withSlot (which keeps its slot until the call
@@ -97,7 +106,8 @@ export class AnalyticsService {
     this.compiler = new QueryCompiler(VIEW_SCHEMAS, opts.analyticsDatabase);
     this.metadata = compile(METADATA_SQL, VIEW_SCHEMAS);
     this.schemaBody = JSON.stringify(schemaDocument());
-    this.lanes = new FairQueue(opts.engineSessions);
+    // An organization the engine holds in quarantine runs one statement at a time; its others wait here, holding no place.
+    this.lanes = new FairQueue(opts.engineSessions, (org) => (engine.quarantined?.(org) ? 1 : Infinity));
   }
 
   schema(): Reply {
@@ -214,10 +224,9 @@ export class AnalyticsService {
 
   /**
    * Runs `body` holding a slot and a place in the engine; both are given back once every
-   * engine call `body` tracked has settled. The deadline starts now.
+   * engine call `body` tracked has settled. The deadline starts when the place is had.
    */
   private async withSlot(p: Principal, body: (track: Tracker) => Promise<Reply>): Promise<Reply> {
-    let deadline = Date.now() + this.opts.timeoutMs;
     let givenBack = 0;
     let slot;
     try {
@@ -229,11 +238,13 @@ export class AnalyticsService {
     if (!slot) throw concurrencyLimited();
     let place: () => void;
     try {
-      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, deadline);
+      // Waited for on a clock of its own: the time limit bounds the statement's execution.
+      place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, this.opts.timeoutMs + PLACE_WAIT_EXTRA_MS);
     } catch (err) {
       void slot.release();
       throw err;
     }
+    let deadline = Date.now() + this.opts.timeoutMs;
     const engineCalls: Promise<unknown>[] = [];
     let outstanding = 0;
     const settled = (): void => void outstanding--;

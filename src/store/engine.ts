@@ -49,6 +49,13 @@ export interface AnalyticsEngine {
    * the call rejects.
    */
   select(sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions): Promise<Buffer>;
+  /**
+   * Whether the engine holds `tenant` to one statement at a time now (the embedded engine,
+   * after a statement of it ran past its deadline and the host's work had to be ended). The
+   * analytics service's queue (src/analytics/fair-queue.ts) keeps its other statements
+   * waiting, holding no place. Absent: never.
+   */
+  quarantined?(tenant: string): boolean;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

@@ -16,10 +16,13 @@
  *   - the same organization's other statements are not run again: they end with WorkEnded
  *     (the API answers 408), or they would run to their own deadlines and end the next
  *     generation too (measured: four runaways started a second apart killed the host three
- *     times and answered another organization 503);
+ *     times and answered another organization 503); so do its statements that were on their
+ *     way to the engine (waiting for the next generation) when the kill came;
  *   - the organization is held to one statement at a time in the engine for QUARANTINE_MS
- *     after each kill it caused, so it can end the host's work at most once per deadline,
- *     and its statements' engine threads run at the lowest CPU priority meanwhile.
+ *     after each kill it caused (`quarantined`, which the analytics service's queue reads:
+ *     its other statements wait there, holding no place and no session), so it can end the
+ *     host's work at most once per deadline, and its statements' engine threads run at the
+ *     lowest CPU priority meanwhile.
  *   An organization's statements that start while one of its own has run for a second or
  *   more get a lower CPU priority too (nice 10), so one organization's several long
  *   statements do not starve another's short ones on a small machine.
@@ -92,8 +95,8 @@ export class HostedStore implements Store {
   private readonly quarantined = new Map<string, number>();
   /** Organization → when each of its analytics statements in this store now started. */
   private readonly running = new Map<string, number[]>();
-  /** Organization in quarantine → the tail of its one-at-a-time queue. */
-  private readonly solo = new Map<string, Promise<void>>();
+  /** Organization → how many kills its statements caused (a statement started before the latest one does not run). */
+  private readonly kills = new Map<string, number>();
 
   constructor(private readonly cfg: Config) {
     this.supervisor = new EngineHostSupervisor({
@@ -122,6 +125,7 @@ export class HostedStore implements Store {
           if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
         }
       },
+      quarantined: (tenant: string) => this.inQuarantine(tenant),
     };
   }
 
@@ -156,6 +160,7 @@ export class HostedStore implements Store {
       if (tenant !== undefined && this.supervisor.serving?.n === g.n) {
         this.killedFor.set(g.n, tenant);
         this.quarantined.set(tenant, Date.now() + QUARANTINE_MS);
+        this.kills.set(tenant, (this.kills.get(tenant) ?? 0) + 1);
         void g.exited.then(() => setTimeout(() => this.killedFor.delete(g.n), 60_000).unref());
       }
       void this.supervisor.kill(g.n, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
@@ -168,38 +173,26 @@ export class HostedStore implements Store {
     }
   }
 
-  /**
-   * An analytics read for `tenant` (see the top of this file): one at a time while the tenant
-   * is in quarantine; run again on the next generation each time the host dies under it,
-   * unless the tenant's own statement had it killed.
-   */
   private inQuarantine(tenant: string): boolean {
     const until = this.quarantined.get(tenant);
     if (until !== undefined && until <= Date.now()) this.quarantined.delete(tenant);
     return this.quarantined.has(tenant);
   }
 
+  /**
+   * An analytics read for `tenant` (see the top of this file): run again on the next
+   * generation each time the host dies under it, unless the tenant's own statement had it
+   * killed, or killed a generation while this statement was on its way to the engine. One at
+   * a time while the tenant is in quarantine is the analytics service's queue's to keep (it
+   * reads `quarantined`), so that the statements waiting hold no place.
+   */
   private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, lost: ((ms: number) => void) | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
     if (tenant === undefined || !stop) return this.read(call, stop);
-    if (!this.inQuarantine(tenant)) return this.runAgainUnlessOwn(tenant, stop, lost, call);
-    // In quarantine: after the tenant's statement before this one has ended (or this one's deadline passed).
-    const before = this.solo.get(tenant) ?? Promise.resolve();
-    let done!: () => void;
-    const mine = new Promise<void>((r) => (done = r));
-    const tail = before.then(() => mine);
-    this.solo.set(tenant, tail);
-    try {
-      if (stop.aborted) throw new Error('stopped before it ran');
-      await Promise.race([before, new Promise<void>((r) => stop.addEventListener('abort', () => r(), { once: true }))]);
-      if (stop.aborted) throw new Error('stopped before it ran');
-      return await this.runAgainUnlessOwn(tenant, stop, lost, call);
-    } finally {
-      done();
-      if (this.solo.get(tenant) === tail) this.solo.delete(tenant);
-    }
+    return this.runAgainUnlessOwn(tenant, stop, lost, call);
   }
 
   private async runAgainUnlessOwn<T>(tenant: string, stop: AbortSignal, lost: ((ms: number) => void) | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+    const killsBefore = this.kills.get(tenant) ?? 0;
     // A host that died without a deadline kill may have died of this very statement (a crash):
     // run again after one such death only, as before, or a crashing statement would end host
     // after host until its deadline.
@@ -215,6 +208,7 @@ export class HostedStore implements Store {
       if (waited > prepaid + 20 && endedBy !== undefined && endedBy !== tenant) lost?.(waited - prepaid);
       prepaid = 0;
       if (stop.aborted) throw new Error('stopped before it ran');
+      if ((this.kills.get(tenant) ?? 0) !== killsBefore) throw new WorkEnded('another statement of this organization ran past its deadline while this one was on its way to the engine, and the engine work was ended');
       const began = Date.now();
       try {
         return await call(this.storeFor(g), g);
