@@ -110,23 +110,32 @@ export class HostedStore implements Store {
       select: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
-        // Statements started beside a long one of the same organization, and all of a
-        // quarantined organization's, yield the CPU to others.
-        const started = this.running.get(tenant) ?? [];
-        const now = Date.now();
-        const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
-        const run = nice > 0 ? { ...settings, os_thread_priority: nice } : settings;
-        started.push(now);
-        this.running.set(tenant, started);
-        try {
-          return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => s.analytics.select(sql, run, signal, opts)));
-        } finally {
-          started.splice(started.indexOf(now), 1);
-          if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
-        }
+        return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, (run) => s.analytics.select(sql, run, signal, opts))));
       },
       quarantined: (tenant: string) => this.inQuarantine(tenant),
     };
+  }
+
+  /**
+   * Runs one attempt of a statement in the engine, registered as running from now until it
+   * ends: statements started beside a long one of the same organization, and all of a
+   * quarantined organization's, yield the CPU to others. Only time in the engine counts: a
+   * statement waiting for a host (the restart after a kill) is not running, or an
+   * organization's short statement waiting there would lower the priority of its next one,
+   * which then starves beside others' runaways and is taken for a runaway itself.
+   */
+  private async inEngine<T>(tenant: string, settings: QuerySettings, call: (run: QuerySettings) => Promise<T>): Promise<T> {
+    const started = this.running.get(tenant) ?? [];
+    const now = Date.now();
+    const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
+    started.push(now);
+    this.running.set(tenant, started);
+    try {
+      return await call(nice > 0 ? { ...settings, os_thread_priority: nice } : settings);
+    } finally {
+      started.splice(started.indexOf(now), 1);
+      if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
+    }
   }
 
   private storeFor(g: Generation): ClickHouseStore {
