@@ -68,6 +68,7 @@ export async function start(cfg: Config): Promise<Running> {
   const closers: (() => Promise<void> | void)[] = [];
   let nats: Nats | null = null;
   let store: Store | null = null;
+  let admin: AdminApi | undefined;
   let pipeline: Pipeline<PreparedBatch<BatchMeta>> | null = null;
   let lookups: DedupeLookups | null = null;
   let evaluator: BillingEvaluator | null = null;
@@ -164,7 +165,7 @@ export async function start(cfg: Config): Promise<Running> {
         registry,
         signals: new SignalIngress(nats, buckets, cfg.publishTimeoutMs, backlog),
         maxBodyBytes: cfg.maxBodyBytes,
-        admin: new AdminApi(registry),
+        admin: (admin = new AdminApi(registry)),
         webhooks: new WebhookApi(await webhookStore(), await deliveryLog(), nats, {
           key: cfg.webhooks.encryptionKey,
           deliverer,
@@ -180,7 +181,7 @@ export async function start(cfg: Config): Promise<Running> {
       await store.init();
       const s = store;
       checks.clickhouse = () => s.ping();
-      routes.mountStore(store);
+      routes.mountStore(store, admin);
       await ensureDeadLetterStream(nats);
       await ensurePipelineConsumer(nats, cfg);
       const partitions = await billingStreams();

@@ -78,9 +78,9 @@ export class RouteTable {
     s.mount('/api/v2', f.billing.routes(), this.hooks);
   }
 
-  /** The operator's view of the store (processes that own it). */
-  mountStore(store: Store): void {
-    this.server.mount('/admin/v1', adminRoutes({ store }), this.hooks);
+  /** The operator's view of the store (processes that own it; `admin` where the registry is too). */
+  mountStore(store: Store, admin?: AdminApi): void {
+    this.server.mount('/admin/v1', adminRoutes({ store, ...(admin ? { registryOf: admin } : {}) }), this.hooks);
   }
 
   /** The analytics operations (after mountIngress: they authenticate with the API key). */

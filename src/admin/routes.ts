@@ -20,11 +20,12 @@ const BODY_LIMIT = 64 * 1024;
 
 /**
  * The operator routes, relative to `/admin/v1` (src/routes.ts): the organization routes
- * where the registry is (`api`), the stats route where the store is (`store`).
+ * where the registry is (`api`), the stats route where the store is (`store`; `registryOf`
+ * when the registry is in the same process, to tell an unknown organization).
  */
-export function routes(parts: { api?: AdminApi; store?: Pick<Store, 'countSignals'> }): Route[] {
+export function routes(parts: { api?: AdminApi; store?: Pick<Store, 'countSignals'>; registryOf?: AdminApi }): Route[] {
   const out: Route[] = [];
-  const { api, store } = parts;
+  const { api, store, registryOf } = parts;
   if (api) {
     out.push(
       { method: 'post', path: '/organizations', auth: 'operator', bodyLimit: BODY_LIMIT, handler: (req) => api.createOrg(req) },
@@ -32,14 +33,16 @@ export function routes(parts: { api?: AdminApi; store?: Pick<Store, 'countSignal
       { method: 'patch', path: '/organizations/:id/limits', auth: 'operator', bodyLimit: BODY_LIMIT, handler: (req) => api.patchLimits(req) },
     );
   }
-  if (store) out.push({ method: 'get', path: '/organizations/:id/stats', auth: 'operator', handler: (req) => stats(store, req) });
+  if (store) out.push({ method: 'get', path: '/organizations/:id/stats', auth: 'operator', handler: (req) => stats(store, registryOf, req) });
   return out;
 }
 
-async function stats(store: Pick<Store, 'countSignals'>, req: Request): Promise<Reply> {
-  // Counts are read from the store without the registry (ROLE=pipeline has none): an
-  // unknown but well-formed id counts zero; anything not shaped like an id is no organization.
+async function stats(store: Pick<Store, 'countSignals'>, api: AdminApi | undefined, req: Request): Promise<Reply> {
+  // Anything not shaped like an id is no organization; where the registry is (ROLE=all), an
+  // unknown one is not either, as on the other operator routes. Without it (ROLE=pipeline
+  // reads the store alone) an unknown but well-formed id counts zero.
   if (!ORG_ID_PATTERN.test(req.params[0]!)) throw new ApiError('NOT_FOUND', `no organization ${JSON.stringify(req.params[0])}`);
+  if (api) await api.getOrg(req);
   try {
     return { status: 200, body: { signals: await store.countSignals(req.params[0]!) } };
   } catch (err) {

@@ -38,6 +38,8 @@ export interface Reply {
   status: number;
   body?: unknown;
   headers?: Record<string, string>;
+  /** Close the connection after the answer (the request's framing cannot be trusted). */
+  close?: boolean;
 }
 
 export type Handler<P = unknown> = (req: Request<P>) => Reply | Promise<Reply>;

@@ -65,14 +65,34 @@ function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
     }
     for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
     if (state.reqId) res.writeHeader('X-Request-Id', state.reqId);
-    res.end(payload as string | Buffer);
+    res.end(payload as string | Buffer, reply.close === true);
   });
 }
 
 function errorReply(err: unknown, req: Request): Reply {
   const r = toErrorResponse(err);
   if (!(err instanceof ApiError)) log.error('unhandled error', { err, method: req.method, url: req.url });
-  return { status: r.status, body: r.body, headers: r.headers };
+  return { status: r.status, body: r.body, headers: r.headers, ...(err instanceof ApiError && FRAMING.has(err) ? { close: true } : {}) };
+}
+
+/** Refusals of a request whose framing cannot be trusted: answered, then the connection is closed. */
+const FRAMING = new WeakSet<ApiError>();
+
+/**
+ * The request's Content-Length values when they disagree (RFC 9112 section 6.3: several
+ * Content-Length fields, or a list, with different values make the body's length unknown,
+ * and a proxy in front may have framed the request by another of them), else null.
+ * uWebSockets.js's getHeader gives the first field only, so the fields are read one by one.
+ */
+function conflictingLengths(uReq: uWS.HttpRequest): string[] | null {
+  const seen = new Set<string>();
+  let n = 0;
+  uReq.forEach((k, v) => {
+    if (k !== 'content-length') return;
+    n++;
+    for (const part of v.split(',')) seen.add(part.trim());
+  });
+  return n > 0 && seen.size > 1 ? [...seen] : null;
 }
 
 /**
@@ -119,7 +139,12 @@ export function wrap<P>(handler: Handler<P>, opts: RouteOptions<P> = {}, pattern
     // before any handler sees it; an unknown coding is refused without reading the body. Its
     // errors (415, 413, 400) are answered only after `before`, like every body error.
     let body: Promise<Buffer> | null = null;
-    if (opts.body) {
+    const lengths = opts.body ? conflictingLengths(uReq) : null;
+    if (lengths) {
+      const err = new ApiError('INVALID_BODY', `the request has conflicting Content-Length values (${lengths.slice(0, 4).map((l) => JSON.stringify(l.slice(0, 20))).join(', ')}): its body's length is unknown; send one Content-Length`);
+      FRAMING.add(err);
+      body = Promise.reject(err);
+    } else if (opts.body) {
       const max = opts.maxBodyBytes ?? 1024 * 1024;
       const coding = parseContentEncoding(uReq.getHeader('content-encoding'));
       if (coding instanceof ApiError) body = Promise.reject(coding);

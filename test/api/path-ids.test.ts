@@ -37,6 +37,18 @@ t.test('operator routes: an id not shaped like an organization id is no organiza
       t.equal(r.body.code, 'NOT_FOUND');
     }
   }
+  // Shaped like an id, of no organization: every operator route answers 404 alike (stats too, where the registry is).
+  const unknown = 'org_AAAAAAAAAAAAAAAAAAAA';
+  for (const [method, p, body] of [
+    ['GET', `/admin/v1/organizations/${unknown}`, undefined],
+    ['PATCH', `/admin/v1/organizations/${unknown}/limits`, { burst: 600 }],
+    ['GET', `/admin/v1/organizations/${unknown}/stats`, undefined],
+  ] as [string, string, unknown][]) {
+    const r = await http(svc.url, method, p, { token: OPERATOR_TOKEN, ...(body === undefined ? {} : { body }) });
+    t.equal(r.status, 404, `${method} ${p}: 404 for an organization that does not exist`);
+    t.equal(r.body.code, 'NOT_FOUND');
+  }
+  t.equal((await http(svc.url, 'GET', `/admin/v1/organizations/${org.id}/stats`, { token: OPERATOR_TOKEN })).status, 200, "an existing organization's stats");
   const after = await http(svc.url, 'GET', `/admin/v1/organizations/${org.id}`, { token: OPERATOR_TOKEN });
   t.same(after.body, before.body, 'the organization is unchanged');
 });
@@ -134,4 +146,47 @@ t.test(`a body longer than its Content-Length, on Node ${process.versions.node}:
   const ok = await http(svc.url, 'POST', '/admin/v1/organizations', { token: OPERATOR_TOKEN, raw: '{"name":"x"}' });
   t.equal(ok.status, 201, 'the service serves on');
   t.equal((await http(svc.url, 'GET', '/healthz')).status, 200, 'and its health check answers');
+});
+
+t.test('conflicting Content-Length values are refused with a 400 and the connection is closed (RFC 9112 section 6.3)', async (t) => {
+  const { connect } = await import('node:net');
+  const u = new URL(svc.url);
+  const org = await createOrg(svc.url);
+  const raw = async (lengths: string[], body: string): Promise<{ text: string; closed: boolean }> => {
+    const sock = connect(Number(u.port), u.hostname);
+    const got: Buffer[] = [];
+    sock.on('data', (d: Buffer) => got.push(d));
+    const closed = new Promise<boolean>((resolve) => {
+      sock.once('close', () => resolve(true));
+      setTimeout(() => resolve(false), 3_000);
+    });
+    await new Promise<void>((resolve) => sock.once('connect', () => resolve()));
+    const fields = lengths.map((l) => `Content-Length: ${l}\r\n`).join('');
+    sock.write(`POST /api/v2/analytics/query HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${org.live}\r\nContent-Type: application/json\r\n${fields}\r\n${body}`);
+    const wasClosed = await closed;
+    sock.destroy();
+    return { text: Buffer.concat(got).toString('latin1'), closed: wasClosed };
+  };
+  const body = '{"query":"SELECT 1 AS x"}';
+  const answer = (text: string): number[] => [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => Number(m[1]));
+  // The first field frames the body (uWebSockets.js reads it): the service refuses the request.
+  const first = await raw([String(body.length), '3'], body);
+  t.same(answer(first.text), [400], `Content-Length ${body.length} then 3: one answer, a 400 (${JSON.stringify(first.text.slice(0, 120))})`);
+  t.match(first.text, /"code":"INVALID_BODY"/);
+  t.match(first.text, /conflicting Content-Length/, 'naming the problem');
+  t.ok(first.closed, 'the connection is closed: what follows cannot be framed');
+  // A shorter first field leaves bytes that uWebSockets.js reads as a next request: on Node 20
+  // its own 505 comes first (as for any body longer than its Content-Length, above).
+  const shorter = await raw(['3', String(body.length)], body);
+  t.same(answer(shorter.text), [OLDER_UWS ? 505 : 400], `Content-Length 3 then ${body.length}: ${JSON.stringify(shorter.text.slice(0, 120))}`);
+  if (!OLDER_UWS) t.match(shorter.text, /conflicting Content-Length/);
+  t.ok(shorter.closed, 'the connection is closed');
+  // A list in one field: uWebSockets.js refuses it itself, with its own 400.
+  const list = await raw([`${body.length}, 3`], body);
+  t.same(answer(list.text), [400], `Content-Length "${body.length}, 3": a 400 (${JSON.stringify(list.text.slice(0, 120))})`);
+  t.ok(list.closed, 'the connection is closed');
+  // The same length twice is one length.
+  const same = await raw([String(body.length), String(body.length)], body);
+  t.match(same.text, /^HTTP\/1\.1 200/, `the same value twice is served: ${JSON.stringify(same.text.slice(0, 120))}`);
+  t.equal((await http(svc.url, 'GET', '/healthz')).status, 200, 'the service serves on');
 });
