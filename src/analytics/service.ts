@@ -237,12 +237,18 @@ export class AnalyticsService {
     }
     if (!slot) throw concurrencyLimited();
     let place: () => void;
+    const killsBefore = this.engine.kills?.(p.org.id) ?? 0;
     try {
       // Waited for on a clock of its own: the time limit bounds the statement's execution.
       place = await this.lanes.acquire(`${p.org.id}:${p.mode}`, p.org.id, this.opts.timeoutMs + PLACE_WAIT_EXTRA_MS);
     } catch (err) {
       void slot.release();
       throw err;
+    }
+    if ((this.engine.kills?.(p.org.id) ?? 0) !== killsBefore) {
+      place();
+      void slot.release();
+      throw new ApiError('QUERY_TIMEOUT', "another statement of this organization ran past its deadline while this one waited for its place, and the engine's work was ended; this one was not run");
     }
     let deadline = Date.now() + this.opts.timeoutMs;
     const engineCalls: Promise<unknown>[] = [];

@@ -56,6 +56,13 @@ export interface AnalyticsEngine {
    * waiting, holding no place. Absent: never.
    */
   quarantined?(tenant: string): boolean;
+  /**
+   * How many times a statement of `tenant` ran past its deadline and the engine's work was
+   * ended for it (the embedded engine). A statement of the tenant that waited for its place
+   * while the count rose does not run: it would only run to its deadline beside the one that
+   * did, and end everyone's work again. Absent: never.
+   */
+  kills?(tenant: string): number;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

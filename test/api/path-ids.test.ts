@@ -175,11 +175,10 @@ t.test('conflicting Content-Length values are refused with a 400 and the connect
   t.match(first.text, /"code":"INVALID_BODY"/);
   t.match(first.text, /conflicting Content-Length/, 'naming the problem');
   t.ok(first.closed, 'the connection is closed: what follows cannot be framed');
-  // A shorter first field leaves bytes that uWebSockets.js reads as a next request: on Node 20
-  // its own 505 comes first (as for any body longer than its Content-Length, above).
+  // A shorter first field leaves bytes that uWebSockets.js reads as a next request, and refuses
+  // itself (505, on every Node line here) before the service's answer is written.
   const shorter = await raw(['3', String(body.length)], body);
-  t.same(answer(shorter.text), [OLDER_UWS ? 505 : 400], `Content-Length 3 then ${body.length}: ${JSON.stringify(shorter.text.slice(0, 120))}`);
-  if (!OLDER_UWS) t.match(shorter.text, /conflicting Content-Length/);
+  t.same(answer(shorter.text), [505], `Content-Length 3 then ${body.length}: ${JSON.stringify(shorter.text.slice(0, 120))}`);
   t.ok(shorter.closed, 'the connection is closed');
   // A list in one field: uWebSockets.js refuses it itself, with its own 400.
   const list = await raw([`${body.length}, 3`], body);

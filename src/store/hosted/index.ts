@@ -113,6 +113,7 @@ export class HostedStore implements Store {
         return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, (run) => s.analytics.select(sql, run, signal, opts))));
       },
       quarantined: (tenant: string) => this.inQuarantine(tenant),
+      kills: (tenant: string) => this.kills.get(tenant) ?? 0,
     };
   }
 
