@@ -75,6 +75,14 @@ t.test('replicas of existing streams and buckets are raised; too many replicas i
   // More replicas than the cluster has servers: a new stream cannot be made, an existing one cannot be raised.
   const five = await Nats.connect(cfgFor(c.url, prefix, '5'));
   t.teardown(() => five.close());
+  // Just deleted through another server: wait until the service's connection sees them gone too.
+  const gone = async (m: JetStreamManager, name: string): Promise<boolean> => m.streams.info(name).then(() => false, () => true);
+  await waitFor(async () => {
+    for (const m of [five.jsm, jsm]) for (const s of ['SIGNALS', 'SIGNALS_DLQ']) if (!(await gone(m, `${prefix}_${s}`))) return false;
+    for await (const s of five.jsm.streams.list()) if (s.config.name.includes(prefix)) return false;
+    return true;
+  }, (done) => done, 20_000);
+  await sleep(1_000);
   await t.rejects(ensureSignalStream(five, cfgFor(c.url, prefix, '5'), true), /cannot create JetStream stream TREP\d+_SIGNALS with 5 replica\(s\) \(NATS_REPLICAS=5\): .*must not exceed the number of JetStream servers/);
   await t.rejects(billingConfigBucket(five), /cannot open JetStream KV bucket TREP\d+_billing with 5 replica\(s\)/);
   await jsm.streams.add({ name: `${prefix}_SIGNALS_DLQ`, subjects: [`${prefix}.dlq.>`], storage: StorageType.File });
