@@ -9,11 +9,10 @@ import type { JsMsg } from '@nats-io/jetstream';
 import { headers as natsHeaders } from '@nats-io/transport-node';
 import type { Nats } from './connection.js';
 import { publishDurable } from './publish.js';
-import { errorReason } from '../store/engine-error.js';
 
-/** Returns the reason recorded (errorReason: the engine's code and reason, at most 2,000 characters). */
+/** Returns the reason recorded (`reason`, or the error's message; at most 2,000 characters). */
 export async function deadLetter(nats: Nats, m: JsMsg, err: unknown, msgId: string, timeoutMs: number): Promise<string> {
-  const reason = errorReason(err).slice(0, 2_000);
+  const reason = (err instanceof Error ? err.message : String(err)).slice(0, 2_000);
   const h = natsHeaders();
   if (m.headers) for (const k of m.headers.keys()) if (!k.startsWith('Nats-')) h.set(k, m.headers.get(k));
   h.set('Billing-Dead-Letter-Reason', reason.replace(/[\r\n]+/g, ' '));

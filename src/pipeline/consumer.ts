@@ -66,7 +66,7 @@ import { InOrder } from './in-order.js';
 import { pipelineLog as log } from '../log.js';
 import { workerTask, type WorkerPool } from '../shared/worker-pool.js';
 import { observeFreshness, observeInsert } from '../metrics/index.js';
-import { isDataError } from '../store/engine-error.js';
+import { errorReason, isDataError } from '../store/engine-error.js';
 import type { BacklogGate } from '../shared/backlog-gate.js';
 
 export { isDataError };
@@ -442,7 +442,7 @@ export class Pipeline<P extends PreparedBillable = PreparedBillable> {
   }
 
   private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
-    const reason = await deadLetter(this.nats, m, err, `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
+    const reason = await deadLetter(this.nats, m, errorReason(err), `dlq-${m.headers?.get(H_BATCH) ?? m.seq}`, this.cfg.publishTimeoutMs);
     log.error('batch moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 

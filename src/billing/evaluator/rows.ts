@@ -20,7 +20,7 @@ import { observeInsert } from '../../metrics/index.js';
 import { H_MODE, H_ORG } from '../../bus/batch.js';
 import { readRows, type RowLines, type TableLines } from './rows-body.js';
 import { deadLetter } from '../../bus/dead-letter.js';
-import { isDataError } from '../../store/engine-error.js';
+import { errorReason, isDataError } from '../../store/engine-error.js';
 
 /** Marks taken once per message (IdempotencyClaims.takeBatch): true the first time. */
 export interface BatchMarks {
@@ -161,7 +161,7 @@ export class BillingRowsInserter {
 
   /** Moves a rows message the engine refuses to the dead-letter stream (bus/dead-letter.ts), which acks it. */
   private async deadLetter(m: JsMsg, err: unknown): Promise<void> {
-    const reason = await deadLetter(this.nats, m, err, `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, this.publishTimeoutMs);
+    const reason = await deadLetter(this.nats, m, errorReason(err), `dlq-${m.headers?.get('Nats-Msg-Id') ?? `rows-${m.seq}`}`, this.publishTimeoutMs);
     log.error('billing rows moved to the dead-letter stream', { seq: m.seq, stream: this.nats.topology.deadLetters.stream, reason });
   }
 
