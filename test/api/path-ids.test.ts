@@ -105,6 +105,24 @@ t.test('organization routes: a malformed id in any position is refused', async (
   t.same(await snapshot(), before, 'nothing changed');
 });
 
+/** Writes `bytes` on a new connection; what came back within 3 s, and whether the service closed it. */
+async function rawExchange(bytes: string): Promise<{ text: string; closed: boolean }> {
+  const { connect } = await import('node:net');
+  const u = new URL(svc.url);
+  const sock = connect(Number(u.port), u.hostname);
+  const got: Buffer[] = [];
+  sock.on('data', (d: Buffer) => got.push(d));
+  const closed = new Promise<boolean>((resolve) => {
+    sock.once('close', () => resolve(true));
+    setTimeout(() => resolve(false), 3_000);
+  });
+  await new Promise<void>((resolve) => sock.once('connect', () => resolve()));
+  sock.write(bytes);
+  const wasClosed = await closed;
+  sock.destroy();
+  return { text: Buffer.concat(got).toString('latin1'), closed: wasClosed };
+}
+
 /** uWebSockets.js's binaries differ by Node line: Node 20's (ABI 115) is an older build than Node 22's and 24's. */
 const OLDER_UWS = Number(process.versions.modules) <= 115;
 
@@ -115,22 +133,7 @@ t.test(`a body longer than its Content-Length, on Node ${process.versions.node}:
   // its 5 bytes are not JSON: the service's own 400) and keep the rest as the start of a next
   // request. docs/api.md ("HTTP framing") says so. What is tested: that answer, and that
   // nothing else suffers.
-  const { connect } = await import('node:net');
-  const u = new URL(svc.url);
-  const raw = async (bytes: string): Promise<{ text: string; closed: boolean }> => {
-    const sock = connect(Number(u.port), u.hostname);
-    const got: Buffer[] = [];
-    sock.on('data', (d: Buffer) => got.push(d));
-    const closed = new Promise<boolean>((resolve) => {
-      sock.once('close', () => resolve(true));
-      setTimeout(() => resolve(false), 3_000);
-    });
-    await new Promise<void>((resolve) => sock.once('connect', () => resolve()));
-    sock.write(bytes);
-    const wasClosed = await closed;
-    sock.destroy();
-    return { text: Buffer.concat(got).toString('latin1'), closed: wasClosed };
-  };
+  const raw = rawExchange;
   const head = (len: number): string => `POST /admin/v1/organizations HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${OPERATOR_TOKEN}\r\nContent-Type: application/json\r\nContent-Length: ${len}\r\n\r\n`;
   const { text, closed } = await raw(`${head(5)}{"name":"x"}`);
   const statuses = [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => Number(m[1]));
@@ -149,24 +152,9 @@ t.test(`a body longer than its Content-Length, on Node ${process.versions.node}:
 });
 
 t.test('conflicting Content-Length values are refused with a 400 and the connection is closed (RFC 9112 section 6.3)', async (t) => {
-  const { connect } = await import('node:net');
-  const u = new URL(svc.url);
   const org = await createOrg(svc.url);
-  const raw = async (lengths: string[], body: string): Promise<{ text: string; closed: boolean }> => {
-    const sock = connect(Number(u.port), u.hostname);
-    const got: Buffer[] = [];
-    sock.on('data', (d: Buffer) => got.push(d));
-    const closed = new Promise<boolean>((resolve) => {
-      sock.once('close', () => resolve(true));
-      setTimeout(() => resolve(false), 3_000);
-    });
-    await new Promise<void>((resolve) => sock.once('connect', () => resolve()));
-    const fields = lengths.map((l) => `Content-Length: ${l}\r\n`).join('');
-    sock.write(`POST /api/v2/analytics/query HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${org.live}\r\nContent-Type: application/json\r\n${fields}\r\n${body}`);
-    const wasClosed = await closed;
-    sock.destroy();
-    return { text: Buffer.concat(got).toString('latin1'), closed: wasClosed };
-  };
+  const raw = (lengths: string[], body: string): Promise<{ text: string; closed: boolean }> =>
+    rawExchange(`POST /api/v2/analytics/query HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer ${org.live}\r\nContent-Type: application/json\r\n${lengths.map((l) => `Content-Length: ${l}\r\n`).join('')}\r\n${body}`);
   const body = '{"query":"SELECT 1 AS x"}';
   const answer = (text: string): number[] => [...text.matchAll(/^HTTP\/1\.1 (\d{3})/gm)].map((m) => Number(m[1]));
   // The first field frames the body (uWebSockets.js reads it): the service refuses the request.
