@@ -251,6 +251,7 @@ prepare_copy() {
 
 # ---- one run -------------------------------------------------------------------------------------
 RESULTS=()
+FAILED_LOGS=()
 TOTAL_PASS=0
 TOTAL_FAIL=0
 FAILED=0
@@ -286,7 +287,7 @@ run_line() {
   pass="$(sed -nE 's/^([0-9]+) passed.*/\1/p' <<<"$summary")"
   fail="$(sed -nE 's/.* ([0-9]+) failed$/\1/p' <<<"$summary")"
   if [ -z "$summary" ]; then pass=0; fail=1; summary="no result line (exit status $status)"; fi
-  if [ "$status" -ne 0 ] || [ "$fail" != 0 ]; then FAILED=1; fi
+  if [ "$status" -ne 0 ] || [ "$fail" != 0 ]; then FAILED=1; FAILED_LOGS+=("$version:$log"); fi
   TOTAL_PASS=$((TOTAL_PASS + pass))
   TOTAL_FAIL=$((TOTAL_FAIL + fail))
   RESULTS+=("node $version ($where): $summary in $((took / 60))m$((took % 60))s (log: ${log#"$CHECKOUT/"})")
@@ -305,6 +306,20 @@ for line in $LINES; do
 done
 [ "$MODE" = root ] && unmount_all
 
+# What failed in each run, again here (CI keeps only the output's tail): the section that
+# scripts/test.sh closes a failing run with, or the log's last lines when the run ended without one.
+if [ ${#FAILED_LOGS[@]} -gt 0 ]; then
+  echo "# ---- test-lts: failures by Node line ----"
+  for f in "${FAILED_LOGS[@]}"; do
+    echo "# node ${f%%:*}:"
+    if grep -q '^# ---- failures' "${f#*:}"; then
+      awk '/^# ---- failures/ { on = 1 } on { print } /^# ---- end of failures/ { on = 0 }' "${f#*:}" | head -n 150
+    else
+      tail -n 40 "${f#*:}"
+    fi
+  done
+  echo "# ---- test-lts: end of failures ----"
+fi
 echo "# ---- test-lts: one run per Node line ----"
 for r in "${RESULTS[@]}"; do echo "$r"; done
 echo "$TOTAL_PASS passed, $TOTAL_FAIL failed"
