@@ -141,7 +141,10 @@ export async function start(cfg: Config): Promise<Running> {
       const redis = createRedis(cfg);
       redis.on('error', (err) => log.warn('redis error', { err: err.message }));
       await redis.connect().catch((err: Error) => log.warn('redis not reachable yet', { err: err.message }));
-      const watchdog = watchRedis(redis, { onForce: (ms) => log.warn('redis unreachable for a while: reconnecting from scratch', { failingMs: ms }) });
+      const watchdog = watchRedis(redis, {
+        onForce: (ms) => log.warn('redis unreachable for a while: reconnecting from scratch', { failingMs: ms }),
+        onRevive: () => log.warn('redis connection ended: connecting again'),
+      });
       closers.push(() => {
         watchdog.stop();
         void redis.disconnect();

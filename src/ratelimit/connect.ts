@@ -65,25 +65,46 @@ export function createRedis(cfg: Pick<Config, 'redisUrl' | 'redisTopology'>): Re
 
 /**
  * A watchdog for a connection that stays broken. ioredis reconnects by itself, and on this
- * machine it does within ~0.3 s of a Sentinel promotion; but once, in a CI run under load, a
- * client answered nothing for the 12 s after a promotion the drill watched
- * (test/cluster/redis-sentinel.test.ts), with no sign of coming back. So every `everyMs` it
- * pings, and when pings have failed for `stuckMs` on end (and the last forced reconnect is
- * that old), it drops the connection and connects again, which asks the sentinels anew.
+ * machine it does within ~0.3 s of a Sentinel promotion, except in two cases it never leaves:
+ *
+ * - The connection ended. ioredis gives up for good (status `end`) when its connector's
+ *   attempt fails rather than the connection: with Sentinel, the previous connection's
+ *   +switch-master listener closes the connector while the reconnection is asking the
+ *   sentinels for the new primary, and that attempt ends in "Connection is closed." (seen
+ *   under load in test/cluster/redis-sentinel.test.ts: the ingress answered 503 until the end).
+ *   So an `end` that nobody asked for (this watchdog was not stopped first) is followed by a
+ *   new connect, and again each `everyMs` while the status stays `end`.
+ * - Pings fail for `stuckMs` on end (a hung server accepts and never answers): the
+ *   connection is dropped and made again, which asks the sentinels anew; no sooner than
+ *   `stuckMs` after the last time.
+ *
  * Nothing happens while pings succeed. For a cluster, ioredis's own slot refresh does this.
+ * Stop the watchdog before closing the connection on purpose.
  */
 export function watchRedis(
   redis: RedisClient,
-  opts: { everyMs?: number; stuckMs?: number; onForce?: (failingMs: number) => void } = {},
-): { stop(): void; forced(): number } {
+  opts: { everyMs?: number; stuckMs?: number; onForce?: (failingMs: number) => void; onRevive?: () => void } = {},
+): { stop(): void; forced(): number; revived(): number } {
   const everyMs = opts.everyMs ?? 1_000;
   const stuckMs = opts.stuckMs ?? 5_000;
   let failingSince: number | null = null;
   let lastForced = 0;
   let forced = 0;
+  let revived = 0;
   let busy = false;
+  let stopped = false;
+  // A connection that ended is connected again; its failures go to the usual error events.
+  const revive = (): void => {
+    if (stopped || redis instanceof Cluster || redis.status !== 'end') return;
+    revived++;
+    opts.onRevive?.();
+    redis.connect().catch(() => undefined);
+  };
+  const onEnd = (): void => void setTimeout(revive, Math.min(everyMs, 100)).unref();
+  redis.on('end', onEnd);
   const timer = setInterval(() => {
     if (busy || redis instanceof Cluster) return;
+    if (redis.status === 'end') return revive();
     busy = true;
     let timeout: NodeJS.Timeout | undefined;
     // A hung server never answers: a ping without an answer within `everyMs` failed too.
@@ -112,5 +133,13 @@ export function watchRedis(
       });
   }, everyMs);
   timer.unref();
-  return { stop: () => clearInterval(timer), forced: () => forced };
+  return {
+    stop: () => {
+      stopped = true;
+      clearInterval(timer);
+      redis.off('end', onEnd);
+    },
+    forced: () => forced,
+    revived: () => revived,
+  };
 }

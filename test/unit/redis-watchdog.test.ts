@@ -2,7 +2,8 @@
  * The Redis watchdog (src/ratelimit/connect.ts watchRedis): a connection whose pings keep
  * failing — here a server that accepts connections and never answers, as a hung primary
  * does — is dropped and made again once it has failed for the set time; a healthy one is
- * never touched.
+ * never touched; a connection that ended (status `end`, where ioredis never reconnects by
+ * itself) while the watchdog runs is connected again, and one closed after `stop()` is not.
  */
 import t from 'tap';
 import net from 'node:net';
@@ -53,4 +54,30 @@ t.test('a healthy connection is never made again', async (t) => {
   await sleep(1_000);
   t.equal(w.forced(), 0);
   t.equal(await redis.ping(), 'PONG');
+});
+
+t.test('a connection that ended is connected again; after stop() it stays closed', async (t) => {
+  const redis = new Redis(REDIS_URL, { enableOfflineQueue: false, lazyConnect: true, retryStrategy: () => 50 });
+  redis.on('error', () => undefined);
+  await redis.connect();
+  const w = watchRedis(redis, { everyMs: 100, stuckMs: 5_000 });
+  t.teardown(() => {
+    w.stop();
+    redis.disconnect();
+  });
+  // ioredis's own end (what a failed Sentinel resolution leaves): no reconnection of its own.
+  const ended = new Promise((r) => redis.once('end', r));
+  redis.disconnect();
+  await ended;
+  for (let i = 0; i < 60 && redis.status !== 'ready'; i++) await sleep(50);
+  t.equal(redis.status, 'ready', 'connected again');
+  t.equal(w.revived(), 1, 'once');
+  t.equal(await redis.ping(), 'PONG');
+  t.equal(w.forced(), 0, 'no forced reconnection: the pings did not fail for the stuck time');
+
+  w.stop();
+  redis.disconnect();
+  await sleep(400);
+  t.equal(redis.status, 'end', 'closed on purpose after stop(): stays closed');
+  t.equal(w.revived(), 1);
 });
