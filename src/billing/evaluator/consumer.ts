@@ -790,7 +790,7 @@ export class BillingEvaluator {
         const hd = natsHeaders();
         hd.set(H_ORG, h.unit.orgId);
         hd.set(H_MODE, h.unit.mode);
-        published.push({ subject: this.nats.topology.billingRows.subject(h.unit.orgId), data: Buffer.from(rows), headers: hd, msgId: `rows-${h.batchId}.p${k}` });
+        published.push({ subject: this.nats.topology.billingRows.subject(h.unit.orgId), data: rows, headers: hd, msgId: `rows-${h.batchId}.p${k}` });
       }
       const at = new Date(h.unit.evaluatedAt);
       for (const e of events) published.push(eventMessage(this.nats, busEvent(e, h.unit.orgId, h.unit.mode, at)));
