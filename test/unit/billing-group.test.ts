@@ -64,7 +64,7 @@ t.test('a group evaluates like its messages one after another, whatever the spli
       // Serial: one message at a time.
       const serialStates: Record<string, BillingState> = {};
       const serialTotals: Record<string, PeriodTotal> = {};
-      const serial: { rows: string | null; costs: number; events: EmittedEvent[] }[] = [];
+      const serial: { rows: Uint8Array | null; costs: number; events: EmittedEvent[] }[] = [];
       for (const u of us) {
         const scope = scopeOf(u.orgId, u.mode);
         const config = configs[scope]!;

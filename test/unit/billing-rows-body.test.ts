@@ -12,6 +12,11 @@ import { BILLING_COLUMNS, schemaStatements } from '../../src/store/schema.js';
 import type { ConsumptionRow, CostRow, UnpricedRow } from '../../src/billing/evaluator/evaluate.js';
 
 const enc = new TextEncoder();
+/** scannedArrayId of a whole line given as text. */
+const scan = (line: string, arity: number, at: number): string | null => {
+  const b = Buffer.from(line);
+  return scannedArrayId(b, 0, b.length, arity, at);
+};
 const text = fc.string({ unit: 'binary', maxLength: 10 });
 const id = fc.stringMatching(/^sig_[A-Za-z0-9]{1,20}$/);
 const base = (signal: string, name: string) => ({ org_id: 'org_abcdefghijklmnopqrst', livemode: true, signal_id: signal, created_at: 1, event_name: name, customer_id: 'cus_1', unit_id: name, plan_id: 'plan_1', order_line_attribute_id: 'ola_1' });
@@ -24,9 +29,11 @@ t.test('rendered rows read back per table, line for line', async (t) => {
     fc.property(fc.array(costArb, { maxLength: 5 }), fc.array(consumptionArb, { maxLength: 5 }), fc.array(unpricedArb, { maxLength: 5 }), (costs, consumption, unpriced) => {
       const body = renderRows({ costs, consumption, unpriced });
       if (costs.length + consumption.length + unpriced.length === 0) return body === null;
-      const back = readRows(enc.encode(body!));
-      // Each array line, zipped with its column list, is the row object (every field, same values).
-      const objects = (t: TableLines) => t.lines.map((l) => Object.fromEntries((JSON.parse(l) as unknown[]).map((v, i) => [t.columns![i]!, v])));
+      const back = readRows(body!);
+      // Each array line (ending in its newline), zipped with its column list, is the row object (every field, same values).
+      const text = (l: Uint8Array) => Buffer.from(l).toString('utf8');
+      if (![back.costs, back.consumption, back.unpriced].every((tl) => tl.lines.every((l) => l.indexOf(10) === l.length - 1 && l[l.length - 2] === 0x5d))) return false;
+      const objects = (t: TableLines) => t.lines.map((l) => Object.fromEntries((JSON.parse(text(l)) as unknown[]).map((v, i) => [t.columns![i]!, v])));
       const same = (a: object[], b: object[]) => a.length === b.length && a.every((x, i) => JSON.stringify(Object.entries(x).sort()) === JSON.stringify(Object.entries(b[i]!).sort()));
       const ids = (t: TableLines, rows: { signal_id: string }[]) => JSON.stringify(t.ids) === JSON.stringify(rows.map((r) => r.signal_id));
       return same(objects(back.costs), costs) && same(objects(back.consumption), consumption) && same(objects(back.unpriced), unpriced) && ids(back.costs, costs) && ids(back.consumption, consumption) && ids(back.unpriced, unpriced);
@@ -40,9 +47,10 @@ t.test('a body in another form, that disagrees with its header, names other colu
   t.throws(() => readRows(enc.encode('{"v":2,"costs":1,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), /not a body of this form/, 'JSONEachRow lines');
   const reversed = [...RENDER_COLUMNS.costs].reverse();
   const line = JSON.stringify(reversed.map((c) => (c === 'signal_id' ? 'sig_r' : null)));
+  const other = readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(reversed)}}}\n${line}\n`)).costs;
   t.same(
-    readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(reversed)}}}\n${line}\n`)).costs,
-    { columns: reversed, lines: [line], ids: ['sig_r'] },
+    { columns: other.columns, lines: other.lines.map((l) => Buffer.from(l).toString('utf8')), ids: other.ids },
+    { columns: reversed, lines: [`${line}\n`], ids: ['sig_r'] },
     'v3 in another order (another version): read with its own column list',
   );
   t.throws(() => readRows(enc.encode(`{"v":3,"costs":2,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(RENDER_COLUMNS.costs)}}}\n${JSON.stringify(RENDER_COLUMNS.costs.map((c) => (c === 'signal_id' ? 'sig_a' : null)))}\n`)), /header counts 2 lines, the body has 1/);
@@ -72,6 +80,53 @@ t.test('a body in another form, that disagrees with its header, names other colu
   t.throws(() => readRows(enc.encode('not json')));
 });
 
+t.test('a body is read as bytes exactly as its decoded text reads: the same lines, ids and refusals, whatever bytes its lines hold', async (t) => {
+  const columns = RENDER_COLUMNS.costs;
+  /** The text reading of a body: decoded whole (U+FFFD for bytes that are not UTF-8), split into lines, each parsed. */
+  const byText = (data: Uint8Array): { lines: string; ids: string[] } => {
+    const text = new TextDecoder().decode(data);
+    const lines = text.slice(text.indexOf('\n') + 1).split('\n');
+    if (lines.at(-1) === '') lines.pop();
+    const ids = lines.map((l) => {
+      const row = JSON.parse(l) as unknown;
+      if (!Array.isArray(row) || row.length !== columns.length || typeof row[0] !== 'string' || !/^[\w-]{1,200}$/.test(row[0])) throw new Error('not a row');
+      return row[0];
+    });
+    return { lines: lines.map((l) => `${l}\n`).join(''), ids };
+  };
+  const piece = fc.oneof(
+    fc.constantFrom('a', 'Z', '0', ' ', ',', '"', '\\', '\\u0041', '\\"', 'é', '\u2028', '😀', '\u007f', '\t', ']', '['),
+    fc.uint8Array({ minLength: 1, maxLength: 3 }).map((b) => Buffer.from(b).toString('latin1')),
+  );
+  const value = fc.oneof(fc.array(piece, { maxLength: 5 }).map((p) => `"${p.join('')}"`), fc.constantFrom('1', '-2.5e3', 'true', 'null', '01', '{}', '"x"'));
+  const line = fc.oneof(
+    fc.tuple(fc.stringMatching(/^sig_[a-z0-9]{1,6}$/), fc.array(value, { minLength: columns.length - 1, maxLength: columns.length - 1 })).map(([id, vs]) => `["${id}",${vs.join(',')}]`),
+    fc.array(value, { minLength: columns.length - 1, maxLength: columns.length + 1 }).map((vs) => `[${vs.join(',')}]`),
+  );
+  fc.assert(
+    fc.property(fc.array(line, { minLength: 1, maxLength: 6 }), fc.boolean(), (lines, lastNewline) => {
+      const head = `{"v":3,"costs":${lines.length},"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n`;
+      // Lines as latin1 text: each char one byte, so bytes 0x80–0xff stand alone (not UTF-8 unless they form it).
+      const data = Buffer.concat([Buffer.from(head), Buffer.from(lines.join('\n') + (lastNewline ? '\n' : ''), 'latin1')]);
+      let want: { lines: string; ids: string[] } | null = null;
+      try {
+        want = byText(data);
+      } catch {
+        want = null;
+      }
+      let got: { lines: string; ids: string[] } | null = null;
+      try {
+        const r = readRows(data);
+        got = { lines: Buffer.concat(r.costs.lines).toString('utf8'), ids: r.costs.ids };
+      } catch {
+        got = null;
+      }
+      return JSON.stringify(got) === JSON.stringify(want);
+    }),
+    { numRuns: 5_000 },
+  );
+});
+
 t.test("BILLING_COLUMNS are the billing tables' columns, as created", async (t) => {
   const statements = schemaStatements('db');
   for (const [table, columns] of Object.entries(BILLING_COLUMNS)) {
@@ -95,11 +150,11 @@ t.test('a row line is written value by value exactly as JSON.stringify writes th
     fc.property(fc.array(value, { minLength: 1, maxLength: 8 }), (values) => {
       const columns = values.map((_, i) => `c${i}`);
       const row = Object.fromEntries(values.map((v, i) => [`c${i}`, v]));
-      return arrayLine(row, columns) === `${JSON.stringify(values.map((v) => v ?? null))}\n`;
+      return arrayLine(row, columns).toString('utf8') === `${JSON.stringify(values.map((v) => v ?? null))}\n`;
     }),
     { numRuns: 5_000 },
   );
-  t.equal(arrayLine({ a: 'x"y', b: '\ud800' }, ['a', 'b', 'missing']), '["x\\"y","\\ud800",null]\n', 'escapes, a lone surrogate, a missing column');
+  t.equal(arrayLine({ a: 'x"y', b: '\ud800' }, ['a', 'b', 'missing']).toString('utf8'), '["x\\"y","\\ud800",null]\n', 'escapes, a lone surrogate, a missing column');
 });
 
 t.test('a line read without parsing: the same signal id as JSON.parse, or no answer (then JSON.parse decides)', async (t) => {
@@ -113,7 +168,7 @@ t.test('a line read without parsing: the same signal id as JSON.parse, or no ans
   const lineArb = fc.tuple(fc.array(scalar, { minLength: 0, maxLength: 6 }), fc.constantFrom('', ' ', ',', ']', 'x'), fc.boolean()).map(([values, junk, wrap]) => (wrap ? `[${values.join(',')}]${junk}` : `${values.join(',')}${junk}`));
   fc.assert(
     fc.property(lineArb, fc.integer({ min: 1, max: 6 }), fc.integer({ min: 0, max: 5 }), (line, arity, at) => {
-      const quick = scannedArrayId(line, arity, at);
+      const quick = scan(line, arity, at);
       if (quick === null) return true;
       const row = JSON.parse(line) as unknown;
       return Array.isArray(row) && row.length === arity && row[at] === quick;
@@ -121,11 +176,14 @@ t.test('a line read without parsing: the same signal id as JSON.parse, or no ans
     { numRuns: 20_000 },
   );
   // The lines this version renders are read without parsing.
-  const rendered = arrayLine({ org_id: 'org_1', livemode: true, signal_id: 'sig_A-1', created_at: 1_700_000_000_000, unit_id: null, quantity: '0.5' }, ['signal_id', 'org_id', 'livemode', 'created_at', 'unit_id', 'quantity']).slice(0, -1);
-  t.equal(scannedArrayId(rendered, 6, 0), 'sig_A-1');
-  t.equal(scannedArrayId(rendered, 5, 0), null, 'one value more than the columns');
-  t.equal(scannedArrayId(rendered, 7, 0), null, 'one value fewer');
-  t.equal(scannedArrayId('["a\\u0062",1]', 2, 0), null, 'an escape: JSON.parse decides');
-  t.equal(scannedArrayId('[1,"x"]', 2, 0), null, 'the id is not a string');
-  t.equal(scannedArrayId('["x",1][', 2, 0), null, 'text after the array');
+  const rendered = arrayLine({ org_id: 'org_1', livemode: true, signal_id: 'sig_A-1', created_at: 1_700_000_000_000, unit_id: null, quantity: '0.5' }, ['signal_id', 'org_id', 'livemode', 'created_at', 'unit_id', 'quantity']).toString('utf8').slice(0, -1);
+  t.equal(scan(rendered, 6, 0), 'sig_A-1');
+  t.equal(scan(rendered, 5, 0), null, 'one value more than the columns');
+  t.equal(scan(rendered, 7, 0), null, 'one value fewer');
+  t.equal(scan('["a\\u0062",1]', 2, 0), null, 'an escape: JSON.parse decides');
+  t.equal(scan('[1,"x"]', 2, 0), null, 'the id is not a string');
+  t.equal(scan('["x",1][', 2, 0), null, 'text after the array');
+  t.equal(scan('["x","é"]', 2, 0), null, 'a byte outside ASCII: decoded, and JSON.parse decides');
+  const b = Buffer.from('junk["sig_1",2]\nmore');
+  t.equal(scannedArrayId(b, 4, 15, 2, 0), 'sig_1', 'a line within a body, by its bounds');
 });

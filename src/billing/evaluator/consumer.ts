@@ -265,9 +265,11 @@ export interface EvaluatorStats {
 }
 
 /**
- * A held message of a partition: its text, and the customers its billed signals name (read
- * from each line's start, partition.ts); the signals themselves are parsed only when a
- * priced group is evaluated, and then on the thread that evaluates it.
+ * A held message of a partition: the customers its billed signals name (read from each line's
+ * start, partition.ts); its text is decoded from the message's bytes again when its group is
+ * evaluated (textOf), and the signals are parsed only then, on the thread that evaluates it.
+ * A message waits held for as long as the billing lag: a string copy of every held message
+ * would outlive the young generation's collections and be copied by each of them.
  */
 interface Held {
   m: JsMsg;
@@ -275,12 +277,18 @@ interface Held {
   batchId: string;
   /** When this process received it (performance.now(): the billing lag it reports, on this host's clock alone). */
   receivedAt: number;
-  unit: UnitText & { customers: string[] };
+  unit: Omit<UnitText, 'text'> & { customers: string[] };
   signals?: BillableSignal[];
 }
 
+/** A held message's text (the pipeline's lines), from its bytes. */
+function textOf(h: Pick<Held, 'm'>): string {
+  const { data } = h.m;
+  return Buffer.from(data.buffer, data.byteOffset, data.byteLength).toString('utf8');
+}
+
 function signalsOf(h: Held): BillableSignal[] {
-  return (h.signals ??= parseBillable(h.unit.text));
+  return (h.signals ??= parseBillable(textOf(h)));
 }
 
 /** The customer (`k`) of each billed line of a billable message's text (lines without one are not billed). */
@@ -300,7 +308,8 @@ export function billedCustomers(text: string): string[] {
 interface PinMade {
   group: Held[];
   pin: Pin;
-  bytes: string;
+  /** The pin's JSON text, UTF-8 (pinBytes). */
+  bytes: Buffer;
   unpriced: boolean;
 }
 
@@ -537,8 +546,7 @@ export class BillingEvaluator {
     let h: Held;
     try {
       const { orgId, mode, batchId } = headersOf(m);
-      const text = Buffer.from(m.data.buffer, m.data.byteOffset, m.data.byteLength).toString('utf8');
-      h = { m, seq: m.seq, batchId, receivedAt: performance.now(), unit: { orgId, mode, text, customers: billedCustomers(text), evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) } };
+      h = { m, seq: m.seq, batchId, receivedAt: performance.now(), unit: { orgId, mode, customers: billedCustomers(textOf({ m })), evaluatedAt: Math.floor(m.info.timestampNanos / 1e6) } };
     } catch (err) {
       // Not a billable message this version can read: it is logged and left to its ack
       // wait (an operator's matter); the partition waits for it, as for any older message.
@@ -680,8 +688,8 @@ export class BillingEvaluator {
     const trusted = lane.pin !== null;
     // 2. The configuration G is evaluated against: pinned (written) while step 3 reads.
     let pinWrite: Promise<number>;
-    /** The pin's JSON text, when this step wrote it: what the worker gets instead of the configurations' objects. */
-    let pinJson: string | null = null;
+    /** The pin's JSON text (UTF-8), when this step wrote it: what the worker gets instead of the configurations' objects. */
+    let pinBytesWritten: Buffer | null = null;
     if (pinned) {
       // This lane's own pending pin (a commit that wrote the next group's pin): nobody else has
       // written it since, or it is not this lane's to evaluate. Read beside the states, as the
@@ -701,7 +709,7 @@ export class BillingEvaluator {
         return true;
       }
       pinned = { pin: made.pin, revision: 0 };
-      pinJson = made.bytes;
+      pinBytesWritten = made.bytes;
       pinWrite = this.writePin(k, made.pin, made.bytes, pinRevision).then((w) => {
         parts = w.parts;
         return w.revision;
@@ -720,7 +728,7 @@ export class BillingEvaluator {
     // On this thread (a small group): parsed here; for a worker: the texts, parsed there.
     const inline = signals <= this.opts.inlineSignals;
     const units: GroupUnit[] = inline ? group.map((h) => ({ orgId: h.unit.orgId, mode: h.unit.mode, evaluatedAt: h.unit.evaluatedAt, signals: signalsOf(h) })) : [];
-    const texts: UnitText[] = inline ? [] : group.map(({ unit: { orgId, mode, evaluatedAt, text } }) => ({ orgId, mode, evaluatedAt, text }));
+    const texts: UnitText[] = inline ? [] : group.map((h) => ({ orgId: h.unit.orgId, mode: h.unit.mode, evaluatedAt: h.unit.evaluatedAt, text: textOf(h) }));
 
     // 3. The running state of G's customers and the totals of the cap periods G touches.
     // 4. Evaluate. On a worker, in one task: it lists the cap periods and asks for their
@@ -764,7 +772,7 @@ export class BillingEvaluator {
       const task = { configs, units };
       const lookups: GroupLookups = new Map();
       out = evaluateGroup({ ...task, ...(await before(priced.some((s) => Object.keys(s.config.caps).length > 0) ? groupCapPeriods(task, lookups) : [])) }, lookups);
-    } else out = await this.evaluateAsking(forWorker({ configs, units }, texts, pinJson), before);
+    } else out = await this.evaluateAsking(forWorker({ configs, units }, texts, pinBytesWritten === null ? null : pinBytesWritten.toString('utf8')), before);
     const events = out.units.reduce((n, u) => n + u.events.length, 0);
     const fault: FaultContext = { seq, messages: group.length, orgId: group[0]!.unit.orgId, mode: group[0]!.unit.mode, events };
     await this.fault.at('after-pin', fault);
@@ -782,7 +790,7 @@ export class BillingEvaluator {
         const hd = natsHeaders();
         hd.set(H_ORG, h.unit.orgId);
         hd.set(H_MODE, h.unit.mode);
-        published.push({ subject: this.nats.topology.billingRows.subject(h.unit.orgId), data: Buffer.from(rows), headers: hd, msgId: `rows-${h.batchId}.p${k}` });
+        published.push({ subject: this.nats.topology.billingRows.subject(h.unit.orgId), data: rows, headers: hd, msgId: `rows-${h.batchId}.p${k}` });
       }
       const at = new Date(h.unit.evaluatedAt);
       for (const e of events) published.push(eventMessage(this.nats, busEvent(e, h.unit.orgId, h.unit.mode, at)));
@@ -847,10 +855,18 @@ export class BillingEvaluator {
     return true;
   }
 
-  /** `revision` when pin.<k> is still at it; otherwise a KvWriteConflict (the step looks again). */
+  /**
+   * `revision` when pin.<k> is still at it; otherwise a KvWriteConflict (the step looks again).
+   * Asked as "is there a message on the pin's subject after `revision`" (a write, a delete or a
+   * purge of the key is one; one message get, answered by the stream's leader), not by reading
+   * the pin: a pending pin holds its group's documents (~1.4 KB a customer), and this is asked
+   * before most steps of a busy partition. What it guards against is another holder's write of
+   * the pin, which is such a message.
+   */
   private async pinUnchanged(k: number, revision: number): Promise<number> {
-    const [e] = await this.stateReader.getMany([pinKey(k)], { markers: true });
-    if ((e?.revision ?? 0) !== revision) throw new KvWriteConflict([pinKey(k)]);
+    const { billingState } = this.nats.topology.buckets;
+    const later = await nextSeq(this.nats.nc, this.nats.js.getOptions().apiPrefix ?? '$JS.API', `KV_${billingState}`, `$KV.${billingState}.${pinKey(k)}`, revision + 1, this.opts.publishTimeoutMs);
+    if (later !== 0) throw new KvWriteConflict([pinKey(k)]);
     return revision;
   }
 
@@ -889,7 +905,7 @@ export class BillingEvaluator {
     const made = await ahead.made.catch(() => null);
     if (!made || made.unpriced || lane.ahead !== ahead) return null;
     if (!made.group.every((g) => lane.held.some((h) => h.seq === g.seq))) return null;
-    if (Buffer.byteLength(made.bytes) > this.pinRoom()) return null;
+    if (made.bytes.length > this.pinRoom()) return null;
     return made;
   }
 
@@ -947,8 +963,7 @@ export class BillingEvaluator {
    * fit in one NATS message (SpilledPin). The parts' revisions (their stream sequences) come
    * back with the pin's. A pin that loses its compare-and-set leaves its parts to be removed here.
    */
-  private async writePin(k: number, pin: Pin, bytes: string, revision: number): Promise<{ revision: number; parts: number[] }> {
-    const text = Buffer.from(bytes);
+  private async writePin(k: number, pin: Pin, text: Buffer, revision: number): Promise<{ revision: number; parts: number[] }> {
     const room = this.pinRoom();
     if (text.length <= room) {
       const [r] = await this.stateWriter.writeMany([{ key: pinKey(k), value: text, revision }]);
@@ -1019,8 +1034,8 @@ export class BillingEvaluator {
       );
       const unpriced = scopes.every((s) => Object.keys(s.config.attributes).length === 0);
       const pin: Pin = { seq: group[0]!.seq, last: group.at(-1)!.seq, seqs: group.map((h) => h.seq), scopes };
-      const bytes = unpriced ? JSON.stringify(donePin(pin)) : pinText(pin);
-      if (Buffer.byteLength(bytes) > this.pinRoom() && group.length > 1) {
+      const bytes = unpriced ? Buffer.from(JSON.stringify(donePin(pin))) : pinBytes(pin);
+      if (bytes.length > this.pinRoom() && group.length > 1) {
         group = group.slice(0, Math.ceil(group.length / 2));
         continue;
       }
@@ -1072,8 +1087,16 @@ function pinnedPool({ createdAt: _c, ...p }: CreditPool): CreditPool {
   return { ...p, topUps: [{ id: last.id, credits, at: last.at }] } as CreditPool;
 }
 
-/** `record` with `f` applied to each value (fromEntries makes own properties, also for an id such as "__proto__"). */
-const mapValues = <T>(record: Record<string, T>, f: (v: T) => T): Record<string, T> => Object.fromEntries(Object.entries(record).map(([k, v]) => [k, f(v)]));
+/** `record` with `f` applied to each value, in the same key order (own properties, also for an id such as "__proto__"). */
+function mapValues<T>(record: Record<string, T>, f: (v: T) => T): Record<string, T> {
+  const out: Record<string, T> = {};
+  for (const k of Object.keys(record)) {
+    const v = f(record[k]!);
+    if (k === '__proto__') Object.defineProperty(out, k, { value: v, enumerable: true, writable: true, configurable: true });
+    else out[k] = v;
+  }
+  return out;
+}
 
 /** The slim form of each document the store gave out (kept while the store keeps the document). */
 const slimmed = new WeakMap<object, object>();
@@ -1091,36 +1114,62 @@ const slimAttribute = (a: OrderLineAttribute): OrderLineAttribute => slimOnce(a,
 const slimPool = (p: CreditPool): CreditPool => slimOnce(p, pinnedPool);
 const slimCap = (c: CreditCap): CreditCap => slimOnce(c, ({ updatedAt: _u, ...rest }) => rest as CreditCap);
 
-/** Each pinned document's JSON text, made once while the document is kept (slimOnce): a group's pin repeats the documents of the customers it names, most of them named by the groups before it. */
-const texts = new WeakMap<object, string>();
-function textOf(doc: object): string {
+/**
+ * Each pinned document's JSON text as UTF-8 bytes, with its key in its record before it
+ * (`"<key>":<document>`), made once while the document is kept (slimOnce): a group's pin
+ * repeats the documents of the customers it names, most of them named by the groups before it.
+ */
+const texts = new WeakMap<object, { key: string; bytes: Buffer }>();
+function entryBytes(key: string, doc: object): Buffer {
   let t = texts.get(doc);
-  if (t === undefined) texts.set(doc, (t = JSON.stringify(doc)));
-  return t;
+  if (t === undefined || t.key !== key) texts.set(doc, (t = { key, bytes: Buffer.from(`${JSON.stringify(key)}:${JSON.stringify(doc)}`) }));
+  return t.bytes;
 }
 
-/** `JSON.stringify(record)` of a record of pinned documents, from each document's kept text (same key order: both take the own enumerable keys in property order). */
-function recordText(record: Record<string, object>): string {
-  let out = '{';
+const COMMA_BYTES = Buffer.from(',');
+const OPEN_BYTES = Buffer.from('{');
+const CLOSE_BYTES = Buffer.from('}');
+
+/** Appends the bytes of `JSON.stringify(record)` of pinned documents to `out`, from each document's kept bytes (same key order: both take the own enumerable keys in property order). */
+function recordBytes(out: Buffer[], record: Record<string, object>): void {
+  out.push(OPEN_BYTES);
   let first = true;
-  for (const [k, v] of Object.entries(record)) {
-    out += `${first ? '' : ','}${JSON.stringify(k)}:${textOf(v)}`;
+  for (const k of Object.keys(record)) {
+    if (!first) out.push(COMMA_BYTES);
+    out.push(entryBytes(k, record[k]!));
     first = false;
   }
-  return `${out}}`;
+  out.push(CLOSE_BYTES);
 }
 
 /**
- * `JSON.stringify(pin)`, the same text, assembled from the documents' kept texts (textOf)
- * instead of serializing every document of every group again: a pin of 448 customers is
- * ~900 KB. Relies on pinOf's and pinnedConfig's key order (a unit test compares both texts).
+ * `JSON.stringify(pin)` as UTF-8 bytes, assembled from the documents' kept bytes (entryBytes)
+ * instead of serializing and encoding every document of every group again: a pin of 448
+ * customers is ~900 KB. Relies on pinOf's and pinnedConfig's key order (a unit test compares
+ * both texts).
  */
-export function pinText(pin: Pin): string {
-  const scopes = pin.scopes.map(({ orgId, mode, revisions, config: c }) => {
-    const config = `{"customers":${recordText(c.customers)},"plans":${recordText(c.plans)},"attributes":${recordText(c.attributes)},"pools":${recordText(c.pools)},"caps":${recordText(c.caps)}}`;
-    return `{"orgId":${JSON.stringify(orgId)},"mode":${JSON.stringify(mode)},"revisions":${JSON.stringify(revisions)},"config":${config}}`;
+export function pinBytes(pin: Pin): Buffer {
+  const out: Buffer[] = [Buffer.from(`{"seq":${pin.seq},"last":${pin.last},"seqs":${JSON.stringify(pin.seqs)},"scopes":[`)];
+  pin.scopes.forEach(({ orgId, mode, revisions, config: c }, i) => {
+    out.push(Buffer.from(`${i === 0 ? '' : ','}{"orgId":${JSON.stringify(orgId)},"mode":${JSON.stringify(mode)},"revisions":${JSON.stringify(revisions)},"config":{"customers":`));
+    recordBytes(out, c.customers);
+    out.push(Buffer.from(',"plans":'));
+    recordBytes(out, c.plans);
+    out.push(Buffer.from(',"attributes":'));
+    recordBytes(out, c.attributes);
+    out.push(Buffer.from(',"pools":'));
+    recordBytes(out, c.pools);
+    out.push(Buffer.from(',"caps":'));
+    recordBytes(out, c.caps);
+    out.push(Buffer.from('}}'));
   });
-  return `{"seq":${pin.seq},"last":${pin.last},"seqs":${JSON.stringify(pin.seqs)},"scopes":[${scopes.join(',')}]}`;
+  out.push(Buffer.from(']}'));
+  return Buffer.concat(out);
+}
+
+/** `JSON.stringify(pin)`, the text of pinBytes. */
+export function pinText(pin: Pin): string {
+  return pinBytes(pin).toString('utf8');
 }
 
 function fitsOneTopUp(credits: string): boolean {

@@ -37,9 +37,9 @@ export interface GroupInput extends GroupCapPeriodsInput {
   periods: Record<string, PeriodTotal>;
 }
 
-/** One message's result: its rows as a rows message body (rows-body.ts; null: no rows), how many cost rows, its events. */
+/** One message's result: its rows as a rows message body (rows-body.ts, UTF-8; null: no rows), how many cost rows, its events. */
 export interface UnitOutput {
-  rows: string | null;
+  rows: Uint8Array | null;
   costs: number;
   events: EvaluationOutput['events'];
 }

@@ -20,10 +20,12 @@ import type { ConsumptionRow, CostRow, UnpricedRow } from './evaluate.js';
 import { BILLING_COLUMNS, compactColumns, type BillingTable } from '../../store/schema.js';
 import { BACKSLASH, COMMA, LBRACKET, MINUS, QUOTE, RBRACKET } from '../../shared/json-bytes.js';
 
-/** The lines of one table: JSONCompactEachRow arrays in `columns` order (null: no lines); each line's signal id. */
+const NEWLINE = 10;
+
+/** The lines of one table: JSONCompactEachRow arrays in `columns` order (null: no lines), each as UTF-8 ending in its newline; each line's signal id. */
 export interface TableLines {
   columns: readonly string[] | null;
-  lines: string[];
+  lines: Uint8Array[];
   ids: string[];
 }
 
@@ -59,23 +61,85 @@ function jsonValue(v: unknown): string {
   return JSON.stringify(v) ?? 'null';
 }
 
-/** `JSON.stringify(columns.map((c) => row[c] ?? null))` and a newline, written value by value. */
-export function arrayLine(row: object, columns: readonly string[]): string {
-  const r = row as Record<string, unknown>;
-  let line = '[';
-  for (let i = 0; i < columns.length; i++) line += (i === 0 ? '' : ',') + jsonValue(r[columns[i]!]);
-  return `${line}]\n`;
+/**
+ * Where a body is written (one at a time: rendering is synchronous), then copied out at its
+ * length: the lines go straight into bytes, with no string per value, per line or per body
+ * (which were the largest share of the evaluator's garbage). Grown when a body needs more.
+ */
+let scratch = Buffer.allocUnsafeSlow(64 * 1024);
+
+/** Makes room for `need` more bytes after `at`. */
+function room(at: number, need: number): void {
+  if (at + need <= scratch.length) return;
+  const next = Buffer.allocUnsafeSlow(Math.max(2 * scratch.length, at + need));
+  scratch.copy(next, 0, 0, at);
+  scratch = next;
 }
 
-/** The body for these rows, or null when there are none. */
-export function renderRows(rows: { costs: readonly CostRow[]; consumption: readonly ConsumptionRow[]; unpriced: readonly UnpricedRow[] }): string | null {
+/** A text's UTF-8 at `at`; the position after it. */
+function writeText(at: number, text: string): number {
+  room(at, 3 * text.length);
+  return at + scratch.write(text, at, 'utf8');
+}
+
+/** A row value as JSON.stringify writes it inside an array (jsonValue), at `at`; the position after it. */
+function writeValue(at: number, v: unknown): number {
+  if (typeof v === 'string') {
+    // Printable ASCII other than a quote or a backslash (ids, decimals, names): byte by byte,
+    // as it stands between quotes; anything else as jsonValue writes it.
+    const n = v.length;
+    room(at, n + 2);
+    const b = scratch;
+    let o = at;
+    b[o++] = QUOTE;
+    for (let i = 0; i < n; i++) {
+      const c = v.charCodeAt(i);
+      if (c < 0x20 || c >= 0x80 || c === QUOTE || c === BACKSLASH) return writeText(at, jsonValue(v));
+      b[o++] = c;
+    }
+    b[o++] = QUOTE;
+    return o;
+  }
+  // Literals and a whole number's digits, byte by byte too (a time in epoch ms, a flag).
+  const text = typeof v === 'number' && Number.isSafeInteger(v) && !Object.is(v, -0) ? String(v) : v === null || v === undefined ? 'null' : v === true ? 'true' : v === false ? 'false' : null;
+  if (text === null) return writeText(at, jsonValue(v));
+  room(at, text.length);
+  for (let i = 0; i < text.length; i++) scratch[at++] = text.charCodeAt(i);
+  return at;
+}
+
+/** One row as its JSONCompactEachRow line (`JSON.stringify(columns.map((c) => row[c] ?? null))` and a newline) at `at`; the position after it. */
+function writeLine(at: number, row: object, columns: readonly string[]): number {
+  const r = row as Record<string, unknown>;
+  room(at, 1);
+  scratch[at++] = LBRACKET;
+  for (let i = 0; i < columns.length; i++) {
+    if (i > 0) {
+      room(at, 1);
+      scratch[at++] = COMMA;
+    }
+    at = writeValue(at, r[columns[i]!]);
+  }
+  room(at, 2);
+  scratch[at++] = RBRACKET;
+  scratch[at++] = NEWLINE;
+  return at;
+}
+
+/** `JSON.stringify(columns.map((c) => row[c] ?? null))` and a newline, as UTF-8 (what renderRows writes for a row). */
+export function arrayLine(row: object, columns: readonly string[]): Buffer {
+  return Buffer.from(scratch.subarray(0, writeLine(0, row, columns)));
+}
+
+/** The body for these rows as UTF-8 bytes, or null when there are none. */
+export function renderRows(rows: { costs: readonly CostRow[]; consumption: readonly ConsumptionRow[]; unpriced: readonly UnpricedRow[] }): Buffer | null {
   const counts = PARTS.map((p) => rows[p].length);
   if (counts.every((n) => n === 0)) return null;
   const columns: Partial<Record<Part, readonly string[]>> = {};
   for (const p of PARTS) if (rows[p].length > 0) columns[p] = RENDER_COLUMNS[p];
-  let out = `${V3}"costs":${counts[0]},"consumption":${counts[1]},"unpriced":${counts[2]},"columns":${JSON.stringify(columns)}}\n`;
-  for (const p of PARTS) for (const r of rows[p]) out += arrayLine(r, RENDER_COLUMNS[p]);
-  return out;
+  let at = writeText(0, `${V3}"costs":${counts[0]},"consumption":${counts[1]},"unpriced":${counts[2]},"columns":${JSON.stringify(columns)}}\n`);
+  for (const p of PARTS) for (const r of rows[p]) at = writeLine(at, r, RENDER_COLUMNS[p]);
+  return Buffer.from(scratch.subarray(0, at));
 }
 
 const dec = new TextDecoder();
@@ -85,109 +149,155 @@ const dec = new TextDecoder();
  * many values as the column list names, its signal id a string. Throws on anything else — a
  * column list that is not its table's included — so a line the engine would refuse, or that
  * holds more than one row, or whose id the redelivery check could not match, never reaches an
- * insert.
+ * insert. Read as bytes: a line in the form this version renders (ASCII, as
+ * scannedArrayId reads it) is kept as the body's own bytes, with no string made of it; any
+ * other line is decoded and parsed (JSON.parse decides), and kept as the UTF-8 of its text.
  */
 export function readRows(data: Uint8Array): RowLines {
-  const text = dec.decode(data);
-  if (!text.startsWith(V3)) throw new Error(`billing rows body: not a body of this form: ${text.slice(0, 64)}`);
-  const nl = text.indexOf('\n');
+  const nl = data.indexOf(NEWLINE);
+  const head = dec.decode(nl < 0 ? data : data.subarray(0, nl));
+  if (!head.startsWith(V3)) throw new Error(`billing rows body: not a body of this form: ${head.slice(0, 64)}`);
   if (nl < 0) throw new Error('billing rows body: a header without lines');
-  const head = JSON.parse(text.slice(0, nl)) as { costs: number; consumption: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
-  const lines = text.slice(nl + 1).split('\n');
-  if (lines.at(-1) === '') lines.pop();
-  const [costs, consumption, unpriced] = PARTS.map((p) => head[p]);
-  if (![costs, consumption, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + consumption! + unpriced! !== lines.length) {
-    throw new Error(`billing rows body: the header counts ${costs! + consumption! + unpriced!} lines, the body has ${lines.length}`);
+  const header = JSON.parse(head) as { costs: number; consumption: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
+  // Each line's [start, end) (end at its newline, or at the body's end for a last line without one).
+  const starts: number[] = [];
+  const ends: number[] = [];
+  for (let at = nl + 1; at < data.length; ) {
+    let end = data.indexOf(NEWLINE, at);
+    if (end < 0) end = data.length;
+    starts.push(at);
+    ends.push(end);
+    at = end + 1;
+  }
+  const count = starts.length;
+  const [costs, consumption, unpriced] = PARTS.map((p) => header[p]);
+  if (![costs, consumption, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + consumption! + unpriced! !== count) {
+    throw new Error(`billing rows body: the header counts ${costs! + consumption! + unpriced!} lines, the body has ${count}`);
   }
   const table = (p: Part, from: number, n: number): TableLines => {
     if (n === 0) return { columns: null, lines: [], ids: [] };
-    const mine = lines.slice(from, from + n);
-    const c = head.columns?.[p];
+    const c = header.columns?.[p];
     if (!Array.isArray(c)) throw new Error(`billing rows body: no column list for its ${p}`);
     const columns = compactColumns(TABLE[p], c);
     const at = columns.indexOf('signal_id');
-    return { columns, lines: mine, ids: mine.map((l) => arrayId(l, columns.length, at)) };
+    const lines: Uint8Array[] = [];
+    const ids: string[] = [];
+    for (let i = from; i < from + n; i++) {
+      const start = starts[i]!;
+      const end = ends[i]!;
+      const quick = end < data.length ? scannedArrayId(data, start, end, columns.length, at) : null;
+      if (quick !== null) {
+        ids.push(idOf(quick, data, start, end));
+        lines.push(data.subarray(start, end + 1));
+      } else {
+        const line = dec.decode(data.subarray(start, end));
+        ids.push(arrayId(line, columns.length, at));
+        lines.push(Buffer.from(`${line}\n`));
+      }
+    }
+    return { columns, lines, ids };
   };
   return { costs: table('costs', 0, costs!), consumption: table('consumption', costs!, consumption!), unpriced: table('unpriced', costs! + consumption!, unpriced!) };
 }
 
 const SIGNAL_ID = /^[\w-]{1,200}$/;
 
-function idOf(v: unknown, line: string): string {
-  if (typeof v !== 'string' || !SIGNAL_ID.test(v)) throw new Error(`billing rows body: a row without a valid signal id: ${line.slice(0, 120)}`);
+function idOf(v: unknown, data: Uint8Array | string, start = 0, end = data.length): string {
+  if (typeof v !== 'string' || !SIGNAL_ID.test(v)) {
+    const line = typeof data === 'string' ? data : dec.decode(data.subarray(start, Math.min(end, start + 120)));
+    throw new Error(`billing rows body: a row without a valid signal id: ${line.slice(0, 120)}`);
+  }
   return v;
 }
 
-/** The signal id of a JSONCompactEachRow line holding one array of `arity` values. */
+/** The signal id of a JSONCompactEachRow line holding one array of `arity` values (JSON.parse decides). */
 function arrayId(line: string, arity: number, at: number): string {
-  const quick = scannedArrayId(line, arity, at);
-  if (quick !== null) return idOf(quick, line);
   const row = JSON.parse(line) as unknown;
   if (!Array.isArray(row) || row.length !== arity) throw new Error(`billing rows body: a line that is not one row of ${arity} values: ${line.slice(0, 120)}`);
   return idOf(row[at], line);
 }
 
-/** The literals a value may be besides a string or a number. */
-const WORDS = ['true', 'false', 'null'] as const;
-
 /**
- * The value at `at` of a line that is exactly one JSON array of `arity` values, read without
- * parsing it, when the line is in the form this version renders (arrayLine): no whitespace, no
- * nested array or object, strings without escapes, numbers in JSON's grammar, true, false,
- * null. Null where the line is anything else — an escape, a space, a nested value, a syntax
- * error — and then JSON.parse decides (the same answer, or the same refusal: every line this
- * reads, JSON.parse reads as the same array). The value at `at` must be a string here.
+ * The value at `at` of the line in [start, end) of `b` when it is exactly one JSON array of
+ * `arity` values, read without decoding or parsing it, when the line is in the form this
+ * version renders (renderRows): ASCII, no whitespace, no nested array or object, strings
+ * without escapes, numbers in JSON's grammar, true, false, null. Null where the line is
+ * anything else — a byte outside ASCII, a control character, an escape, a space, a nested
+ * value, a syntax error — and then JSON.parse decides (the same answer, or the same refusal:
+ * every line this reads, JSON.parse reads as the same array). The value at `at` must be a
+ * string here.
  */
-export function scannedArrayId(line: string, arity: number, at: number): string | null {
-  const n = line.length;
-  if (n < 2 || line.charCodeAt(0) !== LBRACKET) return null;
-  let i = 1;
-  let id: string | null = null;
+export function scannedArrayId(b: Uint8Array, start: number, end: number, arity: number, at: number): string | null {
+  if (end - start < 2 || b[start] !== LBRACKET) return null;
+  let i = start + 1;
+  let from = -1;
+  let to = -1;
   for (let k = 0; ; k++) {
-    if (i >= n) return null;
-    const c = line.charCodeAt(i);
+    if (i >= end) return null;
+    const c = b[i]!;
     if (c === QUOTE) {
-      const start = ++i;
+      const first = ++i;
       for (;;) {
-        if (i >= n) return null;
-        const d = line.charCodeAt(i);
+        if (i >= end) return null;
+        const d = b[i]!;
         if (d === QUOTE) break;
-        if (d === BACKSLASH || d < 0x20) return null;
+        if (d === BACKSLASH || d < 0x20 || d >= 0x80) return null;
         i++;
       }
-      if (k === at) id = line.slice(start, i);
+      if (k === at) {
+        from = first;
+        to = i;
+      }
       i++;
     } else {
       if (k === at) return null; // the signal id is a string
-      const end = scalarEnd(line, i);
-      if (end < 0) return null;
-      i = end;
+      i = scalarEnd(b, i, end);
+      if (i < 0) return null;
     }
-    if (i >= n) return null;
-    const sep = line.charCodeAt(i++);
-    if (sep === RBRACKET) return i === n && k + 1 === arity ? id : null;
+    if (i >= end) return null;
+    const sep = b[i++];
+    if (sep === RBRACKET) return i === end && k + 1 === arity && from >= 0 ? latin1(b, from, to) : null;
     if (sep !== COMMA || k + 1 >= arity) return null;
   }
 }
 
-/** Where a number, true, false or null starting at `i` ends (JSON's grammar), or -1. */
-function scalarEnd(line: string, i: number): number {
-  for (const word of WORDS) if (line.startsWith(word, i)) return i + word.length;
-  const n = line.length;
-  const digit = (j: number): boolean => j < n && line.charCodeAt(j) >= 0x30 && line.charCodeAt(j) <= 0x39;
-  if (i < n && line.charCodeAt(i) === MINUS) i++;
-  if (!digit(i)) return -1;
-  if (line.charCodeAt(i) === 0x30) i++;
-  else while (digit(i)) i++;
-  if (i < n && line.charCodeAt(i) === 0x2e) {
-    if (!digit(++i)) return -1;
-    while (digit(i)) i++;
+/** The text of ASCII bytes [from, to). */
+function latin1(b: Uint8Array, from: number, to: number): string {
+  return Buffer.from(b.buffer, b.byteOffset + from, to - from).toString('latin1');
+}
+
+/** Whether `b` holds `word`'s bytes at `i`, before `end`. */
+function wordAt(b: Uint8Array, i: number, end: number, word: readonly number[]): boolean {
+  if (i + word.length > end) return false;
+  for (let j = 0; j < word.length; j++) if (b[i + j] !== word[j]) return false;
+  return true;
+}
+const TRUE = [0x74, 0x72, 0x75, 0x65];
+const FALSE = [0x66, 0x61, 0x6c, 0x73, 0x65];
+const NULL = [0x6e, 0x75, 0x6c, 0x6c];
+
+/** Whether the byte at `j` (before `end`) is a digit. */
+const digitAt = (b: Uint8Array, j: number, end: number): boolean => j < end && b[j]! >= 0x30 && b[j]! <= 0x39;
+
+/** Where a number, true, false or null starting at `i` ends (JSON's grammar, before `end`), or -1. */
+function scalarEnd(b: Uint8Array, i: number, end: number): number {
+  const c = b[i];
+  if (c === 0x74) return wordAt(b, i, end, TRUE) ? i + 4 : -1;
+  if (c === 0x66) return wordAt(b, i, end, FALSE) ? i + 5 : -1;
+  if (c === 0x6e) return wordAt(b, i, end, NULL) ? i + 4 : -1;
+  if (c === MINUS) i++;
+  if (!digitAt(b, i, end)) return -1;
+  if (b[i] === 0x30) i++;
+  else while (digitAt(b, i, end)) i++;
+  if (i < end && b[i] === 0x2e) {
+    if (!digitAt(b, ++i, end)) return -1;
+    while (digitAt(b, i, end)) i++;
   }
-  if (i < n && (line.charCodeAt(i) | 0x20) === 0x65) {
+  if (i < end && (b[i]! | 0x20) === 0x65) {
     i++;
-    if (i < n && (line.charCodeAt(i) === 0x2b || line.charCodeAt(i) === MINUS)) i++;
-    if (!digit(i)) return -1;
-    while (digit(i)) i++;
+    if (i < end && (b[i] === 0x2b || b[i] === MINUS)) i++;
+    if (!digitAt(b, i, end)) return -1;
+    while (digitAt(b, i, end)) i++;
   }
   return i;
 }

@@ -206,7 +206,7 @@ export class BillingRowsInserter {
 /** One table's lines of a flush, by shape (column list), each signal's row once. */
 class Shapes {
   private readonly seen = new Set<string>();
-  private readonly byShape = new Map<string, { columns: readonly string[] | undefined; lines: string[] }>();
+  private readonly byShape = new Map<string, { columns: readonly string[] | undefined; lines: Uint8Array[] }>();
 
   take(t: TableLines): void {
     if (t.lines.length === 0) return;
@@ -219,8 +219,8 @@ class Shapes {
     });
   }
 
-  /** What to insert: per shape, the lines as one body. */
+  /** What to insert: per shape, the lines (each ending in its newline) as one body. */
   all(): { columns: readonly string[] | undefined; lines: Buffer; count: number }[] {
-    return [...this.byShape.values()].filter((s) => s.lines.length > 0).map((s) => ({ columns: s.columns, lines: Buffer.from(`${s.lines.join('\n')}\n`), count: s.lines.length }));
+    return [...this.byShape.values()].filter((s) => s.lines.length > 0).map((s) => ({ columns: s.columns, lines: Buffer.concat(s.lines), count: s.lines.length }));
   }
 }
