@@ -12,7 +12,7 @@
  * Sampled every 250 ms: the service's and its engine host's resident memory (/proc), and the
  * service's worst event-loop delay since the previous sample (nodejs_eventloop_lag_max_seconds
  * of its own /metrics, which prom-client resets at each scrape), and the bytes of results it
- * says it holds (usage_analytics_result_bytes_held, where it has that metric). Printed: the small
+ * says it holds (usage_analytics_result_held_bytes, where it has that metric). Printed: the small
  * organization's latency (hdr p50/p99/p999/max), the service's RSS before the load and its peak
  * (VmHWM) and largest sample above it, the engine host's largest sample, the worst event-loop
  * delay, and the big organization's answers (count, bytes, whether each was flagged
@@ -217,7 +217,7 @@ async function main(): Promise<void> {
     let rssMax = before.rss;
     let hostRssMax = hostBefore?.rss ?? 0;
     let lagMax = 0;
-    /** The service's own figure of result bytes it holds (usage_analytics_result_bytes_held), where it has one. */
+    /** The service's own figure of result bytes it holds (usage_analytics_result_held_bytes), where it has one. */
     let heldMax: number | null = null;
     const lagSamples: number[] = [];
     const sampler = (async () => {
@@ -230,7 +230,7 @@ async function main(): Promise<void> {
         try {
           const res = await fetch(`${svc.url}/metrics`);
           const text = await res.text();
-          const held = /^usage_analytics_result_bytes_held (\S+)$/m.exec(text);
+          const held = /^usage_analytics_result_held_bytes (\S+)$/m.exec(text);
           if (held) heldMax = Math.max(heldMax ?? 0, Number(held[1]));
           const m = /^nodejs_eventloop_lag_max_seconds (\S+)$/m.exec(text);
           if (m) {
