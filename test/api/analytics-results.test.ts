@@ -8,7 +8,8 @@
  *   request (the chunked body ends properly);
  * - clients that stop reading do not make the service hold their results: its own figure
  *   (usage_analytics_result_held_bytes) stays within a bound per result, and so does its
- *   resident memory; read afterwards, each result is whole;
+ *   resident memory; none of them waits for another's connection to the engine; read
+ *   afterwards, each result is whole;
  * - a client that goes away mid-result frees the statement's slot: the organization's next
  *   statement, with a concurrency of 1, is served;
  * - a client that has not taken its result by the deadline, and one whose result broke off
@@ -20,12 +21,19 @@ import t, { type Test } from 'tap';
 import net from 'node:net';
 import { readFileSync, readdirSync } from 'node:fs';
 import { SignalClient } from '../../packages/sdk/src/index.js';
-import { createOrg, embeddedOnly, http, logLines, sleep, useService, waitFor } from '../helpers/service.js';
+import { createOrg, embeddedOnly, http, logLines, serverStore, sleep, useService, waitFor } from '../helpers/service.js';
 
 const TIMEOUT_MS = 8_000;
 const CAP = 16 * 1024 * 1024;
-// Two sessions per paused client below, so that one organization holds eight places.
-const { svc } = useService(t, 'analytics-results', { ANALYTICS_TIMEOUT_MS: String(TIMEOUT_MS), ANALYTICS_ENGINE_SESSIONS: '16' });
+/**
+ * Clients that stop reading at once, all of one organization: more than the engine client's
+ * default pool of 10 connections. Server mode's test front runs four statements at a time
+ * (its analytics sessions): as many as that there, so that the last begins well before the
+ * first one's deadline.
+ */
+const PAUSED = serverStore() ? 4 : 12;
+// Twice as many sessions, so that one organization holds PAUSED places.
+const { svc } = useService(t, 'analytics-results', { ANALYTICS_TIMEOUT_MS: String(TIMEOUT_MS), ANALYTICS_ENGINE_SESSIONS: String(2 * PAUSED) });
 
 /** 10,000 rows of ~2 KB (the row number, and two strings of 1,000 characters): ~20 MB of JSON, past the cap. */
 const BIG = "SELECT number AS n, arrayWithConstant(2, leftPad(toString(number), 1000, 'x')) AS s FROM numbers(10000)";
@@ -50,6 +58,9 @@ class RawClient {
   private gotHead!: () => void;
   readonly head: Promise<void>;
   private gotBytes: { n: number; resolve: () => void } | null = null;
+
+  /** Stop reading as soon as the body's first bytes are in. */
+  pauseEarly = false;
 
   constructor(port: number, key: string, query: string, keepAlive = false) {
     this.head = new Promise((r) => (this.gotHead = r));
@@ -146,6 +157,10 @@ class RawClient {
     if (b.length === 0) return;
     this.body.push(Buffer.from(b));
     this.bodyBytes += b.length;
+    if (this.pauseEarly) {
+      this.pauseEarly = false;
+      this.sock.pause();
+    }
     if (this.gotBytes && this.bodyBytes >= this.gotBytes.n) {
       const g = this.gotBytes;
       this.gotBytes = null;
@@ -201,7 +216,7 @@ t.test('a result at the byte cap is flagged, its body valid JSON of whole rows; 
 });
 
 t.test('clients that stop reading do not make the service hold their results', async (t) => {
-  const org = await createOrg(svc.url, { analyticsConcurrency: 8 });
+  const org = await createOrg(svc.url, { analyticsConcurrency: PAUSED });
   const pid = svc.proc!.pid!;
   // Warm: the service's memory after one such result.
   const warm = new RawClient(svc.port, org.live, BIG);
@@ -209,20 +224,30 @@ t.test('clients that stop reading do not make the service hold their results', a
   t.ok(warm.complete);
   await sleep(500);
   const before = rss(pid);
-  const clients = Array.from({ length: 8 }, () => new RawClient(svc.port, org.live, BIG));
-  // Each reads its answer's head and first bytes, then stops reading.
-  await Promise.all(clients.map((c) => c.bytes(1)));
-  for (const c of clients) c.sock.pause();
-  // Long enough for every statement to have run and the sockets' buffers to fill; less than
-  // the 10 s after which uWS closes a connection that takes nothing.
+  const clients = Array.from({ length: PAUSED }, () => {
+    const c = new RawClient(svc.port, org.live, BIG);
+    // Each stops reading once its answer's first bytes are in.
+    c.pauseEarly = true;
+    return c;
+  });
+  // Every one gets its answer's start while the others hold theirs (each result being read
+  // holds its connection to the engine: none waits for another's).
+  const started = await Promise.race([Promise.all(clients.map((c) => c.bytes(1))).then(() => true), sleep(TIMEOUT_MS / 2).then(() => false)]);
+  t.ok(started, `all ${PAUSED} answers began (${clients.filter((c) => c.bodyBytes > 0).length} within ${TIMEOUT_MS / 2} ms)`);
+  // Long enough for the sockets' buffers to fill; less than the 10 s after which uWS closes a
+  // connection that takes nothing.
   await sleep(3_000);
   const held = await heldBytes();
   const grown = rss(pid) - before;
-  t.comment(`8 paused clients: the service holds ${held} bytes of results by its own figure; its RSS grew ${Math.round(grown / 1048576)} MB`);
+  t.comment(`${PAUSED} paused clients: the service holds ${held} bytes of results by its own figure; its RSS grew ${Math.round(grown / 1048576)} MB`);
   t.not(held, null, 'the service reports the result bytes it holds');
-  t.ok(held !== null && held <= 8 * 512 * 1024, `at most 512 KiB per paused result (${held} bytes for 8)`);
-  t.ok(grown < 64 * 1024 * 1024, `the service's RSS grew ${Math.round(grown / 1048576)} MB with 8 paused results of 16 MiB (bound 64 MB)`);
-  for (const c of clients) c.sock.resume();
+  t.ok(held !== null && held <= PAUSED * 512 * 1024, `at most 512 KiB per paused result (${held} bytes for ${PAUSED})`);
+  t.ok(grown < 64 * 1024 * 1024, `the service's RSS grew ${Math.round(grown / 1048576)} MB with ${PAUSED} paused results of 16 MiB (bound 64 MB)`);
+  for (const c of clients) {
+    // One that had not begun yet would otherwise stop at its first bytes, never reading its end.
+    c.pauseEarly = false;
+    c.sock.resume();
+  }
   await Promise.all(clients.map((c) => c.end()));
   for (const c of clients) {
     t.equal(c.status, 200);
@@ -254,16 +279,14 @@ t.test('a client that goes away mid-result frees the statement\'s slot', async (
 
 t.test('a client that has not taken its result by the deadline gets a connection ended without the body\'s end', async (t) => {
   const org = await createOrg(svc.url, { analyticsConcurrency: 1 });
+  const late = (): number => logLines(svc, 'answer ended before its body was complete').filter((l) => String(l.reason).includes('deadline')).length;
+  const before = late();
   const c = new RawClient(svc.port, org.live, BIG);
   await c.bytes(1);
   c.sock.pause();
   // uWS closes a connection that takes nothing for 10 s; the deadline (8 s + 0.5 s) comes first.
-  const ended = await waitFor(
-    async () => logLines(svc, 'answer ended before its body was complete').filter((l) => String(l.reason).includes('deadline')),
-    (l) => l.length > 0,
-    TIMEOUT_MS + 5_000,
-  );
-  t.equal(ended.length, 1, 'ended at the deadline, and logged');
+  const ended = await waitFor(async () => late() - before, (n) => n > 0, TIMEOUT_MS + 5_000);
+  t.equal(ended, 1, 'ended at the deadline, and logged');
   c.sock.resume();
   await c.end();
   t.equal(c.status, 200, 'the status line was out');

@@ -5,7 +5,7 @@
  */
 import { Readable } from 'node:stream';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
-import type { Config } from '../../config.js';
+import { MAX_ENGINE_SESSIONS, type Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
 import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
@@ -117,6 +117,10 @@ export class ClickHouseStore implements Store {
       ...conn.reader,
       database: this.analyticsDb,
       request_timeout: conn.analyticsTimeoutMs + 10_000,
+      // A connection for every statement the service may run at once: a result being read
+      // holds its connection until its client has taken it, and a statement must never wait
+      // for another's client to get one (it would run into its deadline waiting).
+      max_open_connections: MAX_ENGINE_SESSIONS,
       ...compression,
     });
     // A server stops a read-only query whose client went away (the service's deadline);
