@@ -280,6 +280,9 @@ function roleFromArgv(argv: string[]): string | undefined {
   return undefined;
 }
 
+/** The most ANALYTICS_ENGINE_SESSIONS may be: analytics statements one process runs in the engine at once. */
+export const MAX_ENGINE_SESSIONS = 64;
+
 export function loadConfig(env: Env = process.env, argv: string[] = process.argv.slice(2)): Config {
   const r = new Reader(env);
   const role = r.oneOf<Role>('ROLE', 'all', ROLES, roleFromArgv(argv));
@@ -311,7 +314,7 @@ export function loadConfig(env: Env = process.env, argv: string[] = process.argv
     analytics: {
       database: r.prefix('ANALYTICS_DATABASE', 'analytics', /^[A-Za-z_][A-Za-z0-9_]{0,62}$/, 'a plain identifier (letters, digits, "_")'),
       timeoutMs: r.int('ANALYTICS_TIMEOUT_MS', 30_000, 100, 30_000),
-      engineSessions: r.int('ANALYTICS_ENGINE_SESSIONS', 8, 2, 64),
+      engineSessions: r.int('ANALYTICS_ENGINE_SESSIONS', 8, 2, MAX_ENGINE_SESSIONS),
       maxMemoryBytes: r.int('ANALYTICS_MAX_MEMORY_BYTES', 2 * 1024 ** 3, 64 * 1024 ** 2, 1024 ** 4),
       rateLimited: r.oneOf('ANALYTICS_RATE_LIMITED', 'false', ['true', 'false'] as const) === 'true',
       user: r.optional('CLICKHOUSE_ANALYTICS_USER'),

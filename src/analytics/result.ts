@@ -7,7 +7,8 @@
  * the engine's row count; when it does not match, the whole output is parsed instead.
  * The rows are also cut at MAX_RESULT_BYTES, at the last whole row, and the output may
  * arrive cut at the store's byte limit (MAX_OUTPUT_BYTES, no tail): then its whole lines
- * are the rows, and the result is flagged as cut by bytes.
+ * are the rows, and the result is flagged as cut by bytes. StreamShaper makes the same cut on
+ * the output as it is read, for a result passed on while it is read (result-body.ts).
  */
 import { ApiError } from '../errors.js';
 
@@ -21,8 +22,9 @@ export const MAX_ROWS = 10_000;
 export const MAX_RESULT_BYTES = 16 * 1024 * 1024;
 
 /**
- * What the service reads of the engine's output at most: the rows' cap plus room for the
- * head (column names and types) and the tail. The rest is never read (the store stops there).
+ * What the service reads of the engine's output at most when it reads it whole (`select`):
+ * the rows' cap plus room for the head (column names and types) and the tail. The rest is
+ * never read (the store stops there).
  */
 export const MAX_OUTPUT_BYTES = MAX_RESULT_BYTES + 1024 * 1024;
 
@@ -166,4 +168,175 @@ function build(meta: Column[], rows: Buffer, rowCount: number, by: Cut, maxRows:
     by === null ? { truncated: false, rowCount, elapsedMs } : { truncated: true, truncatedBy: by, limit: by === 'rows' ? maxRows : maxBytes, rowCount, elapsedMs };
   const body = Buffer.concat([Buffer.from(`{"columns":${JSON.stringify(columns)},"rows":[`), rows, Buffer.from(`],"meta":${JSON.stringify(m)}}`)]);
   return { body, meta: m, columns };
+}
+
+/** The most of the engine's output before its rows (column names and types) the service reads. */
+export const MAX_HEAD_BYTES = MAX_OUTPUT_BYTES - MAX_RESULT_BYTES;
+
+/** The most of the engine's output after its rows (row count, statistics) the service reads. */
+const MAX_TAIL_BYTES = 64 * 1024;
+
+const ROW_START = Buffer.from('\t\t[');
+const ROWS_END = Buffer.from('\t],');
+const SEPARATOR = Buffer.from(',\n');
+
+/**
+ * The cut of shapeResult on the engine's JSONCompact output as it comes, for a result passed
+ * on while it is read: `push` takes the next piece of the output and gives the body's bytes
+ * that are final (the head, then whole rows in the engine's layout), `end` the body's last
+ * bytes (the closing of the rows and `meta`). The rows and their cut are those of
+ * shapeResult: at most `maxRows`, within `maxBytes` (the rows' bytes as the engine lays them
+ * out, separators included), cut at the last whole row; once a limit cuts, `cut` is set and
+ * nothing more of the output is wanted. A row is held until its line ends, so what is held
+ * is at most one row (never more than `maxBytes`: a row that cannot fit cuts as soon as its
+ * unfinished line is too long). An output not in the one-row-per-line layout, or whose rows
+ * disagree with its own row count, throws: its rows may have been passed on already, so
+ * there is no falling back to a full parse here.
+ */
+export class StreamShaper {
+  /** Which limit cut the rows (then nothing more of the output is wanted), else null. */
+  cut: Cut = null;
+  /** The rows passed on. */
+  kept = 0;
+  /** Bytes of the rows passed on, as shapeResult counts them (from the first row's start to the last kept row's end). */
+  private rowBytes = 0;
+  private stage: 'head' | 'rows' | 'tail' = 'head';
+  /** The last row seen was followed by a comma: another row comes. */
+  private more = false;
+  /** The unfinished line (or head, or tail), in pieces. */
+  private partial: Buffer[] = [];
+  private partialLen = 0;
+
+  constructor(
+    readonly maxRows = MAX_ROWS,
+    readonly maxBytes = MAX_RESULT_BYTES,
+  ) {}
+
+  /** What the shaper holds now, bytes. */
+  get held(): number {
+    return this.partialLen;
+  }
+
+  /** Takes the next piece of the engine's output; returns the body's bytes that are final now (possibly none). */
+  push(chunk: Buffer): Buffer[] {
+    const out: Buffer[] = [];
+    if (this.cut !== null || chunk.length === 0) return out;
+    if (this.stage === 'head') {
+      this.hold(chunk);
+      const all = this.take();
+      const open = all.indexOf(DATA_OPEN);
+      if (open === -1) {
+        if (all.length > MAX_HEAD_BYTES) throw new ApiError('QUERY_FAILED', "the result's column names and types take more than 1 MiB; name the columns with shorter aliases");
+        this.hold(all);
+        return out;
+      }
+      const head = JSON.parse(`${all.toString('utf8', 0, open).replace(/,\s*$/, '')}}`) as { meta: Column[] };
+      out.push(Buffer.from(`{"columns":${JSON.stringify(head.meta.map((c) => ({ name: c.name, type: c.type })))},"rows":[`));
+      this.stage = 'rows';
+      // The last line break of DATA_OPEN starts the first line.
+      chunk = all.subarray(open + DATA_OPEN.length);
+    }
+    if (this.stage === 'rows') {
+      let pos = 0;
+      for (;;) {
+        if (this.cut !== null) return out;
+        const nl = chunk.indexOf(NL, pos);
+        if (nl === -1) {
+          this.hold(chunk.subarray(pos));
+          this.cutEarly();
+          return out;
+        }
+        const line = this.partialLen > 0 ? Buffer.concat([this.take(), chunk.subarray(pos, nl)]) : chunk.subarray(pos, nl);
+        pos = nl + 1;
+        if (!this.line(line, out)) {
+          // The rows ended: the rest is the tail.
+          this.stage = 'tail';
+          chunk = chunk.subarray(pos);
+          break;
+        }
+      }
+    }
+    if (this.stage === 'tail') {
+      this.hold(chunk);
+      if (this.partialLen > MAX_TAIL_BYTES) throw new Error(`the engine's output has more than ${MAX_TAIL_BYTES} bytes after its rows`);
+    }
+    return out;
+  }
+
+  /**
+   * The body's last bytes, once the output ended (or was left unread after a cut). `elapsedMs`
+   * stands in for the engine's own figure when its tail was not read. Throws when the output
+   * ended where it could not (inside the head or a row, without its tail) or its row count
+   * disagrees with the rows seen.
+   */
+  end(elapsedMs: number): Buffer {
+    let ms = elapsedMs;
+    if (this.cut === null) {
+      if (this.stage !== 'tail') throw new Error(`the engine's output ended inside its ${this.stage}`);
+      let tail: Tail;
+      try {
+        tail = JSON.parse(`{${this.take().toString('utf8')}`) as Tail;
+      } catch {
+        throw new Error("the engine's output ended inside its tail");
+      }
+      if (tail.rows !== this.kept) throw new Error(`the engine's output has ${this.kept} rows in its layout and says ${tail.rows}`);
+      ms = engineMs(tail);
+    }
+    this.partial = [];
+    this.partialLen = 0;
+    const m: ResultMeta =
+      this.cut === null
+        ? { truncated: false, rowCount: this.kept, elapsedMs: ms }
+        : { truncated: true, truncatedBy: this.cut, limit: this.cut === 'rows' ? this.maxRows : this.maxBytes, rowCount: this.kept, elapsedMs: ms };
+    return Buffer.from(`],"meta":${JSON.stringify(m)}}`);
+  }
+
+  /** One whole line of the rows (without its line break): a row, passed on or cutting, or the end of the rows (false). */
+  private line(line: Buffer, out: Buffer[]): boolean {
+    if (line.equals(ROWS_END) && !this.more) return false;
+    // No rows: an empty line comes before the end of the rows.
+    if (line.length === 0 && this.kept === 0 && !this.more) return true;
+    const comma = line[line.length - 1] === COMMA;
+    const rowEnd = comma ? line.length - 1 : line.length;
+    if (line.length < 4 || line.compare(ROW_START, 0, 3, 0, 3) !== 0 || line[rowEnd - 1] !== CLOSE_BRACKET) throw new Error("the engine's output is not one row per line");
+    const row = line.subarray(0, rowEnd);
+    if (this.kept === this.maxRows) {
+      this.cut = 'rows';
+      return true;
+    }
+    const bytes = this.rowBytes + (this.kept > 0 ? SEPARATOR.length : 0) + row.length;
+    if (bytes > this.maxBytes) {
+      this.cut = 'bytes';
+      return true;
+    }
+    if (this.kept > 0) out.push(SEPARATOR);
+    out.push(row);
+    this.kept++;
+    this.rowBytes = bytes;
+    this.more = comma;
+    // After the last row allowed, another one (its comma says so) is the row limit's cut: it need not be read.
+    if (comma && this.kept === this.maxRows) this.cut = 'rows';
+    return true;
+  }
+
+  /** An unfinished row that can no longer fit within the byte cap cuts now, without waiting for its end. */
+  private cutEarly(): void {
+    // Only a row's line is longer than the line ending the rows; after a row without a comma only that line comes.
+    if (this.kept >= this.maxRows || this.partialLen <= ROWS_END.length || (this.kept > 0 && !this.more)) return;
+    // The line so far, less a comma it may end with, is at least the row's length.
+    if (this.rowBytes + (this.kept > 0 ? SEPARATOR.length : 0) + this.partialLen - 1 > this.maxBytes) this.cut = 'bytes';
+  }
+
+  private hold(b: Buffer): void {
+    if (b.length === 0) return;
+    this.partial.push(b);
+    this.partialLen += b.length;
+  }
+
+  private take(): Buffer {
+    const all = this.partial.length === 1 ? this.partial[0]! : Buffer.concat(this.partial, this.partialLen);
+    this.partial = [];
+    this.partialLen = 0;
+    return all;
+  }
 }

@@ -28,9 +28,10 @@
  * runaway costs the others only a second run (src/store/hosted/index.ts), and the time that
  * cost them is given back to their deadlines (at most one time limit per request in all).
  *
- * A result's rows take at most MAX_RESULT_BYTES of JSON: the engine's output is read no
- * further than that (the rest is never held by the service) and cut at the last whole row,
- * flagged `meta.truncated` with `truncatedBy: "bytes"` (result.ts).
+ * A result's rows take at most MAX_RESULT_BYTES of JSON: cut at the last whole row, flagged
+ * `meta.truncated` with `truncatedBy: "bytes"` (result.ts). The engine's output is read as the
+ * client takes the answer, and no further than the cut (result-body.ts): the slot and the place
+ * are held until then, and a result not taken by the deadline + STOP_GRACE_MS is ended.
  */
 import { ApiError, concurrencyLimited, rateLimited } from '../errors.js';
 import { analyticsLog as log } from '../log.js';
@@ -39,11 +40,12 @@ import type { TokenBuckets } from '../ratelimit/bucket.js';
 import type { ConcurrencySlots } from '../ratelimit/slots.js';
 import type { Reply, Request } from '../http/route.js';
 import { parseJson } from '../http/json.js';
-import { WorkEnded, type AnalyticsEngine, type QuerySettings } from '../store/engine.js';
+import { WorkEnded, type AnalyticsEngine, type QuerySettings, type SelectOptions } from '../store/engine.js';
 import { apiErrorFor } from './engine-error.js';
 import { toEngineError } from '../store/engine-error.js';
 import { CompileError, QueryCompiler, compile, printScoped, type Compiled } from './compiler/index.js';
 import { MAX_OUTPUT_BYTES, MAX_RESULT_BYTES, MAX_ROWS, shapeResult } from './result.js';
+import { resultReply, wholeOutput } from './result-body.js';
 import { FairQueue } from './fair-queue.js';
 import { CompileGate } from './compile-gate.js';
 import { engineUnreachable } from './unreachable.js';
@@ -84,6 +86,9 @@ type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: numbe
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
+/** How `execute` runs a statement in the engine (by default `select`: the output read whole). */
+type EngineCall<T> = (sql: string, settings: QuerySettings, signal: AbortSignal, opts: SelectOptions) => Promise<T>;
+
 /** The metadata operation's own query: compiled (and scoped) like a caller's. */
 export const METADATA_SQL =
   'SELECT path, type, count() AS signals, max(created_at) AS last_seen_at FROM fact_signal ' +
@@ -121,9 +126,15 @@ export class AnalyticsService {
     const sql = await this.compileFor(text, p);
     return this.withSlot(p, async (track) => {
       const started = performance.now();
-      const out = await this.execute(sql, p, track);
-      const wallMs = Math.round((performance.now() - started) * 1e3) / 1e3;
-      return { status: 200, body: shapeResult(out, MAX_ROWS, MAX_RESULT_BYTES, wallMs).body, headers: JSON_HEADERS };
+      // The output is read as the client takes the answer (result-body.ts); the slot and the
+      // place are held until it is done with.
+      return this.execute(sql, p, track, async (q, settings, signal, opts) => {
+        const out = this.engine.open ? await this.engine.open(q, settings, signal, opts) : wholeOutput(await this.engine.select(q, settings, signal, opts));
+        const wallMs = Math.round((performance.now() - started) * 1e3) / 1e3;
+        const result = resultReply(out, { wallMs, deadline: track.deadline + STOP_GRACE_MS });
+        track(result.done);
+        return result.reply;
+      });
     });
   }
 
@@ -161,13 +172,13 @@ export class AnalyticsService {
    * errors. At the deadline + STOP_GRACE_MS the watchdog answers 408 and aborts the engine
    * call, which ends the statement's work.
    */
-  private async execute(sql: string, p: Principal, track: Tracker): Promise<Buffer> {
+  private async execute<T = Buffer>(sql: string, p: Principal, track: Tracker, call: EngineCall<T> = (q, settings, signal, opts) => this.engine.select(q, settings, signal, opts) as Promise<T>): Promise<T> {
     const left = track.deadline - Date.now();
     if (left <= 0) throw new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit');
     const stop = new AbortController();
     let timer: NodeJS.Timeout | undefined;
     let arm = (): void => undefined;
-    const run = this.engine.select(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal, {
+    const run = call(sql, { ...this.settings(), max_execution_time: Math.max(0.001, left / 1000) }, stop.signal, {
       tenant: p.org.id,
       maxBytes: MAX_OUTPUT_BYTES,
       // The work another organization's runaway ended is not this request's time.

@@ -40,6 +40,28 @@ export interface Reply {
   headers?: Record<string, string>;
   /** Close the connection after the answer (the request's framing cannot be trusted). */
   close?: boolean;
+  /**
+   * A body written while it is produced (chunked), in place of `body`: see BodySource.
+   */
+  stream?: BodySource;
+}
+
+/**
+ * A body pulled piece by piece by the HTTP layer (src/http/wrap.ts), the next piece only once
+ * the socket has taken the previous one: a client that reads slowly holds back the source,
+ * which holds back whatever it reads from.
+ */
+export interface BodySource {
+  /**
+   * The next piece, or null after the last one (the body is then ended properly). A rejection
+   * ends the connection without the body's end (the status line is out already), so a client
+   * cannot take the part it received for the whole; the HTTP layer logs it.
+   */
+  next(): Promise<Buffer | null>;
+  /** The client went away or the answer was ended: stop, and free what is held. Idempotent. */
+  cancel(): void;
+  /** Set by the HTTP layer once the answer has begun: ends it abnormally now (the connection is closed). */
+  abort?: (reason: string) => void;
 }
 
 export type Handler<P = unknown> = (req: Request<P>) => Reply | Promise<Reply>;

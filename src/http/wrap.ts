@@ -15,7 +15,7 @@ import { randomUUID } from 'node:crypto';
 import { httpLog as log, withRequest } from '../log.js';
 import { decodeBody, parseContentEncoding } from './content-encoding.js';
 import { bodyPool } from './body-pool.js';
-import { paramNames, type Handler, type Reply, type Request } from './route.js';
+import { paramNames, type BodySource, type Handler, type Reply, type Request } from './route.js';
 import { observeRequest } from '../metrics/index.js';
 
 export interface RouteOptions<P = unknown> {
@@ -50,10 +50,15 @@ const EMPTY = Buffer.alloc(0);
 const REQUEST_ID = /^[A-Za-z0-9._:-]{1,128}$/;
 export const requestId = (incoming: string): string => (REQUEST_ID.test(incoming) ? incoming : randomUUID());
 
-/** `observe` records the answer in the metrics (src/metrics): once, when it is sent. */
-type SendState = { done: boolean; reqId?: string; observe?: (status: number, body: unknown) => void };
+/**
+ * `observe` records the answer in the metrics (src/metrics): once, when it is sent (a streamed
+ * body: when its end is written). `aborted`: the client went away (uWS onAborted), after which
+ * `res` must not be used; `onAbort` is told.
+ */
+type SendState = { done: boolean; aborted?: boolean; onAbort?: () => void; reqId?: string; observe?: (status: number, body: unknown) => void };
 
 function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
+  if (reply.stream) return sendStream(res, state, reply, reply.stream);
   if (state.done) return;
   state.done = true;
   state.observe?.(reply.status, reply.body);
@@ -67,6 +72,73 @@ function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
     if (state.reqId) res.writeHeader('X-Request-Id', state.reqId);
     res.end(payload as string | Buffer, reply.close === true);
   });
+}
+
+/**
+ * A streamed body: the status line and headers, then each piece of the source as a chunk, all
+ * writes corked. The next piece is asked for only once uWS took the previous one whole (write
+ * returned true) or, when it had to keep some (back-pressure), once the socket drained
+ * (onWritable): the service holds at most one piece per answer beyond what the source holds.
+ * A client that stops reading is closed by uWS after 10 s without progress (onAborted). A
+ * source that fails after the status line ends the connection without the body's end (a
+ * client sees a broken chunked body, never a short whole one), and is logged.
+ */
+function sendStream(res: uWS.HttpResponse, state: SendState, reply: Reply, source: BodySource): void {
+  if (state.done) {
+    source.cancel();
+    return;
+  }
+  state.done = true;
+  let drained: (() => void) | null = null;
+  const wake = (): void => {
+    const d = drained;
+    drained = null;
+    d?.();
+  };
+  state.onAbort = () => {
+    source.cancel();
+    wake();
+  };
+  let ended = false;
+  source.abort = (reason) => {
+    if (state.aborted || ended) return;
+    log.warn('answer ended before its body was complete', { reason, status: reply.status });
+    state.aborted = true;
+    source.cancel();
+    res.close();
+    wake();
+  };
+  res.cork(() => {
+    res.writeStatus(STATUS_TEXT[reply.status] ?? String(reply.status));
+    for (const [k, v] of Object.entries(reply.headers ?? {})) res.writeHeader(k, v);
+    if (state.reqId) res.writeHeader('X-Request-Id', state.reqId);
+  });
+  res.onWritable(() => {
+    wake();
+    return true;
+  });
+  void (async () => {
+    try {
+      for (;;) {
+        const piece = await source.next();
+        if (state.aborted) return;
+        if (piece === null) {
+          ended = true;
+          res.cork(() => res.end());
+          state.observe?.(reply.status, undefined);
+          return;
+        }
+        let whole = true;
+        res.cork(() => {
+          whole = res.write(piece);
+        });
+        if (!whole) await new Promise<void>((resolve) => (drained = resolve));
+        if (state.aborted) return;
+      }
+    } catch (err) {
+      source.abort?.(err instanceof Error ? err.message : String(err));
+    }
+  })();
 }
 
 function errorReply(err: unknown, req: Request): Reply {
@@ -108,6 +180,8 @@ export function wrap<P>(handler: Handler<P>, opts: RouteOptions<P> = {}, pattern
     const state: SendState & { reqId: string } = { done: false, reqId: requestId(uReq.getHeader('x-request-id')), observe: observeRequest(opts.route ?? pattern, uReq.getCaseSensitiveMethod()) };
     res.onAborted(() => {
       state.done = true;
+      state.aborted = true;
+      state.onAbort?.();
     });
     const params: string[] = [];
     let badParam: ApiError | null = null;

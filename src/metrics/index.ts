@@ -111,6 +111,14 @@ function errorCode(body: unknown): string {
   return typeof code === 'string' && /^[A-Z_]{1,64}$/.test(code) ? code : 'UNKNOWN';
 }
 
+// ---- Analytics --------------------------------------------------------------------------
+
+export const analyticsResultBytesHeld = new Gauge({
+  name: 'usage_analytics_result_held_bytes',
+  help: "Bytes of analytics results the service holds now: read from the engine and not yet taken by the client's socket",
+  registers: [registry],
+});
+
 // ---- JetStream --------------------------------------------------------------------------
 
 export const publishDuration = new Histogram({

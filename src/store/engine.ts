@@ -37,6 +37,18 @@ export class WorkEnded extends Error {
   }
 }
 
+/**
+ * An engine's answer while it is being read: its bytes as they come, one piece per `read`, so
+ * that the reader sets the pace (what is not asked for is left in the connection, and TCP holds
+ * the engine back).
+ */
+export interface EngineOutput {
+  /** The next piece, or null after the last one. Rejects when the answer broke off before its end (the engine failed, the connection was lost). */
+  read(): Promise<Buffer | null>;
+  /** Stops reading: the rest is never read (the connection is closed, which stops a server's read-only query). Idempotent. */
+  close(): void;
+}
+
 export interface AnalyticsEngine {
   /**
    * Runs a statement printed by the query compiler (compiler/printer.ts), which carries the
@@ -49,6 +61,13 @@ export interface AnalyticsEngine {
    * the call rejects.
    */
   select(sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions): Promise<Buffer>;
+  /**
+   * The same as `select`, answering as soon as the engine's answer has begun (its status
+   * checked: a refusal rejects as in `select`): the output is then read piece by piece, as the
+   * caller asks for it (`maxBytes` does not apply: the caller stops when it has enough). The
+   * caller must read it to its end or close it. Absent: the output is read whole (`select`).
+   */
+  open?(sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions): Promise<EngineOutput>;
   /**
    * Whether the engine holds `tenant` to one statement at a time now (the embedded engine,
    * after a statement of it ran past its deadline and the host's work had to be ended). The

@@ -7,7 +7,7 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { openTestStore } from '../helpers/chdb.js';
-import { shapeResult } from '../../src/analytics/result.js';
+import { StreamShaper, shapeResult } from '../../src/analytics/result.js';
 
 const SETTINGS = { output_format_json_quote_64bit_integers: 1, output_format_json_quote_decimals: 1, readonly: 1 };
 
@@ -94,4 +94,87 @@ t.test('the byte cap: whole rows within it, from a whole output or one cut anywh
   // More whole rows than the row limit before the cut: the row limit cut it.
   const r = JSON.parse(shapeResult(out.subarray(0, out.length - 200), 10, 1 << 30).body.toString()) as { meta: Record<string, unknown> };
   t.same(r.meta, { truncated: true, truncatedBy: 'rows', limit: 10, rowCount: 10, elapsedMs: 0 });
+});
+
+/** The body StreamShaper makes from `out` given in pieces of these sizes (cycled), and what it held at most. */
+function streamed(out: Buffer, sizes: number[], maxRows: number, maxBytes: number, ms = 0): { body: Buffer; maxHeld: number; read: number } {
+  const s = new StreamShaper(maxRows, maxBytes);
+  const parts: Buffer[] = [];
+  let maxHeld = 0;
+  let pos = 0;
+  for (let i = 0; pos < out.length && s.cut === null; i++) {
+    const n = Math.max(1, sizes[i % sizes.length]!);
+    parts.push(...s.push(out.subarray(pos, pos + n)));
+    pos += n;
+    maxHeld = Math.max(maxHeld, s.held);
+  }
+  parts.push(s.end(ms));
+  return { body: Buffer.concat(parts), maxHeld, read: Math.min(pos, out.length) };
+}
+
+t.test('streamed: the same body as shapeResult, whatever the pieces; a cut reads no further than the row that cuts', async (t) => {
+  const { store } = await openTestStore(t);
+  const outs = [
+    await store.analytics.select("SELECT number AS n, repeat('x', number % 97) AS s, toString(number) || '\\n\"' AS q FROM numbers(300)", SETTINGS),
+    await store.analytics.select('SELECT 1 AS x WHERE 0', SETTINGS),
+    await store.analytics.select("SELECT 'ü\\t\\\\' AS s, [1, 2] AS a, map('k', number) AS m FROM numbers(3)", SETTINGS),
+  ];
+  await fc.assert(
+    fc.property(
+      fc.integer({ min: 0, max: outs.length - 1 }),
+      fc.array(fc.integer({ min: 1, max: 700 }), { minLength: 1, maxLength: 8 }),
+      fc.integer({ min: 0, max: 400 }),
+      fc.oneof(fc.integer({ min: 0, max: 20_000 }), fc.constant(1 << 30)),
+      (which, sizes, maxRows, maxBytes) => {
+        const out = outs[which]!;
+        const whole = JSON.parse(shapeResult(out, maxRows, maxBytes).body.toString()) as { columns: unknown; rows: unknown[]; meta: Record<string, unknown> };
+        const got = streamed(out, sizes, maxRows, maxBytes, 5);
+        const b = JSON.parse(got.body.toString()) as typeof whole;
+        t.same(b.columns, whole.columns);
+        t.same(b.rows, whole.rows);
+        // A cut stops reading before the engine's figures: the service's time stands in.
+        t.same(b.meta, { ...whole.meta, elapsedMs: whole.meta.truncated ? 5 : whole.meta.elapsedMs });
+        // The rows pass through as the engine laid them out: the same bytes as the whole answer.
+        t.equal(got.body.length - JSON.stringify(b.meta).length, shapeResult(out, maxRows, maxBytes).body.length - JSON.stringify(whole.meta).length);
+      },
+    ),
+    { numRuns: 300 },
+  );
+});
+
+t.test('streamed: a row that cannot fit cuts before its end; what is held stays within a row', async (t) => {
+  const { store } = await openTestStore(t);
+  // Rows of ~10 KB: the cap of 25,000 bytes takes two.
+  const out = await store.analytics.select("SELECT number AS n, repeat('abcdefghij', 1000) AS s FROM numbers(50)", SETTINGS);
+  const got = streamed(out, [512], 10_000, 25_000);
+  const b = JSON.parse(got.body.toString()) as { rows: unknown[]; meta: Record<string, unknown> };
+  t.equal(b.rows.length, 2);
+  t.same(b.meta, { truncated: true, truncatedBy: 'bytes', limit: 25_000, rowCount: 2, elapsedMs: 0 });
+  t.ok(got.read < 3 * 10_100 + 1_000, `read ${got.read} bytes of ${out.length}: the third row cut as soon as it could not fit`);
+  t.ok(got.maxHeld <= 10_100, `held at most ${got.maxHeld} bytes`);
+  // The row limit: the comma after the last row allowed says another comes; it is not read.
+  const rows = streamed(out, [100_000], 3, 1 << 30);
+  t.same((JSON.parse(rows.body.toString()) as { meta: Record<string, unknown> }).meta, { truncated: true, truncatedBy: 'rows', limit: 3, rowCount: 3, elapsedMs: 0 });
+});
+
+t.test('streamed: an output that breaks off or is not one row per line throws (it cannot be taken back)', async (t) => {
+  const { store } = await openTestStore(t);
+  const out = await store.analytics.select('SELECT number AS n FROM numbers(20)', SETTINGS);
+  for (const end of [10, out.indexOf('[') + 3, out.length - 40]) {
+    const s = new StreamShaper();
+    s.push(out.subarray(0, end));
+    t.throws(() => s.end(0), `broken off at ${end}`);
+  }
+  const pretty = Buffer.from(JSON.stringify({ meta: [{ name: 'x', type: 'UInt8' }], data: [[1], [2]], rows: 2 }, null, 2));
+  const p = new StreamShaper();
+  t.throws(() => {
+    p.push(pretty);
+    p.end(0);
+  }, 'not the engine layout');
+  const rowsPretty = Buffer.from(out.toString().replace('\t\t["1"]', '\t\t[\n"1"]'));
+  t.throws(() => new StreamShaper().push(rowsPretty), 'a row over two lines');
+  const lying = Buffer.from(out.toString().replace(/"rows": 20/, '"rows": 21'));
+  const s = new StreamShaper();
+  s.push(lying);
+  t.throws(() => s.end(0), 'a row count that disagrees');
 });

@@ -40,7 +40,7 @@ t.test('names: a usage_ or billing_ prefix, units in the name, counters end in _
     t.match(m.name, /^(usage|billing)_[a-z_]+$/, `${m.name}: prefix`);
     // prom-client's typings say a numeric enum; the value is the type's name ('counter', …).
     if (String(m.type) === 'counter') t.match(m.name, /_total$/, `${m.name}: counter ends in _total`);
-    else t.match(m.name, /_(seconds|rows|messages|claims|partitions)$/, `${m.name}: unit in the name`);
+    else t.match(m.name, /_(seconds|rows|messages|claims|partitions|bytes)$/, `${m.name}: unit in the name`);
     t.notOk((m as unknown as { labelNames?: string[] }).labelNames?.some((l) => /org|customer|key|url/i.test(l)), `${m.name}: no unbounded label`);
   }
 });

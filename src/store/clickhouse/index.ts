@@ -5,12 +5,12 @@
  */
 import { Readable } from 'node:stream';
 import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
-import type { Config } from '../../config.js';
+import { MAX_ENGINE_SESSIONS, type Config } from '../../config.js';
 import type { SignalCounts, Store } from '../store.js';
 import { COUNT_SQL, EXISTING_IN_SQL, INSERT_SETTINGS, compactColumns, schemaStatements, type BillingTable, type RowTable } from '../schema.js';
 import { viewStatements } from '../views.js';
 import { engineErrorOf } from '../engine-error.js';
-import type { AnalyticsEngine } from '../engine.js';
+import type { AnalyticsEngine, EngineOutput, QuerySettings } from '../engine.js';
 
 /**
  * An error the client raised while reading an answer (an exception the server wrote into a
@@ -39,6 +39,33 @@ async function refusal(r: { stream: NodeJS.ReadableStream; response_headers: Rec
   const code = Number(Array.isArray(header) ? header[0] : header);
   if (header === undefined || !Number.isInteger(code) || code <= 0) throw new Error(`the engine answered HTTP ${status} without an exception code: ${text.slice(0, 200)}`);
   throw engineErrorOf(code, text);
+}
+
+/**
+ * An answer's body read on demand: each `read` takes what the stream holds (at least one
+ * chunk, waiting for it), and nothing more is read from the connection until the next one.
+ * Errors (a broken connection, an exception the client found in the stream) reject `read`
+ * in the engine's terms.
+ */
+function pull(stream: Readable): EngineOutput {
+  const it = stream[Symbol.asyncIterator]();
+  let closed = false;
+  return {
+    read: async () => {
+      if (closed) return null;
+      try {
+        const r = await it.next();
+        return r.done ? null : (r.value as Buffer);
+      } catch (err) {
+        throw engineError(err);
+      }
+    },
+    close: () => {
+      if (closed) return;
+      closed = true;
+      stream.destroy();
+    },
+  };
 }
 
 /** Where and as whom to connect. */
@@ -90,44 +117,54 @@ export class ClickHouseStore implements Store {
       ...conn.reader,
       database: this.analyticsDb,
       request_timeout: conn.analyticsTimeoutMs + 10_000,
+      // A connection for every statement the service may run at once: a result being read
+      // holds its connection until its client has taken it, and a statement must never wait
+      // for another's client to get one (it would run into its deadline waiting).
+      max_open_connections: MAX_ENGINE_SESSIONS,
       ...compression,
     });
     // A server stops a read-only query whose client went away (the service's deadline);
     // the embedded engine's host is killed instead (src/store/engine-host/supervisor.ts).
     const stopSettings: Record<string, string> = conn.embedded ? {} : { cancel_http_readonly_queries_on_client_close: '1' };
     const reader = this.reader;
+    const open = async (sql: string, settings: QuerySettings, stop?: AbortSignal): Promise<EngineOutput> => {
+      try {
+        // exec, not query: the output's bytes as they come, without decoding them to a string
+        // and encoding them again (10,000 rows are ~600 KB).
+        const r = await reader.exec({
+          query: `${sql}\nFORMAT JSONCompact`,
+          clickhouse_settings: { ...(settings as Record<string, string>), ...stopSettings },
+          // An engine error is read here, by its code header, not by the client's parser,
+          // which takes the class from the message text (and that quotes the caller's literals).
+          ignore_error_response: true,
+          ...(stop ? { abort_signal: stop } : {}),
+        });
+        await refusal(r);
+        return pull(r.stream as Readable);
+      } catch (err) {
+        throw engineError(err);
+      }
+    };
     this.analytics = {
+      open,
       select: async (sql, settings, stop, opts) => {
+        // Read as it comes, and no further than maxBytes: a larger output is cut there (the
+        // connection is closed, which stops a server's read-only query), so the service never
+        // holds more of it than the cap and one chunk.
+        const out = await open(sql, settings, stop);
+        const max = opts?.maxBytes ?? Infinity;
+        const chunks: Buffer[] = [];
+        let n = 0;
         try {
-          // exec, not query: the output's bytes as they come, without decoding them to a string
-          // and encoding them again (10,000 rows are ~600 KB).
-          const r = await reader.exec({
-            query: `${sql}\nFORMAT JSONCompact`,
-            clickhouse_settings: { ...(settings as Record<string, string>), ...stopSettings },
-            // An engine error is read here, by its code header, not by the client's parser,
-            // which takes the class from the message text (and that quotes the caller's literals).
-            ignore_error_response: true,
-            ...(stop ? { abort_signal: stop } : {}),
-          });
-          await refusal(r);
-          // Read as it comes, and no further than maxBytes: a larger output is cut there (the
-          // connection is closed, which stops a server's read-only query), so the service never
-          // holds more of it than the cap and one chunk.
-          const max = opts?.maxBytes ?? Infinity;
-          const chunks: Buffer[] = [];
-          let n = 0;
-          for await (const c of r.stream) {
-            chunks.push(c as Buffer);
-            n += (c as Buffer).length;
-            if (n > max) {
-              r.stream.destroy();
-              break;
-            }
+          for (let c = await out.read(); c !== null; c = await out.read()) {
+            chunks.push(c);
+            n += c.length;
+            if (n > max) break;
           }
-          return Buffer.concat(chunks, n);
-        } catch (err) {
-          throw engineError(err);
+        } finally {
+          out.close();
         }
+        return Buffer.concat(chunks, n);
       },
     };
   }

@@ -112,6 +112,14 @@ export class HostedStore implements Store {
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
         return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, (run) => s.analytics.select(sql, run, signal, opts))));
       },
+      // As `select`, answering once the host's answer has begun (the host answers when the
+      // statement is done): a host lost while the output is being read is not run again (some of
+      // it may have been passed on already); the read fails.
+      open: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
+        const tenant = opts?.tenant;
+        if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.open!(sql, settings, signal, opts)));
+        return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, (run) => s.analytics.open!(sql, run, signal, opts))));
+      },
       quarantined: (tenant: string) => this.inQuarantine(tenant),
       kills: (tenant: string) => this.kills.get(tenant) ?? 0,
     };
