@@ -26,11 +26,11 @@
  *   An organization's statements that start while one of its own has run for a second or
  *   more get a lower CPU priority too (nice 10), so one organization's several long
  *   statements do not starve another's short ones on a small machine.
- *   Whose deadline fired is not whom the kill is for: when a deadline passes (or the engine's
- *   own time limit ends a statement), the host's CPU ledger is read (GET /cpu, see
- *   engine-host/cpu.ts) and the kill is made for the organization whose statements used the
- *   CPU (blame.ts, `judge`); a statement starved by them is given its time back (through its
- *   `reprieve`) and run again, and one starved only by the rest of the machine goes on.
+ *   Whose deadline fired is not whom the kill is for: when a deadline passes, the host's CPU
+ *   ledger is read (GET /cpu, see engine-host/cpu.ts) and the kill is made for the
+ *   organization whose statements used the CPU (blame.ts, `judge`); a statement starved by
+ *   them is given its time back (through its `reprieve`) and run again, and one starved with
+ *   no organization's work standing out goes on, once.
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -118,12 +118,6 @@ interface Attempt {
   spared: boolean;
   /** The judgement under way (judge), which a second deadline passing meanwhile waits for. */
   judging?: Promise<'own' | 'spared'>;
-}
-
-/** The engine ended the statement at its own time limit (TIMEOUT_EXCEEDED). */
-function engineTimeout(err: unknown): boolean {
-  const code = (e: unknown): unknown => (e instanceof ClickHouseError ? Number(e.code) : e instanceof EngineError ? e.codeNumber : undefined);
-  return code(err) === 159 || (err instanceof Error && code(err.cause) === 159);
 }
 
 /** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
@@ -269,24 +263,24 @@ export class HostedStore implements Store {
   }
 
   /**
-   * Whom attempt `a` (past its deadline, or ended by the engine's own time limit) is blamed
-   * on, by the CPU time the running statements have used (blame.ts):
+   * Whom attempt `a`, past its deadline, is blamed on, by the CPU time the running statements
+   * have used (blame.ts):
    *   'own'     its own organization: its work is ended as usual (408);
    *   'spared'  another organization used the CPU: the host was killed for it here (`a.spared`)
    *             and its deadline moved (through its `reprieve`), so that it runs again; or it
-   *             was starved with no one to blame, and it goes on (or, ended by the engine's
-   *             own limit, runs again) with its deadline moved, once per statement; or it was
-   *             just run again after a kill, and is judged after MIN_JUDGED_MS.
+   *             was starved with no one to blame, and it goes on with its deadline moved, once
+   *             per statement; or it was just run again after a kill, and is judged after
+   *             MIN_JUDGED_MS.
    * 'own' also when the ledger cannot be read within CPU_READ_MS, or no time can be given back.
    */
-  private judge(a: Attempt, what: string, ended = false): Promise<'own' | 'spared'> {
-    a.judging ??= this.judgeNow(a, what, ended).finally(() => {
+  private judge(a: Attempt, what: string): Promise<'own' | 'spared'> {
+    a.judging ??= this.judgeNow(a, what).finally(() => {
       a.judging = undefined;
     });
     return a.judging;
   }
 
-  private async judgeNow(a: Attempt, what: string, ended: boolean): Promise<'own' | 'spared'> {
+  private async judgeNow(a: Attempt, what: string): Promise<'own' | 'spared'> {
     let listed: { tag: string; cpuMs: number; ended: boolean }[];
     try {
       listed = await this.readCpu(a.g);
@@ -323,11 +317,8 @@ export class HostedStore implements Store {
       return 'own';
     }
     if (v.tenant === null) {
-      // Starved, no one to blame: it goes on, once, with the time it did not get. One the
-      // engine's own limit ended runs again, once, with as long as it ran and a second more:
-      // the engine's limit (as long as the first attempt's) ends the new attempt before that
-      // deadline, so a long statement the engine stops itself is never killed for.
-      if (a.excused || a.reprieve(ended ? here + 1_000 : Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
+      // Starved, no one to blame: it goes on, once, with the time it did not get.
+      if (a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
       a.excused = true;
       log.warn(`analytics statement ${what}, starved with no organization's work standing out: it goes on`, { ...fields, cpuByOrg });
       return 'spared';
@@ -347,7 +338,6 @@ export class HostedStore implements Store {
 
   /** The CPU time each running analytics statement of generation `g` has used (the host's ledger). */
   private async readCpu(g: Generation): Promise<{ tag: string; cpuMs: number; ended: boolean }[]> {
-    // Statements that ended lately are listed too (`ended`): one the engine's own limit ended is asked about.
     const res = await fetch(`${g.url}/cpu`, {
       headers: { authorization: `Basic ${Buffer.from(`analytics:${g.analyticsPassword}`).toString('base64')}` },
       signal: AbortSignal.timeout(CPU_READ_MS),
@@ -421,12 +411,6 @@ export class HostedStore implements Store {
       try {
         return await call(this.storeFor(g), g, a.tag);
       } catch (err) {
-        // The engine's own time limit ended it: when another organization used the CPU, it runs again (see judge).
-        if (!stop.aborted && engineTimeout(err) && this.supervisor.serving?.n === g.n && (await this.judge(a, 'ended by the engine\'s time limit', true)) === 'spared') {
-          foreign = a.spared;
-          if (a.spared) prepaid = RESTART_ALLOWANCE_MS;
-          continue;
-        }
         if (stop.aborted || !lostHost(err)) throw err;
         const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
         if (!gone) throw err;
