@@ -196,6 +196,7 @@ export class AnalyticsService {
       lost: (ms) => {
         if (track.giveBack(ms) > 0) arm();
       },
+      deadline: () => track.deadline,
       // Starved by others' work past its deadline (the engine judges, see overdue below).
       reprieve: (ms) => {
         const given = track.reprieve(ms);

@@ -29,6 +29,12 @@ export interface SelectOptions {
    * returns what was given (0: the request has no more to give, and its work is ended as usual).
    */
   reprieve?: (ms: number) => number;
+  /**
+   * The statement's deadline now (ms since the epoch; it moves when time is given back): an
+   * engine that runs the statement again tells the engine the time left then
+   * (`max_execution_time`), not the time left at the first attempt.
+   */
+  deadline?: () => number;
 }
 
 /**

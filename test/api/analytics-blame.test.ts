@@ -24,12 +24,16 @@ const RUNAWAY =
   'FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, 22)) AS c)';
 
 /**
- * The innocent organization's statements: one block sorting a 1,000,000-element array (about
- * 0.3 s of engine work alone: well within its deadline, past it at the share of the CPU the
+ * The innocent organization's statements: one block sorting a 2,000,000-element array (about
+ * 0.6 s of engine work alone: well within its deadline, past it at the share of the CPU the
  * runaways leave it), and a plain read of its own signals.
  */
 const SMALL: [string, unknown[][]][] = [
-  ['SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000 + b))) AS n FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b)', [['1000000']]],
+  [
+    'SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000000 + b * 1000 + c))) AS n ' +
+      'FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, 4)) AS c)',
+    [['2000000']],
+  ],
   ['SELECT count() AS n FROM fact_signal', [['0']]],
 ];
 

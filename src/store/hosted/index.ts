@@ -159,7 +159,9 @@ export class HostedStore implements Store {
       select: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
-        return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, tag, (run) => s.analytics.select(sql, run, signal, opts))));
+        // Each attempt is told the time left to the deadline as it stands then (time given back moves it).
+        const left = (): QuerySettings => (opts?.deadline ? { ...settings, max_execution_time: Math.max(0.001, (opts.deadline() - Date.now()) / 1000) } : settings);
+        return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, left(), tag, (run) => s.analytics.select(sql, run, signal, opts))));
       },
       overdue: (stop: AbortSignal) => this.overdue(stop),
       quarantined: (tenant: string) => this.inQuarantine(tenant),
