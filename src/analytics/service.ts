@@ -76,13 +76,35 @@ const STOP_SETTLE_MS = 300;
  * after one statement ahead of it never gives up just before that one ends.
  */
 export const PLACE_WAIT_EXTRA_MS = 1_000;
+/**
+ * How long the watchdog waits for the engine's verdict on a statement past its deadline
+ * (AnalyticsEngine.overdue: the embedded engine reads its CPU ledger) before it ends the
+ * statement's work as usual.
+ */
+const OVERDUE_WAIT_MS = 1_200;
+/**
+ * How much time a request's statement may be given back in all for being starved past its
+ * deadline (others' statements used the CPU: src/store/hosted/blame.ts), on top of the one
+ * time limit given back for work another organization's kill ended: two time limits, and
+ * REPRIEVE_RESTART_MS more for each (the engine host's restart when the kill is made for the
+ * organization that starved it).
+ */
+export const MAX_REPRIEVE_LIMITS = 2;
+const REPRIEVE_RESTART_MS = 2_000;
 
 /**
  * Hands each engine call of a request to withSlot (which keeps its slot until the call
  * settled); knows the deadline, which `giveBack` moves later (up to the request's time limit
  * in all) when another organization's runaway cost this request its engine work.
  */
-type Tracker = ((engine: Promise<unknown>) => void) & { readonly deadline: number; giveBack(ms: number): number };
+type Tracker = ((engine: Promise<unknown>) => void) & {
+  readonly deadline: number;
+  giveBack(ms: number): number;
+  /** Moves the deadline `ms` later for a statement found starved (up to MAX_REPRIEVE_LIMITS time limits in all); returns what it gave. */
+  reprieve(ms: number): number;
+  /** Waits for `p` (the engine's verdict) at most OVERDUE_WAIT_MS; the request's last watchdog waits for it meanwhile. */
+  hold(p: Promise<unknown>): Promise<void>;
+};
 
 const JSON_HEADERS = { 'Content-Type': 'application/json' };
 
@@ -185,19 +207,39 @@ export class AnalyticsService {
       lost: (ms) => {
         if (track.giveBack(ms) > 0) arm();
       },
+      deadline: () => track.deadline,
+      // Starved by others' work past its deadline (the engine judges, see overdue below).
+      reprieve: (ms) => {
+        const given = track.reprieve(ms);
+        if (given > 0) arm();
+        return given;
+      },
     });
     track(run);
+    let done = false;
     const watchdog = new Promise<never>((_, reject) => {
+      const end = (): void => {
+        // End the work, and give the engine call a moment to settle so that the slot is free
+        // by the time the caller reads the 408.
+        stop.abort();
+        const answer = (): void => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
+        const settle = setTimeout(answer, STOP_SETTLE_MS);
+        run.then(answer, answer).finally(() => clearTimeout(settle));
+      };
+      // Past the deadline: the engine may find the statement was starved of the CPU by other
+      // organizations' statements and end their work instead (it then runs again with its
+      // time given back); otherwise its own work is ended.
+      const overdue = async (): Promise<void> => {
+        const judged = this.engine.overdue ? this.engine.overdue(stop.signal).catch(() => false) : Promise.resolve(false);
+        await track.hold(judged);
+        if (done) return;
+        // Time given back meanwhile: a reprieve, or another organization's kill ended this statement's work.
+        if (Date.now() < track.deadline + STOP_GRACE_MS) return arm();
+        end();
+      };
       arm = () => {
         clearTimeout(timer);
-        timer = setTimeout(() => {
-          // End the work, and give the engine call a moment to settle so that the slot is free
-          // by the time the caller reads the 408.
-          stop.abort();
-          const answer = (): void => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped'));
-          const settle = setTimeout(answer, STOP_SETTLE_MS);
-          run.then(answer, answer).finally(() => clearTimeout(settle));
-        }, Math.max(0, track.deadline - Date.now()) + STOP_GRACE_MS);
+        timer = setTimeout(() => void overdue(), Math.max(0, track.deadline - Date.now()) + STOP_GRACE_MS);
       };
       arm();
     });
@@ -217,6 +259,7 @@ export class AnalyticsService {
       if (api.code === 'INTERNAL') log.error('analytics engine error', { code: e.codeName, reason: e.reason, org: p.org.id });
       throw api;
     } finally {
+      done = true;
       clearTimeout(timer);
     }
   }
@@ -262,6 +305,8 @@ export class AnalyticsService {
       throw new ApiError('QUERY_TIMEOUT', "another statement of this organization ran past its deadline while this one waited for its place, and the engine's work was ended; this one was not run");
     }
     let deadline = Date.now() + this.opts.timeoutMs;
+    let reprieved = 0;
+    let holding = 0;
     const engineCalls: Promise<unknown>[] = [];
     let outstanding = 0;
     const settled = (): void => void outstanding--;
@@ -275,30 +320,50 @@ export class AnalyticsService {
         clearTimeout(overall);
         overall = setTimeout(
           () => reject(new ApiError('QUERY_TIMEOUT', 'the query ran past the execution time limit and was stopped')),
-          Math.max(0, deadline + STOP_GRACE_MS + STOP_SETTLE_MS + 100 - Date.now()),
+          Math.max(0, deadline + STOP_GRACE_MS + STOP_SETTLE_MS + 100 + (holding > 0 ? OVERDUE_WAIT_MS : 0) - Date.now()),
         );
       };
       rearm();
     });
-    const track: Tracker = Object.assign(
-      (e: Promise<unknown>) => {
+    const methods = {
+      giveBack: (ms: number): number => {
+        const give = Math.max(0, Math.min(ms, this.opts.timeoutMs - givenBack));
+        givenBack += give;
+        deadline += give;
+        if (give > 0) rearm();
+        return give;
+      },
+      reprieve: (ms: number): number => {
+        const give = Math.max(0, Math.min(ms, MAX_REPRIEVE_LIMITS * (this.opts.timeoutMs + REPRIEVE_RESTART_MS) - reprieved));
+        reprieved += give;
+        deadline += give;
+        if (give > 0) rearm();
+        return give;
+      },
+      hold: async (p: Promise<unknown>): Promise<void> => {
+        holding++;
+        rearm();
+        let timer: NodeJS.Timeout | undefined;
+        try {
+          await Promise.race([p, new Promise<void>((r) => (timer = setTimeout(r, OVERDUE_WAIT_MS)))]);
+        } finally {
+          clearTimeout(timer);
+          holding--;
+          rearm();
+        }
+      },
+    };
+    // The deadline and what is left are read when used (Object.assign would copy a getter's value once).
+    const track = Object.defineProperties(
+      Object.assign((e: Promise<unknown>) => {
         outstanding++;
         e.then(settled, settled);
         engineCalls.push(e);
-      },
+      }, methods),
       {
-        get deadline() {
-          return deadline;
-        },
-        giveBack: (ms: number): number => {
-          const give = Math.max(0, Math.min(ms, this.opts.timeoutMs - givenBack));
-          givenBack += give;
-          deadline += give;
-          if (give > 0) rearm();
-          return give;
-        },
+        deadline: { get: () => deadline },
       },
-    );
+    ) as Tracker;
     try {
       return await Promise.race([body(track), latest]);
     } finally {

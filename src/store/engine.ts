@@ -23,6 +23,18 @@ export interface SelectOptions {
    * again: the milliseconds that work took, plus the host's restart allowance.
    */
   lost?: (ms: number) => void;
+  /**
+   * Moves the statement's deadline `ms` later because it was starved of the CPU by others'
+   * work (the embedded engine's judgement when its deadline passes, src/store/hosted/blame.ts);
+   * returns what was given (0: the request has no more to give, and its work is ended as usual).
+   */
+  reprieve?: (ms: number) => number;
+  /**
+   * The statement's deadline now (ms since the epoch; it moves when time is given back): an
+   * engine that runs the statement again tells the engine the time left then
+   * (`max_execution_time`), not the time left at the first attempt.
+   */
+  deadline?: () => number;
 }
 
 /**
@@ -82,6 +94,15 @@ export interface AnalyticsEngine {
    * did, and end everyone's work again. Absent: never.
    */
   kills?(tenant: string): number;
+  /**
+   * The statement whose `stop` this is has run past its deadline, and its caller is about to
+   * abort `stop`. Resolves false when its work is to be ended for it (abort `stop`), true when
+   * it did not use the CPU it was given time for and goes on: its deadline was moved through
+   * its `reprieve`, and when other organizations' statements used the CPU, the engine ended
+   * their work instead and it runs again (the embedded engine, src/store/hosted/blame.ts).
+   * Absent: always false.
+   */
+  overdue?(stop: AbortSignal): Promise<boolean>;
 }
 
 /** A SETTINGS clause for engines that take settings in the text (chdb). Values are quoted. */

@@ -12,7 +12,10 @@
  *   analytics  the analytics lane: ANALYTICS_ENGINE_SESSIONS read-only sessions (readonly = 2
  *              for the session's life, current database = the analytics views' database)
  * The lanes have their own sessions, so analytics statements never hold up an insert and a
- * busy analytics lane never holds up the writer. It is the embedded engine's host, not a
+ * busy analytics lane never holds up the writer. One more session, of the host's own, samples
+ * the CPU time each running analytics statement has used (cpu.ts), which the analytics user
+ * reads at GET /cpu (JSON: {"statements": [{"tag": <log_comment>, "cpuMs": n}, …]}, with
+ * `"ended": true` on those that ended lately). It is the embedded engine's host, not a
  * ClickHouse server: nothing else should ever connect to it.
  *
  * It ends itself when the service goes away (the IPC channel closes), so a killed service
@@ -23,6 +26,7 @@ import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
 import { Session } from 'chdb';
 import { Lane } from './lane.js';
+import { CpuLedger, PROCESSES_SQL, SAMPLE_MS, ownThreads, parseProcesses, threadTicks } from './cpu.js';
 import { emptyLineAt, emptyLineError } from '../insert-data.js';
 import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
 import type { EngineHostFault } from '../../config.js';
@@ -77,7 +81,15 @@ function sameSecret(a: string, b: string): boolean {
   return x.length === y.length && timingSafeEqual(x, y);
 }
 
-async function open(cfg: HostStart): Promise<{ writer: Lane; analytics: Lane }> {
+interface Lanes {
+  writer: Lane;
+  analytics: Lane;
+  /** The host's own session: reads system.processes for the CPU ledger. */
+  monitor: Session;
+  cpu: CpuLedger;
+}
+
+async function open(cfg: HostStart): Promise<Lanes> {
   mkdirSync(cfg.dir, { recursive: true });
   const writers = Array.from({ length: cfg.writerSessions }, () => new Session(cfg.dir));
   await writers[0]!.queryAsync(`CREATE DATABASE IF NOT EXISTS ${cfg.analyticsDatabase}`);
@@ -88,7 +100,32 @@ async function open(cfg: HostStart): Promise<{ writer: Lane; analytics: Lane }> 
     await s.queryAsync('SET readonly = 2');
     readers.push(s);
   }
-  return { writer: new Lane('writer', writers), analytics: new Lane('analytics', readers) };
+  const monitor = new Session(cfg.dir);
+  await monitor.queryAsync('SET readonly = 2');
+  return { writer: new Lane('writer', writers), analytics: new Lane('analytics', readers), monitor, cpu: new CpuLedger() };
+}
+
+/**
+ * Samples the running analytics statements' threads every SAMPLE_MS while any runs (one
+ * sample at a time: under load a sample may take longer than the period).
+ */
+function sampleCpu(lanes: Lanes): void {
+  let sampling = false;
+  setInterval(() => {
+    if (sampling) return;
+    if (lanes.analytics.busy === 0) {
+      lanes.cpu.idle();
+      return;
+    }
+    sampling = true;
+    lanes.monitor
+      .queryAsync(PROCESSES_SQL, { format: 'JSONCompact' })
+      .then((out) => lanes.cpu.record(parseProcesses(out.text()), threadTicks, ownThreads()))
+      .catch((err: unknown) => say('warn', 'engine host could not sample the statements\' CPU time', { err: err instanceof Error ? err.message : String(err) }))
+      .finally(() => {
+        sampling = false;
+      });
+  }, SAMPLE_MS).unref();
 }
 
 function readBody(req: http.IncomingMessage): Promise<Buffer> {
@@ -109,19 +146,26 @@ function readBody(req: http.IncomingMessage): Promise<Buffer> {
   });
 }
 
-async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+async function handle(cfg: HostStart, lanes: Lanes, req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
   const url = new URL(req.url ?? '/', 'http://host');
   if (url.pathname === '/ping') {
     res.writeHead(200, { 'Content-Type': 'text/plain; charset=UTF-8' }).end('Ok.\n');
     return;
   }
-  if (url.pathname !== '/') throw new HostError(404, 0, 'UNKNOWN_EXCEPTION', `There is no handler for ${url.pathname}`);
+  if (url.pathname !== '/' && url.pathname !== '/cpu') throw new HostError(404, 0, 'UNKNOWN_EXCEPTION', `There is no handler for ${url.pathname}`);
   const who = basicAuth(req.headers.authorization);
   const role =
     who?.user === 'writer' && sameSecret(who.password, cfg.writerPassword) ? 'writer'
     : who?.user === 'analytics' && sameSecret(who.password, cfg.analyticsPassword) ? 'analytics'
     : null;
   if (!role) throw new HostError(401, 516, 'AUTHENTICATION_FAILED', 'Authentication failed: password is incorrect, or there is no user with such name');
+  if (url.pathname === '/cpu') {
+    if (role !== 'analytics') throw new HostError(403, 497, 'ACCESS_DENIED', 'The CPU ledger is the analytics user\'s');
+    // The threads' time up to now; which threads each statement has is as of the last sample.
+    lanes.cpu.refresh(threadTicks);
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ statements: lanes.cpu.report() }));
+    return;
+  }
   const body = await readBody(req);
   const r = parseRequest(url.searchParams, body);
   const expectDb = role === 'analytics' ? cfg.analyticsDatabase : 'default';
@@ -157,6 +201,8 @@ async function handle(cfg: HostStart, lanes: { writer: Lane; analytics: Lane }, 
   }
   const text = `${paramStatements(r.params)}${r.sql}${settingsClause(r.settings)}`;
   const lane = role === 'writer' ? lanes.writer : lanes.analytics;
+  // The first statement after none ran: what the engine's threads did meanwhile is no statement's.
+  if (lane === lanes.analytics && lane.busy === 0) lanes.cpu.baseline(ownThreads(), threadTicks);
   const out = await lane.run((session) => session.queryAsync(text, { format: r.format }), paramReset(r.params));
   const bytes = out.bytes();
   res
@@ -194,6 +240,7 @@ async function main(cfg: HostStart): Promise<void> {
     handle(cfg, lanes, req, res).catch((err: unknown) => fail(res, err));
   });
   server.keepAliveTimeout = 60_000;
+  sampleCpu(lanes);
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);
     server.listen(cfg.port, '127.0.0.1', () => resolve());
@@ -204,6 +251,7 @@ async function main(cfg: HostStart): Promise<void> {
   process.once('SIGTERM', () => {
     server.close();
     for (const l of [lanes.writer, lanes.analytics]) for (const s of l.sessions) s.close();
+    lanes.monitor.close();
     process.exit(0);
   });
 }

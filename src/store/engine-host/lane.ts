@@ -27,6 +27,11 @@ export class Lane {
     this.idle = [...sessions];
   }
 
+  /** Statements running or waiting in this lane now. */
+  get busy(): number {
+    return this.sessions.length - this.idle.length + this.queue.length;
+  }
+
   /**
    * Runs `call` on a free session of this lane (waiting for one in order of arrival), then
    * `cleanup` (if any) on the same session before anyone else's statement runs on it.

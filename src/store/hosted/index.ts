@@ -26,6 +26,11 @@
  *   An organization's statements that start while one of its own has run for a second or
  *   more get a lower CPU priority too (nice 10), so one organization's several long
  *   statements do not starve another's short ones on a small machine.
+ *   Whose deadline fired is not whom the kill is for: when a deadline passes, the host's CPU
+ *   ledger is read (GET /cpu, see engine-host/cpu.ts) and the kill is made for the
+ *   organization whose statements used the CPU (blame.ts, `judge`); a statement starved by
+ *   them is given its time back (through its `reprieve`) and run again, and one starved with
+ *   no organization's work standing out goes on, once.
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -49,6 +54,8 @@ import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
 import { EngineError } from '../engine-error.js';
+import { blame } from './blame.js';
+import { analyticsLog as log } from '../../log.js';
 
 /** Sessions of the writer lane: one for a flush of the pipeline, one for the billing rows and reads. */
 export const WRITER_SESSIONS = 2;
@@ -77,6 +84,42 @@ const QUARANTINE_NICE = 19;
 const CROWD_NICE = 10;
 const LONG_MS = 1_000;
 
+/** How long the service waits for the engine host's CPU ledger (GET /cpu) when a deadline passes. */
+export const CPU_READ_MS = 1_000;
+
+/** The least time given back to a statement found starved (it goes on running, or runs again). */
+const MIN_REPRIEVE_MS = 500;
+
+/** A statement run again after a kill is judged once it has run this long on the new host (before, it is given time). */
+const MIN_JUDGED_MS = 1_000;
+
+/** One run of an analytics statement in a host generation. */
+interface Attempt {
+  /** The statement's name in the engine (its log_comment), which the host's CPU ledger lists. */
+  tag: string;
+  tenant: string;
+  g: Generation;
+  /** When it was sent to the engine (ms since the epoch). */
+  began: number;
+  /** CPU time it has used (ms) at the latest reading of the host's ledger. */
+  cpuMs: number;
+  /**
+   * The statement's earlier attempts (ended by kills): the most CPU time one of them used, and
+   * all they used, as last read, and their time in the engine (ms); 0 on its first.
+   */
+  pastMaxCpuMs: number;
+  pastCpuMs: number;
+  /** It was given time once for being starved with no one to blame (judge). */
+  excused: boolean;
+  pastRanMs: number;
+  /** Moves the statement's deadline later (SelectOptions.reprieve); what it gave. */
+  reprieve: (ms: number) => number;
+  /** Its deadline passed while it was starved, and the host was killed for another organization: the time it lost was given back already. */
+  spared: boolean;
+  /** The judgement under way (judge), which a second deadline passing meanwhile waits for. */
+  judging?: Promise<'own' | 'spared'>;
+}
+
 /** The call may have lost its host (the connection broke), as opposed to an answer from the engine. */
 function lostHost(err: unknown): boolean {
   // ClickHouseStore gives an insert's refusal in ClickHouse's words, with the client's error as the cause.
@@ -97,6 +140,12 @@ export class HostedStore implements Store {
   private readonly running = new Map<string, number[]>();
   /** Organization → how many kills its statements caused (a statement started before the latest one does not run). */
   private readonly kills = new Map<string, number>();
+  /** The running attempts of analytics statements, by their `stop` signal and by their tag. */
+  private readonly attempts = new Map<AbortSignal, Attempt>();
+  private readonly byTag = new Map<string, Attempt>();
+  /** Statements waiting for the next generation after another organization's kill ended their work: since when, and what overdue gave back meanwhile. */
+  private readonly waitingForHost = new Map<AbortSignal, { since: number; given: number; reprieve: (ms: number) => number }>();
+  private tags = 0;
 
   constructor(private readonly cfg: Config) {
     this.supervisor = new EngineHostSupervisor({
@@ -110,7 +159,7 @@ export class HostedStore implements Store {
       select: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
-        return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, (run) => s.analytics.select(sql, run, signal, opts))));
+        return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, (run) => s.analytics.select(sql, run, signal, opts))));
       },
       // As `select`, answering once the host's answer has begun (the host answers when the
       // statement is done): a host lost while the output is being read is not run again (some of
@@ -118,8 +167,9 @@ export class HostedStore implements Store {
       open: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.open!(sql, settings, signal, opts)));
-        return await this.tenantRead(tenant, stop, opts?.lost, (s, g) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, settings, (run) => s.analytics.open!(sql, run, signal, opts))));
+        return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, (run) => s.analytics.open!(sql, run, signal, opts))));
       },
+      overdue: (stop: AbortSignal) => this.overdue(stop),
       quarantined: (tenant: string) => this.inQuarantine(tenant),
       kills: (tenant: string) => this.kills.get(tenant) ?? 0,
     };
@@ -133,14 +183,14 @@ export class HostedStore implements Store {
    * organization's short statement waiting there would lower the priority of its next one,
    * which then starves beside others' runaways and is taken for a runaway itself.
    */
-  private async inEngine<T>(tenant: string, settings: QuerySettings, call: (run: QuerySettings) => Promise<T>): Promise<T> {
+  private async inEngine<T>(tenant: string, settings: QuerySettings, tag: string | undefined, call: (run: QuerySettings) => Promise<T>): Promise<T> {
     const started = this.running.get(tenant) ?? [];
     const now = Date.now();
     const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
     started.push(now);
     this.running.set(tenant, started);
     try {
-      return await call(nice > 0 ? { ...settings, os_thread_priority: nice } : settings);
+      return await call({ ...settings, ...(nice > 0 ? { os_thread_priority: nice } : {}), ...(tag === undefined ? {} : { log_comment: tag }) });
     } finally {
       started.splice(started.indexOf(now), 1);
       if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
@@ -156,7 +206,10 @@ export class HostedStore implements Store {
         reader: { username: 'analytics', password: g.analyticsPassword },
         database: this.cfg.clickhouseDatabase,
         analyticsDatabase: this.cfg.analytics.database,
-        analyticsTimeoutMs: this.cfg.analytics.timeoutMs,
+        // A statement runs past its time limit by what is given back to it (src/analytics/service.ts:
+        // up to one limit for work another organization's kill ended, two limits + 2 s each when
+        // starved): the client must not give up on it first.
+        analyticsTimeoutMs: 4 * this.cfg.analytics.timeoutMs + 4_000,
         embedded: true,
       });
       this.stores.set(g.n, made);
@@ -173,22 +226,133 @@ export class HostedStore implements Store {
   private async stoppable<T>(g: Generation, stop: AbortSignal | undefined, tenant: string | undefined, call: (signal?: AbortSignal) => Promise<T>): Promise<T> {
     if (!stop) return call();
     if (stop.aborted) throw new Error('stopped before it ran');
-    const kill = (): void => {
-      // Recorded before the kill: the statements the host dies under read it when their calls fail.
-      if (tenant !== undefined && this.supervisor.serving?.n === g.n) {
-        this.killedFor.set(g.n, tenant);
-        this.quarantined.set(tenant, Date.now() + QUARANTINE_MS);
-        this.kills.set(tenant, (this.kills.get(tenant) ?? 0) + 1);
-        void g.exited.then(() => setTimeout(() => this.killedFor.delete(g.n), 60_000).unref());
-      }
-      void this.supervisor.kill(g.n, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
-    };
+    const kill = (): void => this.killFor(g, tenant, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
     stop.addEventListener('abort', kill, { once: true });
     try {
       return await call();
     } finally {
       stop.removeEventListener('abort', kill);
     }
+  }
+
+  /** Ends generation `g` for `tenant`'s work: the statements it dies under read whose it was, and `tenant` is quarantined. */
+  private killFor(g: Generation, tenant: string | undefined, reason: string): void {
+    // Recorded before the kill: the statements the host dies under read it when their calls fail.
+    if (tenant !== undefined && this.supervisor.serving?.n === g.n) {
+      this.killedFor.set(g.n, tenant);
+      this.quarantined.set(tenant, Date.now() + QUARANTINE_MS);
+      this.kills.set(tenant, (this.kills.get(tenant) ?? 0) + 1);
+      void g.exited.then(() => setTimeout(() => this.killedFor.delete(g.n), 60_000).unref());
+    }
+    void this.supervisor.kill(g.n, reason);
+  }
+
+  /**
+   * The statement of `stop` has run past its deadline (AnalyticsEngine.overdue): true when it
+   * goes on (its deadline was moved through its `reprieve`), false when its work is to be ended
+   * for its own organization, as the caller then does.
+   */
+  private async overdue(stop: AbortSignal): Promise<boolean> {
+    const w = this.waitingForHost.get(stop);
+    if (w) {
+      // Its work was ended for another organization, and the next host is not serving yet.
+      const give = w.reprieve(Math.max(MIN_REPRIEVE_MS, Date.now() - w.since - w.given + MIN_REPRIEVE_MS));
+      w.given += give;
+      return give > 0;
+    }
+    const a = this.attempts.get(stop);
+    if (!a) return false;
+    if (this.supervisor.serving?.n !== a.g.n) {
+      // Its host is going: for another organization, it runs again on the next one.
+      const by = this.killedFor.get(a.g.n);
+      return by !== undefined && by !== a.tenant && a.reprieve(MIN_REPRIEVE_MS) > 0;
+    }
+    return (await this.judge(a, 'past its deadline')) === 'spared';
+  }
+
+  /**
+   * Whom attempt `a`, past its deadline, is blamed on, by the CPU time the running statements
+   * have used (blame.ts):
+   *   'own'     its own organization: its work is ended as usual (408);
+   *   'spared'  another organization used the CPU: the host was killed for it here (`a.spared`)
+   *             and its deadline moved (through its `reprieve`), so that it runs again; or it
+   *             was starved with no one to blame, and it goes on with its deadline moved, once
+   *             per statement; or it was just run again after a kill, and is judged after
+   *             MIN_JUDGED_MS.
+   * 'own' also when the ledger cannot be read within CPU_READ_MS, or no time can be given back.
+   */
+  private judge(a: Attempt, what: string): Promise<'own' | 'spared'> {
+    a.judging ??= this.judgeNow(a, what).finally(() => {
+      a.judging = undefined;
+    });
+    return a.judging;
+  }
+
+  private async judgeNow(a: Attempt, what: string): Promise<'own' | 'spared'> {
+    let listed: { tag: string; cpuMs: number; ended: boolean }[];
+    try {
+      listed = await this.readCpu(a.g);
+    } catch (err) {
+      log.warn(`engine host CPU ledger not read; the statement ${what} is blamed`, { org: a.tenant, err: err instanceof Error ? err.message : String(err) });
+      return 'own';
+    }
+    if (this.supervisor.serving?.n !== a.g.n) return 'own';
+    for (const l of listed) {
+      const b = this.byTag.get(l.tag);
+      if (b) b.cpuMs = l.cpuMs;
+    }
+    // Over each statement's life in the engine: a kill makes every statement start again.
+    const here = Date.now() - a.began;
+    const ranMs = a.pastRanMs + here;
+    const cpuMs = a.pastCpuMs + a.cpuMs;
+    const fields = { org: a.tenant, cpuMs, ranMs };
+    // Just run again after a kill: judged once it has run a while on this host.
+    if (a.pastRanMs > 0 && here < MIN_JUDGED_MS) {
+      if (a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
+      log.info(`analytics statement ${what} right after it was run again: it goes on`, fields);
+      return 'spared';
+    }
+    const gone = new Set(listed.filter((l) => l.ended).map((l) => l.tag));
+    const others = [...this.byTag.values()].filter((b) => b !== a && b.g.n === a.g.n && !gone.has(b.tag)).map((b) => ({
+      tenant: b.tenant,
+      cpuMs: Math.max(b.pastMaxCpuMs, b.cpuMs),
+      quarantined: this.inQuarantine(b.tenant),
+    }));
+    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant) }, others);
+    const cpuByOrg = Object.fromEntries(v.byTenant);
+    if (v.tenant === a.tenant) {
+      log.info(`analytics statement ${what}: blamed on its own organization`, { ...fields, starved: v.starved, cpuByOrg });
+      return 'own';
+    }
+    if (v.tenant === null) {
+      // Starved, no one to blame: it goes on, once, with the time it did not get.
+      if (a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
+      a.excused = true;
+      log.warn(`analytics statement ${what}, starved with no organization's work standing out: it goes on`, { ...fields, cpuByOrg });
+      return 'spared';
+    }
+    if (a.reprieve(here + RESTART_ALLOWANCE_MS) === 0) return 'own';
+    a.spared = true;
+    log.warn(`analytics statement ${what}: the engine work is ended for the organization that used the CPU`, {
+      starvedOrg: a.tenant,
+      starvedCpuMs: cpuMs,
+      ranMs,
+      blamedOrg: v.tenant,
+      blamedCpuMs: v.byTenant.get(v.tenant),
+    });
+    this.killFor(a.g, v.tenant, `analytics statements used the CPU another organization's statement was starved of (organization ${v.tenant})`);
+    return 'spared';
+  }
+
+  /** The CPU time each running analytics statement of generation `g` has used (the host's ledger). */
+  private async readCpu(g: Generation): Promise<{ tag: string; cpuMs: number; ended: boolean }[]> {
+    const res = await fetch(`${g.url}/cpu`, {
+      headers: { authorization: `Basic ${Buffer.from(`analytics:${g.analyticsPassword}`).toString('base64')}` },
+      signal: AbortSignal.timeout(CPU_READ_MS),
+    });
+    if (!res.ok) throw new Error(`GET /cpu answered ${res.status}`);
+    const body = (await res.json()) as { statements?: { tag?: unknown; cpuMs?: unknown; ended?: unknown }[] };
+    return (body.statements ?? []).flatMap((x) => (typeof x.tag === 'string' && typeof x.cpuMs === 'number' ? [{ tag: x.tag, cpuMs: x.cpuMs, ended: x.ended === true }] : []));
   }
 
   private inQuarantine(tenant: string): boolean {
@@ -204,12 +368,18 @@ export class HostedStore implements Store {
    * a time while the tenant is in quarantine is the analytics service's queue's to keep (it
    * reads `quarantined`), so that the statements waiting hold no place.
    */
-  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, lost: ((ms: number) => void) | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, opts: SelectOptions | undefined, call: (s: ClickHouseStore, g: Generation, tag?: string) => Promise<T>): Promise<T> {
     if (tenant === undefined || !stop) return this.read(call, stop);
-    return this.runAgainUnlessOwn(tenant, stop, lost, call);
+    return this.runAgainUnlessOwn(tenant, stop, opts?.lost, opts?.reprieve ?? (() => 0), call);
   }
 
-  private async runAgainUnlessOwn<T>(tenant: string, stop: AbortSignal, lost: ((ms: number) => void) | undefined, call: (s: ClickHouseStore, g: Generation) => Promise<T>): Promise<T> {
+  private async runAgainUnlessOwn<T>(
+    tenant: string,
+    stop: AbortSignal,
+    lost: ((ms: number) => void) | undefined,
+    reprieve: (ms: number) => number,
+    call: (s: ClickHouseStore, g: Generation, tag: string) => Promise<T>,
+  ): Promise<T> {
     const killsBefore = this.kills.get(tenant) ?? 0;
     // A host that died without a deadline kill may have died of this very statement (a crash):
     // run again after one such death only, as before, or a crashing statement would end host
@@ -217,9 +387,24 @@ export class HostedStore implements Store {
     let crashes = 0;
     // Of the restart allowance given back when the work was lost, what the wait has not used.
     let prepaid = 0;
+    // The earlier attempts' CPU time (as last read: the most one used, and all) and time in the engine.
+    let pastMaxCpuMs = 0;
+    let pastCpuMs = 0;
+    let excused = false;
+    let pastRanMs = 0;
+    // The previous attempt's work was ended for another organization.
+    let foreign = false;
     for (;;) {
       const waitFrom = Date.now();
-      const g = await this.supervisor.current(WAIT_FOR_HOST_MS);
+      const wait = { since: waitFrom, given: 0, reprieve };
+      if (foreign) this.waitingForHost.set(stop, wait);
+      let g: Generation;
+      try {
+        g = await this.supervisor.current(WAIT_FOR_HOST_MS);
+      } finally {
+        this.waitingForHost.delete(stop);
+      }
+      prepaid += wait.given;
       const waited = Date.now() - waitFrom;
       // Waiting for a host that another organization's runaway ended is not this statement's time either.
       const endedBy = this.killedFor.get(g.n - 1);
@@ -228,8 +413,11 @@ export class HostedStore implements Store {
       if (stop.aborted) throw new Error('stopped before it ran');
       if ((this.kills.get(tenant) ?? 0) !== killsBefore) throw new WorkEnded('another statement of this organization ran past its deadline while this one was on its way to the engine, and the engine work was ended');
       const began = Date.now();
+      const a: Attempt = { tag: `stmt:${++this.tags}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, reprieve, spared: false };
+      this.attempts.set(stop, a);
+      this.byTag.set(a.tag, a);
       try {
-        return await call(this.storeFor(g), g);
+        return await call(this.storeFor(g), g, a.tag);
       } catch (err) {
         if (stop.aborted || !lostHost(err)) throw err;
         const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
@@ -238,12 +426,22 @@ export class HostedStore implements Store {
         if (by === tenant) throw new WorkEnded('another statement of this organization ran past its deadline, and the engine work it shared was ended');
         if (by === undefined && ++crashes > 1) throw err;
         // Another organization's runaway: the time it cost is given back to this statement's
-        // deadline (by the caller, within its bounds), with an allowance for the restart.
-        if (by !== undefined) {
+        // deadline (by the caller, within its bounds), with an allowance for the restart; a
+        // statement the kill was made for (it was starved, see overdue) had it given back then.
+        foreign = by !== undefined;
+        if (a.spared) prepaid = RESTART_ALLOWANCE_MS;
+        else if (by !== undefined) {
           lost?.(Date.now() - began + RESTART_ALLOWANCE_MS);
           prepaid = RESTART_ALLOWANCE_MS;
         }
         // Run it again (also after a first crash), within its own deadline.
+      } finally {
+        if (this.attempts.get(stop) === a) this.attempts.delete(stop);
+        this.byTag.delete(a.tag);
+        pastMaxCpuMs = Math.max(pastMaxCpuMs, a.cpuMs);
+        pastCpuMs += a.cpuMs;
+        excused ||= a.excused;
+        pastRanMs += Date.now() - began;
       }
     }
   }
@@ -334,4 +532,9 @@ export class HostedStore implements Store {
     await Promise.all([...this.stores.values()].map((s) => s.close()));
     this.stores.clear();
   }
+}
+
+/** The settings of an attempt, told the time left to the deadline as it stands then (time given back moves it). */
+function timeLeft(settings: QuerySettings, opts: SelectOptions | undefined): QuerySettings {
+  return opts?.deadline ? { ...settings, max_execution_time: Math.max(0.001, (opts.deadline() - Date.now()) / 1000) } : settings;
 }

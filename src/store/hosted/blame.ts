@@ -1,0 +1,91 @@
+/**
+ * Whose work the engine host is killed for when an analytics statement's deadline passes
+ * (src/store/hosted/index.ts). Pure: the CPU time each running statement has used comes from
+ * the engine host's ledger (src/store/engine-host/cpu.ts).
+ *
+ * The rule: the kill is made for the organization whose statements used the CPU, not for the
+ * one whose deadline fired. What each running statement used is summed by organization, the
+ * overdue statement's own included in its organization's; a statement run again after a kill
+ * starts from nothing, so what it "used" is the most CPU time one of its attempts used (a small
+ * statement run again after kills does not add up to a consumer).
+ * - When another organization's statements used at least MARGIN times as much CPU time as the
+ *   overdue statement's organization (an organization in quarantine, whose statement ended the
+ *   engine's work lately: as much), and at least MIN_CULPRIT_MS, that organization (of several,
+ *   the one that used the most) is blamed: the host is killed for it, and the overdue statement
+ *   is given its time back and run again.
+ * - Otherwise, a statement that used at least STARVED_SHARE of its wall-clock time in the
+ *   engine as CPU time, or whose organization's other statements used more than it, or whose
+ *   organization is in quarantine, is blamed on its own organization (its work is ended, the
+ *   organization is quarantined).
+ * - Otherwise it was starved, and no organization's work stands out (the rest of the machine,
+ *   or several organizations alike, starved it): nobody is blamed, and it is given back the
+ *   time it did not get, once (the caller keeps that), and goes on.
+ *
+ * A runaway among others, or on a machine loaded by other work, is starved too: it is the
+ * "once" and the quarantine that keep runaways from going on far past their deadlines
+ * (measured, with no bound: a runaway answered 408 after 25.6 s with a 7 s limit). The margin
+ * keeps a statement that uses two threads, or has run longer, from being taken for the
+ * consumer beside one runaway. On two cores, sixteen statements that each keep a core busy
+ * make the kill go to an organization whose several statements used far more than the overdue
+ * one's, which is a runaway's organization.
+ */
+
+/** Below this share of its wall-clock time as CPU time, a statement past its deadline was starved. */
+export const STARVED_SHARE = 0.25;
+
+/** Another organization is blamed when its statements used at least this many times the CPU time of the overdue statement's organization… */
+export const MARGIN = 2;
+/** …and at least this much (ms): less cannot have starved anyone past a deadline. */
+export const MIN_CULPRIT_MS = 200;
+
+export interface RunningCpu {
+  /** The organization the statement runs for. */
+  tenant: string;
+  /** CPU time it has used, ms. */
+  cpuMs: number;
+  /** Its organization is in quarantine (a statement of it ended the engine's work lately). */
+  quarantined?: boolean;
+}
+
+export interface Overdue {
+  tenant: string;
+  /** CPU time it has used, ms (0 when the ledger does not list it yet): compared with the others'. */
+  cpuMs: number;
+  /** Wall-clock time it has run in the engine, ms. */
+  ranMs: number;
+  /** CPU time it has used in that wall-clock time, ms, when that differs from cpuMs (run again after kills: all its attempts). */
+  shareMs?: number;
+  /** Its organization is in quarantine. */
+  quarantined?: boolean;
+}
+
+export interface Verdict {
+  /** The organization the kill is made for; null: nobody (the statement was starved, and no one's work stands out). */
+  tenant: string | null;
+  /** The overdue statement used less than STARVED_SHARE of its time as CPU. */
+  starved: boolean;
+  /** CPU time of the running statements by organization, ms (the overdue statement's included). */
+  byTenant: Map<string, number>;
+}
+
+/**
+ * The organization to blame for `overdue` passing its deadline, given the CPU time of every
+ * other running statement (`others`).
+ */
+export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict {
+  const byTenant = new Map<string, number>([[overdue.tenant, overdue.cpuMs]]);
+  for (const r of others) byTenant.set(r.tenant, (byTenant.get(r.tenant) ?? 0) + r.cpuMs);
+  const starved = (overdue.shareMs ?? overdue.cpuMs) < STARVED_SHARE * overdue.ranMs;
+  const own = byTenant.get(overdue.tenant)!;
+  const offender = new Set(others.filter((r) => r.quarantined).map((r) => r.tenant));
+  let top: string | null = null;
+  let topMs = 0;
+  for (const [tenant, ms] of byTenant) {
+    if (tenant === overdue.tenant || ms < MIN_CULPRIT_MS || ms < (offender.has(tenant) ? 1 : MARGIN) * own) continue;
+    if (ms > topMs) [top, topMs] = [tenant, ms];
+  }
+  if (top !== null) return { tenant: top, starved, byTenant };
+  const siblings = own - overdue.cpuMs;
+  if (!starved || siblings > overdue.cpuMs || overdue.quarantined) return { tenant: overdue.tenant, starved, byTenant };
+  return { tenant: null, starved, byTenant };
+}

@@ -1,0 +1,109 @@
+/**
+ * The engine host's work is ended on behalf of the organization whose statements used the CPU,
+ * not of whichever statement's deadline fired first, through the real HTTP API:
+ *
+ * four organizations each send four statements the engine cannot stop (one block sorting a
+ * 20-million-element array), a second apart, while another organization runs small statements
+ * in a loop. On two cores the small statements are starved and pass their own deadlines (2 s);
+ * they must still answer their results, and no kill of the engine host is made for their
+ * organization (so it is never quarantined), while the runaways answer 408 (or 429 waiting
+ * behind their own organization's). Killing for whichever deadline fired instead answers the
+ * small statements 408 in every run, and kills the host for their organization in about every
+ * other.
+ */
+import t from 'tap';
+import { createOrg, embeddedOnly, http, logLines, sleep, startService, type TestOrg } from '../helpers/service.js';
+
+// Short, so the small statements' deadlines fire while the runaways starve them; the runaways
+// last far longer (10-16 s each alone on a 2-core VM).
+const TIMEOUT_MS = 2_000;
+
+/** One block sorting a 20,000,000-element array: the engine's time limit is not checked inside it. */
+const RUNAWAY =
+  'SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000000 + b * 1000 + c))) ' +
+  'FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, 22)) AS c)';
+
+/**
+ * The innocent organization's statements: one block sorting a 2,000,000-element array (about
+ * 0.6 s of engine work alone: well within its deadline, past it at the share of the CPU the
+ * runaways leave it), and a plain read of its own signals.
+ */
+const SMALL: [string, unknown[][]][] = [
+  [
+    'SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000000 + b * 1000 + c))) AS n ' +
+      'FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, 4)) AS c)',
+    [['2000000']],
+  ],
+  ['SELECT count() AS n FROM fact_signal', [['0']]],
+];
+
+const BIG = { burst: 1_000_000_000, refillPerSecond: 1_000_000_000, analyticsConcurrency: 4 };
+
+/** The kills of the engine host the service logged, by the organization named as their cause. */
+function killsFor(lines: Record<string, unknown>[], org: TestOrg): number {
+  return lines.filter((l) => JSON.stringify(l).includes(org.id)).length;
+}
+
+t.test("another organization's starved statements are not blamed for runaways", embeddedOnly('the engine host is killed at a deadline'), async (t) => {
+  const { svc } = await startService(t, 'blame', { ANALYTICS_TIMEOUT_MS: String(TIMEOUT_MS) });
+  const attackers = [await createOrg(svc.url, BIG), await createOrg(svc.url, BIG), await createOrg(svc.url, BIG), await createOrg(svc.url, BIG)];
+  const victim = await createOrg(svc.url, BIG);
+  const query = (key: string, q: string) => http(svc.url, 'POST', '/api/v2/analytics/query', { token: key, body: { query: q } });
+  t.equal((await query(victim.live, 'SELECT 0 AS x')).status, 200, 'warm');
+
+  const victimAnswers: { q: string; status: number; body: unknown; ms: number }[] = [];
+  let attacking = true;
+  // One loop: a second would wait for a place behind the first (the fair queue gives an
+  // organization holding a place another only while half the places stay free).
+  const victimLoops = [0].map(async (lane) => {
+    for (let i = lane; attacking; i++) {
+      const [q, rows] = SMALL[i % SMALL.length]!;
+      const sent = Date.now();
+      const r = await query(victim.live, q);
+      victimAnswers.push({ q, status: r.status, body: r.status === 200 ? (r.body.rows as unknown) : r.body, ms: Date.now() - sent });
+      if (r.status === 200) t.same(r.body.rows, rows, `${q}: its own result`);
+      await sleep(50);
+    }
+  });
+
+  const attackerAnswers: { org: number; status: number; code?: string; ms: number }[] = [];
+  const sent: Promise<void>[] = [];
+  for (const [k, a] of attackers.entries()) {
+    for (let i = 0; i < 4; i++)
+      sent.push(
+        (async () => {
+          const at = Date.now();
+          const r = await query(a.live, RUNAWAY);
+          attackerAnswers.push({ org: k, status: r.status, code: r.body?.code, ms: Date.now() - at });
+        })(),
+      );
+    await sleep(1_000);
+  }
+  await Promise.all(sent);
+  await sleep(1_000);
+  attacking = false;
+  await Promise.all(victimLoops);
+
+  const kills = logLines(svc, 'killing the engine host');
+  const victimKills = killsFor(kills, victim);
+  const perAttacker = attackers.map((a) => killsFor(kills, a));
+  t.comment(`victim ${victim.id}, attackers ${attackers.map((a) => a.id).join(', ')}`);
+  t.comment(`kills: ${kills.length} (attackers ${perAttacker.join(', ')}; victim ${victimKills}); victim answers ${victimAnswers.map((a) => `${a.status}@${a.ms}`).join(' ')}`);
+  const spared = logLines(svc).filter((l) => typeof l.msg === 'string' && l.msg.endsWith('the engine work is ended for the organization that used the CPU'));
+  t.comment(`statements run again, the kill made for the organization that used the CPU: ${spared.map((l) => `${l.starvedOrg} (kill for ${l.blamedOrg})`).join(', ')}`);
+  t.comment(`attacker answers: ${attackerAnswers.map((a) => `${a.org}:${a.status}@${a.ms}`).join(' ')}`);
+  t.equal(victimKills, 0, "no kill of the engine host was made for the victim's organization (it is never quarantined)");
+  t.ok(victimAnswers.length >= 1, `${victimAnswers.length} statements of the victim were sent during the attack`);
+  t.same(
+    victimAnswers.filter((a) => a.status !== 200),
+    [],
+    'every statement of the victim answered its result',
+  );
+  t.equal(attackerAnswers.length, 16);
+  for (const a of attackerAnswers)
+    t.ok((a.status === 408 && a.code === 'QUERY_TIMEOUT') || (a.status === 429 && a.code === 'CONCURRENCY_LIMIT_EXCEEDED'), `a runaway of attacker ${a.org} answers 408, or 429 waiting behind its own (${a.status} ${a.code} after ${a.ms} ms)`);
+  t.ok(perAttacker.reduce((x, y) => x + y, 0) >= 1, 'the runaways made the engine host be killed');
+  // Afterwards the victim is served at once, not one statement at a time.
+  const after = await Promise.all([0, 1, 2].map(() => query(victim.live, 'SELECT 42 AS x')));
+  for (const r of after) t.same([r.status, r.body.rows], [200, [[42]]], 'the victim is served afterwards');
+});

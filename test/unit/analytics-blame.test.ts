@@ -1,0 +1,144 @@
+/**
+ * Whose work the engine host is killed for when an analytics statement's deadline passes
+ * (src/store/hosted/blame.ts), and the engine host's CPU ledger it reads
+ * (src/store/engine-host/cpu.ts): which statement each thread's CPU time counts to.
+ */
+import t from 'tap';
+import fc from 'fast-check';
+import { MARGIN, MIN_CULPRIT_MS, STARVED_SHARE, blame } from '../../src/store/hosted/blame.js';
+import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
+
+t.test('a statement that used its time is blamed on its own organization', async (t) => {
+  const v = blame({ tenant: 'a', cpuMs: 2_000, ranMs: 3_000 }, [{ tenant: 'b', cpuMs: 2_500 }]);
+  t.equal(v.tenant, 'a');
+  t.equal(v.starved, false);
+  t.same(Object.fromEntries(v.byTenant), { a: 2_000, b: 2_500 });
+});
+
+t.test("a starved statement is not blamed: another organization's runaways that used the CPU are", async (t) => {
+  // Four organizations' runaways, a small statement starved past its deadline.
+  const others = ['a', 'b', 'c', 'd'].flatMap((tenant, i) => [0, 1, 2, 3].map((j) => ({ tenant, cpuMs: 400 + 100 * i + 10 * j })));
+  const v = blame({ tenant: 'victim', cpuMs: 150, ranMs: 3_500 }, others);
+  t.equal(v.starved, true);
+  t.equal(v.tenant, 'd', 'the organization whose statements used the most');
+});
+
+t.test('another organization is blamed when it used MARGIN times as much as the overdue statement’s, or as much when in quarantine', async (t) => {
+  t.equal(blame({ tenant: 'a', cpuMs: 300, ranMs: 4_000 }, [{ tenant: 'b', cpuMs: MARGIN * 300 }]).tenant, 'b', 'at the margin');
+  t.equal(blame({ tenant: 'a', cpuMs: 1_000, ranMs: 2_000 }, [{ tenant: 'b', cpuMs: 1_999 }]).tenant, 'a', 'below it, not starved: its own');
+  t.equal(blame({ tenant: 'a', cpuMs: 300, ranMs: 4_000 }, [{ tenant: 'b', cpuMs: 300, quarantined: true }]).tenant, 'b', 'an organization in quarantine: at parity');
+  t.equal(blame({ tenant: 'a', cpuMs: 300, ranMs: 4_000 }, [{ tenant: 'b', cpuMs: 299, quarantined: true }]).tenant, null);
+  t.equal(blame({ tenant: 'a', cpuMs: 50, ranMs: 4_000 }, [{ tenant: 'b', cpuMs: MIN_CULPRIT_MS - 10 }]).tenant, null, 'less than MIN_CULPRIT_MS starves no one');
+  // A small statement beside one starved runaway, both alike: neither blames the other.
+  t.equal(blame({ tenant: 'runaway', cpuMs: 300, ranMs: 4_000 }, [{ tenant: 'small', cpuMs: 360 }]).tenant, null);
+  t.equal(blame({ tenant: 'small', cpuMs: 360, ranMs: 4_000 }, [{ tenant: 'runaway', cpuMs: 300 }]).tenant, null);
+});
+
+t.test("a starved statement's own organization is blamed when its own other statements used the CPU, or when it is in quarantine", async (t) => {
+  const v = blame({ tenant: 'a', cpuMs: 200, ranMs: 3_000 }, [
+    { tenant: 'a', cpuMs: 900 },
+    { tenant: 'a', cpuMs: 900 },
+    { tenant: 'b', cpuMs: 100 },
+  ]);
+  t.equal(v.starved, true);
+  t.equal(v.tenant, 'a');
+  t.equal(blame({ tenant: 'a', cpuMs: 100, ranMs: 3_000, quarantined: true }, []).tenant, 'a');
+});
+
+t.test('starved, and no organization stands out: nobody is blamed', async (t) => {
+  t.equal(blame({ tenant: 'a', cpuMs: 100, ranMs: 3_000 }, []).tenant, null, 'alone (the rest of the machine starved it)');
+  t.equal(blame({ tenant: 'a', cpuMs: 0, ranMs: 3_000 }, []).tenant, null, 'not listed yet');
+  t.equal(blame({ tenant: 'a', cpuMs: 100, ranMs: 3_000 }, [{ tenant: 'b', cpuMs: 150 }]).tenant, null);
+  t.equal(blame({ tenant: 'a', cpuMs: STARVED_SHARE * 3_000, ranMs: 3_000 }, []).tenant, 'a', 'at the share: it used its time');
+});
+
+t.test('the share is read from all attempts when given (shareMs), the comparison from cpuMs', async (t) => {
+  // Run again after kills: its attempts used 900 ms in 3 s (not starved), the most one used 300.
+  const v = blame({ tenant: 'a', cpuMs: 300, ranMs: 3_000, shareMs: 900 }, [{ tenant: 'b', cpuMs: 500 }]);
+  t.equal(v.starved, false);
+  t.equal(v.tenant, 'a');
+});
+
+t.test('properties', async (t) => {
+  const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean() });
+  fc.assert(
+    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), ({ tenant, cpuMs, quarantined }, ranMs, others) => {
+      const v = blame({ tenant, cpuMs, ranMs, quarantined }, others);
+      const used = (x: string): number => (x === tenant ? cpuMs : 0) + others.filter((o) => o.tenant === x).reduce((s, o) => s + o.cpuMs, 0);
+      const jailed = (x: string): boolean => others.some((o) => o.tenant === x && o.quarantined);
+      if (v.tenant !== null && v.tenant !== tenant) {
+        // Another organization: MARGIN times the overdue one's (as much when in quarantine), the most of those that qualify.
+        const qualifies = (x: string): boolean => x !== tenant && used(x) >= MIN_CULPRIT_MS && used(x) >= (jailed(x) ? 1 : MARGIN) * used(tenant);
+        if (!qualifies(v.tenant)) return false;
+        for (const o of others) if (qualifies(o.tenant) && used(o.tenant) > used(v.tenant)) return false;
+      }
+      // Nobody is blamed only for a starved statement of an organization not in quarantine.
+      if (v.tenant === null && (!v.starved || quarantined || cpuMs >= STARVED_SHARE * ranMs)) return false;
+      // With nothing else running, the only verdicts are its own organization or nobody.
+      if (others.length === 0 && v.tenant !== tenant && v.tenant !== null) return false;
+      return true;
+    }),
+  );
+});
+
+const stat = (tid: number, utime: number, stime: number, name = 'QueryPipelineEx') =>
+  `${tid} (${name}) S 1 1 1 0 -1 4194624 100 0 0 0 ${utime} ${stime} 0 0 20 0 40 0 12345 0 0`;
+
+t.test('a /proc stat line: utime + stime in ticks, whatever the thread is called', async (t) => {
+  t.equal(statTicks(stat(7, 120, 30)), 150);
+  t.equal(statTicks(stat(7, 5, 0, 'a (strange) name')), 5);
+  t.equal(statTicks('garbage'), null);
+});
+
+t.test('system.processes rows: tags and thread ids (numbers or quoted 64-bit integers)', async (t) => {
+  t.same(parseProcesses(JSON.stringify({ data: [['stmt:1', [11, 12]], ['stmt:2', ['13']], [3, [1]], ['stmt:3', 'x']] })), [
+    { tag: 'stmt:1', threads: [11, 12] },
+    { tag: 'stmt:2', threads: [13] },
+  ]);
+});
+
+t.test('the ledger: each thread counts to the statement that lists it anew, only what it did since', async (t) => {
+  const ticks = new Map<number, number>();
+  const of = (tid: number): number | null => ticks.get(tid) ?? null;
+  const l = new CpuLedger();
+  // Before any statement: pool threads 1 and 2 did 500 ticks of other work (inserts).
+  ticks.set(1, 500).set(2, 500).set(3, 0);
+  l.baseline([1, 2, 3], of);
+  // Statement A takes thread 1, which works 100 ticks.
+  ticks.set(1, 600);
+  l.record([{ tag: 'A', threads: [1] }], of, [1, 2, 3], 0);
+  t.same(l.report(), [{ tag: 'A', cpuMs: 1_000 }], "only what thread 1 did since the baseline (100 ticks: 1 s), not the inserts'");
+  // Thread 1 goes back to the pool and on to statement B (A still lists it); thread 2 works for A.
+  ticks.set(1, 650).set(2, 520);
+  l.record(
+    [
+      { tag: 'A', threads: [1, 2] },
+      { tag: 'B', threads: [1] },
+    ],
+    of,
+    [1, 2, 3],
+    1,
+  );
+  // Thread 1's 50 ticks up to this sample were counted to A (it held it at the last one); from now on they are B's.
+  ticks.set(1, 850);
+  l.refresh(of);
+  t.same(l.report(), [
+    { tag: 'A', cpuMs: 1_000 + 500 + 200 },
+    { tag: 'B', cpuMs: 2_000 },
+  ]);
+  // A ends: it is reported as ended for a while, then forgotten.
+  l.record([{ tag: 'B', threads: [1] }], of, [1, 2, 3], 2);
+  t.same(l.report(), [
+    { tag: 'B', cpuMs: 2_000 },
+    { tag: 'A', cpuMs: 1_700, ended: true },
+  ]);
+  l.record([{ tag: 'B', threads: [1] }], of, [1, 2, 3], 3 + ENDED_KEPT_MS);
+  t.same(l.report(), [{ tag: 'B', cpuMs: 2_000 }]);
+  // A thread that did not exist at the last sample counts all its time; a thread id reused by
+  // a new thread (its ticks start again lower) too.
+  ticks.set(4, 30).set(1, 10);
+  l.record([{ tag: 'B', threads: [1, 4] }], of, [1, 2, 3, 4], 4);
+  t.same(l.report(), [{ tag: 'B', cpuMs: 2_000 + 100 + 300 }]);
+  l.idle(5);
+  t.same(l.report(), [{ tag: 'B', cpuMs: 2_400, ended: true }]);
+});
