@@ -83,6 +83,9 @@ function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
  * source that fails after the status line ends the connection without the body's end (a
  * client sees a broken chunked body, never a short whole one), and is logged.
  */
+/** The reason logged when a streamed answer's connection ended from the client's side. */
+export const CLIENT_GONE = 'the client went away or took nothing for 10 s';
+
 function sendStream(res: uWS.HttpResponse, state: SendState, reply: Reply, source: BodySource): void {
   if (state.done) {
     source.cancel();
@@ -95,15 +98,21 @@ function sendStream(res: uWS.HttpResponse, state: SendState, reply: Reply, sourc
     drained = null;
     d?.();
   };
+  let ended = false;
+  /** Ended here (source.abort), which uWS then reports as an abort too. */
+  let closed = false;
   state.onAbort = () => {
+    // The client went away, or uWS closed it for taking nothing for 10 s (which can come before
+    // a result's own deadline: uWS counts from the request, the deadline from the engine place).
+    if (!ended && !closed) log.warn('answer ended before its body was complete', { reason: CLIENT_GONE, status: reply.status });
     source.cancel();
     wake();
   };
-  let ended = false;
   source.abort = (reason) => {
     if (state.aborted || ended) return;
     log.warn('answer ended before its body was complete', { reason, status: reply.status });
     state.aborted = true;
+    closed = true;
     source.cancel();
     res.close();
     wake();
