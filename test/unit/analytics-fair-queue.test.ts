@@ -209,7 +209,13 @@ t.test('invariants over any sequence of arrivals, releases and quarantines', asy
         await settle();
         // Each grant went to a waiting organization holding the fewest among those that could
         // take a place then, to the earliest waiting request of its key.
+        // The grants' .then callbacks run in the order their reactions were queued, not the order
+        // the queue granted them (a request granted within its own acquire gets its callback
+        // attached after an older waiter granted in the same turn): the queue's order is the
+        // fewest-held first, so the grants are checked in that order (then by arrival).
         const waiting = new Set(waitingBefore);
+        const heldAtStart = new Map(before);
+        grants.sort((a, b) => (heldAtStart.get(a.group) ?? 0) - (heldAtStart.get(b.group) ?? 0) || a.id - b.id);
         for (const g of grants) {
           if (!mayIn(before, running, g.group)) throw new Error(`granted ${g.group} which could not take a place`);
           for (const w of waiting) {
