@@ -30,7 +30,10 @@
  *   ledger is read (GET /cpu, see engine-host/cpu.ts) and the kill is made for the
  *   organization whose statements used the CPU (blame.ts, `judge`); a statement starved by
  *   them is given its time back (through its `reprieve`) and run again, and one starved with
- *   no organization's work standing out goes on, once.
+ *   no organization's work standing out goes on, once. The engine is told each statement's
+ *   time left (max_execution_time) and ends a statement that passes it between blocks, at
+ *   its deadline, without a kill: such an end is judged the same way, and a statement found
+ *   starved runs again (on the next host when the kill was made for another organization).
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -46,6 +49,7 @@
  *   landed or not, for good, before anything checks. Forced in test/api/lost-insert.test.ts
  *   (ENGINE_HOST_FAULT=lose-insert).
  */
+import os from 'node:os';
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
@@ -53,7 +57,8 @@ import { WorkEnded, type AnalyticsEngine, type QuerySettings, type SelectOptions
 import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
-import { EngineError } from '../engine-error.js';
+import { EngineError, toEngineError } from '../engine-error.js';
+import { errorCodeNumber } from '../error-codes.js';
 import { blame } from './blame.js';
 import { analyticsLog as log } from '../../log.js';
 
@@ -86,6 +91,12 @@ const LONG_MS = 1_000;
 
 /** How long the service waits for the engine host's CPU ledger (GET /cpu) when a deadline passes. */
 export const CPU_READ_MS = 1_000;
+
+/** The engine's exception code for a statement its own max_execution_time ended. */
+const TIMEOUT_NUMBER = errorCodeNumber('TIMEOUT_EXCEEDED');
+
+/** The machine's cores (the engine host runs beside the service). */
+const CORES = os.availableParallelism();
 
 /** The least time given back to a statement found starved (it goes on running, or runs again). */
 const MIN_REPRIEVE_MS = 500;
@@ -305,7 +316,10 @@ export class HostedStore implements Store {
     const here = Date.now() - a.began;
     const ranMs = a.pastRanMs + here;
     const cpuMs = a.pastCpuMs + a.cpuMs;
-    const fields = { org: a.tenant, cpuMs, ranMs };
+    // What the engine's analytics statements used of the machine during this attempt (the
+    // ledger's figures for this host: statements that ended lately included).
+    const machine = { usedMs: listed.reduce((sum, l) => sum + l.cpuMs, 0), hadMs: CORES * here };
+    const fields = { org: a.tenant, cpuMs, ranMs, engineCpuMs: machine.usedMs, machineCpuMs: machine.hadMs };
     // Just run again after a kill: judged once it has run a while on this host.
     if (a.pastRanMs > 0 && here < MIN_JUDGED_MS) {
       if (a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
@@ -318,7 +332,7 @@ export class HostedStore implements Store {
       cpuMs: Math.max(b.pastMaxCpuMs, b.cpuMs),
       quarantined: this.inQuarantine(b.tenant),
     }));
-    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant) }, others);
+    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), machine }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
     if (v.tenant === a.tenant) {
       log.info(`analytics statement ${what}: blamed on its own organization`, { ...fields, starved: v.starved, cpuByOrg });
@@ -339,6 +353,8 @@ export class HostedStore implements Store {
       ranMs,
       blamedOrg: v.tenant,
       blamedCpuMs: v.byTenant.get(v.tenant),
+      engineCpuMs: machine.usedMs,
+      machineCpuMs: machine.hadMs,
     });
     this.killFor(a.g, v.tenant, `analytics statements used the CPU another organization's statement was starved of (organization ${v.tenant})`);
     return 'spared';
@@ -419,6 +435,20 @@ export class HostedStore implements Store {
       try {
         return await call(this.storeFor(g), g, a.tag);
       } catch (err) {
+        if (!stop.aborted && toEngineError(err).codeNumber === TIMEOUT_NUMBER) {
+          // The engine's own time limit (told the time left) ended the statement, between blocks,
+          // at its deadline: judged like a deadline the watchdog sees pass (a statement starved
+          // by another organization's work is not ended for it).
+          if ((await this.judge(a, 'ended by the engine at its deadline')) === 'own') throw err;
+          if (a.spared) {
+            // The host is being killed for the organization that used the CPU: the next one runs it.
+            await Promise.race([g.exited, new Promise((r) => setTimeout(r, WAIT_FOR_HOST_MS).unref())]);
+            foreign = true;
+            prepaid = RESTART_ALLOWANCE_MS;
+          }
+          // Run again, with its deadline moved by what the judgement gave back.
+          continue;
+        }
         if (stop.aborted || !lostHost(err)) throw err;
         const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
         if (!gone) throw err;
