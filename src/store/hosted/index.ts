@@ -122,6 +122,14 @@ interface Attempt {
   pastCpuMs: number;
   /** It was given time once for being starved with no one to blame (judge). */
   excused: boolean;
+  /**
+   * Its deadline was moved for being starved (excused, or spared by a kill made for another
+   * organization), on this attempt or an earlier one: it runs on time given back, and its CPU
+   * time is not held against its organization when another statement's deadline passes (a
+   * small statement given its time back runs long beside runaways and would otherwise be taken
+   * for their cause).
+   */
+  relieved: boolean;
   pastRanMs: number;
   /** Moves the statement's deadline later (SelectOptions.reprieve); what it gave. */
   reprieve: (ms: number) => number;
@@ -327,7 +335,7 @@ export class HostedStore implements Store {
       return 'spared';
     }
     const gone = new Set(listed.filter((l) => l.ended).map((l) => l.tag));
-    const others = [...this.byTag.values()].filter((b) => b !== a && b.g.n === a.g.n && !gone.has(b.tag)).map((b) => ({
+    const others = [...this.byTag.values()].filter((b) => b !== a && b.g.n === a.g.n && !gone.has(b.tag) && !b.relieved).map((b) => ({
       tenant: b.tenant,
       cpuMs: Math.max(b.pastMaxCpuMs, b.cpuMs),
       quarantined: this.inQuarantine(b.tenant),
@@ -342,11 +350,13 @@ export class HostedStore implements Store {
       // Starved, no one to blame: it goes on, once, with the time it did not get.
       if (a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
       a.excused = true;
+      a.relieved = true;
       log.warn(`analytics statement ${what}, starved with no organization's work standing out: it goes on`, { ...fields, cpuByOrg });
       return 'spared';
     }
     if (a.reprieve(here + RESTART_ALLOWANCE_MS) === 0) return 'own';
     a.spared = true;
+    a.relieved = true;
     log.warn(`analytics statement ${what}: the engine work is ended for the organization that used the CPU`, {
       starvedOrg: a.tenant,
       starvedCpuMs: cpuMs,
@@ -407,6 +417,7 @@ export class HostedStore implements Store {
     let pastMaxCpuMs = 0;
     let pastCpuMs = 0;
     let excused = false;
+    let relieved = false;
     let pastRanMs = 0;
     // The previous attempt's work was ended for another organization.
     let foreign = false;
@@ -429,7 +440,7 @@ export class HostedStore implements Store {
       if (stop.aborted) throw new Error('stopped before it ran');
       if ((this.kills.get(tenant) ?? 0) !== killsBefore) throw new WorkEnded('another statement of this organization ran past its deadline while this one was on its way to the engine, and the engine work was ended');
       const began = Date.now();
-      const a: Attempt = { tag: `stmt:${++this.tags}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, reprieve, spared: false };
+      const a: Attempt = { tag: `stmt:${++this.tags}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, relieved, reprieve, spared: false };
       this.attempts.set(stop, a);
       this.byTag.set(a.tag, a);
       try {
@@ -471,6 +482,7 @@ export class HostedStore implements Store {
         pastMaxCpuMs = Math.max(pastMaxCpuMs, a.cpuMs);
         pastCpuMs += a.cpuMs;
         excused ||= a.excused;
+        relieved ||= a.relieved;
         pastRanMs += Date.now() - began;
       }
     }
