@@ -181,6 +181,8 @@ t.test('refusals: status, code and a details text naming the problem', async (t)
     ['SELECT inIgnoreSet(\'x\', billing.signals)', 400, 'INVALID_QUERY', /inIgnoreSet\(\)/],
     ['SELECT count() FROM numbers(100000000000000)', 400, 'INVALID_QUERY', /numbers\(\) generates at most/],
     ['SELECT toUInt64(concat(\'x\', toString(count()))) FROM fact_signal', 400, 'QUERY_FAILED', /CANNOT_PARSE/],
+    // 30 nested IN sets, 650 characters: the engine's analysis doubles with each level.
+    [`SELECT 1 WHERE 1 IN ${'(SELECT 1 WHERE 1 IN '.repeat(30)}(1)${')'.repeat(30)}`, 400, 'INVALID_QUERY', /the sets of IN nest more than 8 levels deep/],
   ];
   for (const [q, status, code, details] of cases) {
     const r = await query(A.live, q);

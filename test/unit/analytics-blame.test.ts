@@ -44,6 +44,16 @@ t.test('nobody else is blamed when the analytics statements used little of the m
   t.equal(blame({ ...overdue, quarantined: true, machine: { usedMs: 1_580, hadMs: 7_000 } }, small).tenant, 'runaway', 'in quarantine: its own');
 });
 
+t.test('a statement that ran at a lowered priority gets nobody else blamed', async (t) => {
+  // A quarantined organization's runaway, starved at the lowest priority, beside another's statements.
+  const others = [{ tenant: 'b', cpuMs: 250 }, { tenant: 'b', cpuMs: 300 }, { tenant: 'b', cpuMs: 290 }];
+  t.equal(blame({ tenant: 'a', cpuMs: 30, ranMs: 3_500, quarantined: true }, others).tenant, 'a', 'in quarantine: its own organization');
+  t.equal(blame({ tenant: 'a', cpuMs: 30, ranMs: 3_500 }, others).tenant, 'b', 'the same, not in quarantine: the CPU decides');
+  // Lowered beside its own organization's long statement (which ended), starved.
+  t.equal(blame({ tenant: 'a', cpuMs: 320, ranMs: 3_000, lowered: true }, [{ tenant: 'b', cpuMs: 930 }]).tenant, null, 'lowered, starved: nobody');
+  t.equal(blame({ tenant: 'a', cpuMs: 1_000, ranMs: 3_000, lowered: true }, [{ tenant: 'b', cpuMs: 2_930 }]).tenant, 'a', 'lowered, not starved: its own');
+});
+
 t.test("a starved statement's own organization is blamed when its own other statements used the CPU, or when it is in quarantine", async (t) => {
   const v = blame({ tenant: 'a', cpuMs: 200, ranMs: 3_000 }, [
     { tenant: 'a', cpuMs: 900 },
@@ -72,8 +82,10 @@ t.test('the share is read from all attempts when given (shareMs), the comparison
 t.test('properties', async (t) => {
   const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean() });
   fc.assert(
-    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.option(fc.record({ usedMs: fc.nat({ max: 60_000 }), hadMs: fc.nat({ max: 60_000 }) })), ({ tenant, cpuMs, quarantined }, ranMs, others, machine) => {
-      const v = blame({ tenant, cpuMs, ranMs, quarantined, ...(machine ? { machine } : {}) }, others);
+    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.option(fc.record({ usedMs: fc.nat({ max: 60_000 }), hadMs: fc.nat({ max: 60_000 }) })), fc.boolean(), ({ tenant, cpuMs, quarantined }, ranMs, others, machine, lowered) => {
+      const v = blame({ tenant, cpuMs, ranMs, quarantined, lowered, ...(machine ? { machine } : {}) }, others);
+      // A statement of lowered priority (quarantine included) never gets another organization blamed.
+      if ((quarantined || lowered) && v.tenant !== null && v.tenant !== tenant) return false;
       // Another organization only when the analytics statements used their share of the machine.
       if (machine && machine.usedMs < ENGINE_SHARE * machine.hadMs && v.tenant !== null && v.tenant !== tenant) return false;
       const used = (x: string): number => (x === tenant ? cpuMs : 0) + others.filter((o) => o.tenant === x).reduce((s, o) => s + o.cpuMs, 0);

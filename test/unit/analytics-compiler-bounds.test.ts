@@ -14,6 +14,7 @@ import t, { type Test } from 'tap';
 import fc from 'fast-check';
 import { CompileError, compile } from '../../src/analytics/compiler/index.js';
 import { MAX_GENERATED_ROWS } from '../../src/analytics/compiler/grammar.js';
+import { MAX_IN_SET_DEPTH } from '../../src/analytics/compiler/resolve.js';
 import { VIEW_SCHEMAS } from '../../src/store/views.js';
 
 function outcome(q: string): string {
@@ -213,4 +214,28 @@ t.test('the engine\'s expanded query is bounded: at most 256 SELECTs after CTEs 
   // Each CTE's own expansion is bounded too, read or not.
   refused(t, `WITH c0 AS (SELECT 1), ${Array.from({ length: 20 }, (_, i) => `c${i + 1} AS (SELECT * FROM c${i} AS a, c${i} AS b)`).join(', ')} SELECT 1`, /expands to more than 256 SELECTs/);
   accepted(t, `WITH c0 AS (SELECT 1), ${Array.from({ length: 7 }, (_, i) => `c${i + 1} AS (SELECT * FROM c${i} AS a, c${i} AS b)`).join(', ')} SELECT 1`);
+});
+
+t.test('the sets of IN nest at most MAX_IN_SET_DEPTH deep (the engine analyses each level twice over)', async (t) => {
+  const chain = (d: number): string => (d === 0 ? '(1)' : `(SELECT 1 WHERE 1 IN ${chain(d - 1)})`);
+  accepted(t, `SELECT 1 WHERE 1 IN ${chain(MAX_IN_SET_DEPTH)}`);
+  refused(t, `SELECT 1 WHERE 1 IN ${chain(MAX_IN_SET_DEPTH + 1)}`, /the sets of IN nest more than 8 levels deep/);
+  refused(t, `SELECT 1 WHERE 1 IN ${chain(30)}`, /the sets of IN nest more than 8 levels deep/);
+  // The function form, NOT IN, and FROM subqueries between the levels count alike.
+  const fn = (d: number): string => (d === 0 ? '(1)' : `(SELECT 1 WHERE notIn(2, ${fn(d - 1)}))`);
+  accepted(t, `SELECT 1 WHERE in(1, ${fn(MAX_IN_SET_DEPTH)})`);
+  refused(t, `SELECT 1 WHERE in(1, ${fn(MAX_IN_SET_DEPTH + 1)})`, /nest more than 8/);
+  const via = (d: number): string => (d === 0 ? '(1)' : `(SELECT x FROM (SELECT 1 AS x WHERE 1 IN ${via(d - 1)}))`);
+  accepted(t, `SELECT 1 WHERE 1 IN ${via(MAX_IN_SET_DEPTH)}`);
+  refused(t, `SELECT 1 WHERE 1 IN ${via(MAX_IN_SET_DEPTH + 1)}`, /nest more than 8/);
+  // A CTE counts at the depth where it is referenced, by IN or by FROM.
+  const cte = `WITH c AS (SELECT 1 AS x WHERE 1 IN ${chain(MAX_IN_SET_DEPTH - 1)}) `;
+  accepted(t, `${cte}SELECT 1 WHERE 1 IN c`);
+  refused(t, `${cte}SELECT 1 WHERE 1 IN (SELECT 1 WHERE 1 IN c)`, /nest more than 8/);
+  accepted(t, `${cte}SELECT 1 WHERE 1 IN (SELECT x FROM c)`);
+  refused(t, `${cte}SELECT 1 WHERE 1 IN (SELECT 1 WHERE 1 IN (SELECT x FROM c))`, /nest more than 8/);
+  // Sets side by side do not nest; nor do scalar subqueries or EXISTS.
+  accepted(t, `SELECT 1 WHERE ${Array.from({ length: 20 }, () => '1 IN (SELECT 1)').join(' AND ')}`);
+  const scalar = (d: number): string => (d === 0 ? '1' : `(SELECT 1 WHERE 1 = ${scalar(d - 1)})`);
+  accepted(t, `SELECT ${scalar(20)}`);
 });

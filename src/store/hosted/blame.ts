@@ -21,6 +21,14 @@
  *   or several organizations alike, starved it): nobody is blamed, and it is given back the
  *   time it did not get, once (the caller keeps that), and goes on.
  *
+ * - Nobody else is blamed for a statement that ran at a lowered CPU priority: its organization
+ *   is in quarantine (it ran at the lowest), or it started while another statement of its
+ *   organization had run a second or more (`lowered`). Its starving is what the lowered
+ *   priority is for, and whoever else used the CPU is no culprit (measured: a quarantined
+ *   organization's runaway, starved at nice 19, had another organization's four 0.5 s
+ *   statements blamed, killed and quarantined in 7 of 7 runs; that organization's statements,
+ *   starved in turn, had a third one blamed). A quarantined organization's statement is blamed
+ *   on its own organization; a lowered one, starved, goes on once like any starved statement.
  * - Nobody else is blamed either when the engine's analytics statements together used less
  *   than ENGINE_SHARE of the CPU the machine had while the overdue statement ran (its cores
  *   × that time): the rest of the machine starved it, and a small statement of another
@@ -66,6 +74,8 @@ export interface Overdue {
   shareMs?: number;
   /** Its organization is in quarantine. */
   quarantined?: boolean;
+  /** It ran at a lowered CPU priority because another statement of its organization had run long. */
+  lowered?: boolean;
   /**
    * The CPU time (ms) all analytics statements used while it ran (`usedMs`) and the time the
    * machine had meanwhile (`hadMs`: its cores × that time); without it, the engine is taken
@@ -96,7 +106,8 @@ export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict 
   let top: string | null = null;
   let topMs = 0;
   const engineBusy = overdue.machine === undefined || overdue.machine.usedMs >= ENGINE_SHARE * overdue.machine.hadMs;
-  for (const [tenant, ms] of engineBusy ? byTenant : []) {
+  const mayBlameOthers = engineBusy && !overdue.quarantined && !overdue.lowered;
+  for (const [tenant, ms] of mayBlameOthers ? byTenant : []) {
     if (tenant === overdue.tenant || ms < MIN_CULPRIT_MS || ms < (offender.has(tenant) ? 1 : MARGIN) * own) continue;
     if (ms > topMs) [top, topMs] = [tenant, ms];
   }

@@ -32,8 +32,9 @@
  *   them is given its time back (through its `reprieve`) and run again, and one starved with
  *   no organization's work standing out goes on, once. The engine is told each statement's
  *   time left (max_execution_time) and ends a statement that passes it between blocks, at
- *   its deadline, without a kill: such an end is judged the same way, and a statement found
- *   starved runs again (on the next host when the kill was made for another organization).
+ *   its deadline, without a kill: such an end is judged the same way, and a statement starved
+ *   by another organization's work runs again on the next host, the kill made for that
+ *   organization; otherwise it ends (408).
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -130,6 +131,8 @@ interface Attempt {
    * for their cause).
    */
   relieved: boolean;
+  /** It runs at a lowered CPU priority because another statement of its organization had run long (blame.ts). */
+  lowered?: boolean;
   pastRanMs: number;
   /** Moves the statement's deadline later (SelectOptions.reprieve); what it gave. */
   reprieve: (ms: number) => number;
@@ -208,6 +211,8 @@ export class HostedStore implements Store {
     const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
     started.push(now);
     this.running.set(tenant, started);
+    const attempt = tag === undefined ? undefined : this.byTag.get(tag);
+    if (attempt) attempt.lowered = nice === CROWD_NICE;
     try {
       return await call({ ...settings, ...(nice > 0 ? { os_thread_priority: nice } : {}), ...(tag === undefined ? {} : { log_comment: tag }) });
     } finally {
@@ -299,15 +304,17 @@ export class HostedStore implements Store {
    *             per statement; or it was just run again after a kill, and is judged after
    *             MIN_JUDGED_MS.
    * 'own' also when the ledger cannot be read within CPU_READ_MS, or no time can be given back.
+   * `ended`: the engine has ended the statement already (its own time limit): it can only run
+   * again after a kill made for another organization, so it is 'own' unless that is the verdict.
    */
-  private judge(a: Attempt, what: string): Promise<'own' | 'spared'> {
-    a.judging ??= this.judgeNow(a, what).finally(() => {
+  private judge(a: Attempt, what: string, ended = false): Promise<'own' | 'spared'> {
+    a.judging ??= this.judgeNow(a, what, ended).finally(() => {
       a.judging = undefined;
     });
     return a.judging;
   }
 
-  private async judgeNow(a: Attempt, what: string): Promise<'own' | 'spared'> {
+  private async judgeNow(a: Attempt, what: string, ended: boolean): Promise<'own' | 'spared'> {
     let listed: { tag: string; cpuMs: number; ended: boolean }[];
     try {
       listed = await this.readCpu(a.g);
@@ -330,7 +337,7 @@ export class HostedStore implements Store {
     const fields = { org: a.tenant, cpuMs, ranMs, engineCpuMs: machine.usedMs, machineCpuMs: machine.hadMs };
     // Just run again after a kill: judged once it has run a while on this host.
     if (a.pastRanMs > 0 && here < MIN_JUDGED_MS) {
-      if (a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
+      if (ended || a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
       log.info(`analytics statement ${what} right after it was run again: it goes on`, fields);
       return 'spared';
     }
@@ -340,7 +347,7 @@ export class HostedStore implements Store {
       cpuMs: Math.max(b.pastMaxCpuMs, b.cpuMs),
       quarantined: this.inQuarantine(b.tenant),
     }));
-    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), machine }, others);
+    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), lowered: a.lowered === true, machine }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
     if (v.tenant === a.tenant) {
       log.info(`analytics statement ${what}: blamed on its own organization`, { ...fields, starved: v.starved, cpuByOrg });
@@ -348,7 +355,7 @@ export class HostedStore implements Store {
     }
     if (v.tenant === null) {
       // Starved, no one to blame: it goes on, once, with the time it did not get.
-      if (a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
+      if (ended || a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
       a.excused = true;
       a.relieved = true;
       log.warn(`analytics statement ${what}, starved with no organization's work standing out: it goes on`, { ...fields, cpuByOrg });
@@ -450,14 +457,13 @@ export class HostedStore implements Store {
           // The engine's own time limit (told the time left) ended the statement, between blocks,
           // at its deadline: judged like a deadline the watchdog sees pass (a statement starved
           // by another organization's work is not ended for it).
-          if ((await this.judge(a, 'ended by the engine at its deadline')) === 'own') throw err;
-          if (a.spared) {
-            // The host is being killed for the organization that used the CPU: the next one runs it.
-            await Promise.race([g.exited, new Promise((r) => setTimeout(r, WAIT_FOR_HOST_MS).unref())]);
-            foreign = true;
-            prepaid = RESTART_ALLOWANCE_MS;
-          }
-          // Run again, with its deadline moved by what the judgement gave back.
+          // Only a kill made for another organization runs it again (on the next host, with its
+          // time given back): a statement that goes on when starved with no one to blame cannot
+          // go on once ended, and running it again from nothing would only starve it again.
+          if ((await this.judge(a, 'ended by the engine at its deadline', true)) === 'own' || !a.spared) throw err;
+          await Promise.race([g.exited, new Promise((r) => setTimeout(r, WAIT_FOR_HOST_MS).unref())]);
+          foreign = true;
+          prepaid = RESTART_ALLOWANCE_MS;
           continue;
         }
         if (stop.aborted || !lostHost(err)) throw err;
