@@ -114,3 +114,43 @@ t.test("another organization's starved statements are not blamed for runaways", 
   const after = await Promise.all([0, 1, 2].map(() => query(victim.live, 'SELECT 42 AS x')));
   for (const r of after) t.same([r.status, r.body.rows], [200, [[42]]], 'the victim is served afterwards');
 });
+
+t.test("a quarantined organization's runaway, starved at the lowest priority, gets no other organization blamed", embeddedOnly('the engine host is killed at a deadline'), async (t) => {
+  const { svc } = await startService(t, 'blame-quarantined', { ANALYTICS_TIMEOUT_MS: '3000' });
+  const attacker = await createOrg(svc.url, BIG);
+  const victim = await createOrg(svc.url, BIG);
+  const query = (key: string, q: string) => http(svc.url, 'POST', '/api/v2/analytics/query', { token: key, body: { query: q } });
+  // One block of sorting 8,000,000 strings: the engine cannot stop it between blocks.
+  const runaway = 'SELECT length(arraySort(arrayMap(x -> reverse(toString(x)), groupArray(number)))) AS n FROM numbers(8000000)';
+  // About 0.4 s of engine work alone, in many blocks.
+  const small = 'SELECT sum(cityHash64(number)) AS n FROM numbers(500000000)';
+  const expected = await query(victim.live, small);
+  t.equal(expected.status, 200, 'the victim statement alone');
+  // The attacker's first runaway runs alone: 408, and its organization is quarantined.
+  const first = await query(attacker.live, runaway);
+  t.equal(first.status, 408, 'the first runaway answers 408');
+  await sleep(1_500);
+
+  // The victim runs four statements at a time while the quarantined attacker sends three more.
+  let attacking = true;
+  const victimAnswers: { status: number; ms: number; body: unknown }[] = [];
+  const loops = [0, 1, 2, 3].map(async () => {
+    while (attacking) {
+      const sent = Date.now();
+      const r = await query(victim.live, small);
+      victimAnswers.push({ status: r.status, ms: Date.now() - sent, body: r.status === 200 ? r.body.rows : r.body });
+      if (r.status === 200) t.same(r.body.rows, expected.body.rows, 'its own result');
+    }
+  });
+  await sleep(1_000);
+  const attackerAnswers: number[] = [];
+  for (let i = 0; i < 3; i++) attackerAnswers.push((await query(attacker.live, runaway)).status);
+  attacking = false;
+  await Promise.all(loops);
+
+  const kills = logLines(svc, 'killing the engine host');
+  t.comment(`kills: ${kills.length} (attacker ${killsFor(kills, attacker)}, victim ${killsFor(kills, victim)}); victim answers ${victimAnswers.map((a) => `${a.status}@${a.ms}`).join(' ')}; attacker ${attackerAnswers.join(' ')}`);
+  t.equal(killsFor(kills, victim), 0, "no kill of the engine host was made for the victim's organization");
+  t.same(victimAnswers.filter((a) => a.status !== 200), [], 'every statement of the victim answered its result');
+  t.same(attackerAnswers, [408, 408, 408], "the quarantined organization's runaways answer 408");
+});
