@@ -177,3 +177,14 @@ t.test('conflicting Content-Length values are refused with a 400 and the connect
   t.match(same.text, /^HTTP\/1\.1 200/, `the same value twice is served: ${JSON.stringify(same.text.slice(0, 120))}`);
   t.equal((await http(svc.url, 'GET', '/healthz')).status, 200, 'the service serves on');
 });
+
+t.test('the absolute and asterisk request-target forms are refused by uWebSockets.js itself (documented)', async (t) => {
+  const org = await createOrg(svc.url);
+  for (const line of [`GET http://${new URL(svc.url).host}/api/v2/customers HTTP/1.1`, 'OPTIONS * HTTP/1.1']) {
+    const { text, closed } = await rawExchange(`${line}\r\nHost: x\r\nAuthorization: Bearer ${org.live}\r\n\r\n`);
+    t.match(text, /^HTTP\/1\.1 505 /, `${line}: ${JSON.stringify(text.slice(0, 80))}`);
+    t.ok(closed, 'the connection is closed');
+  }
+  // The origin form of the same request is served.
+  t.equal((await http(svc.url, 'GET', '/api/v2/customers', { token: org.live })).status, 200);
+});
