@@ -6,6 +6,10 @@
  * service's supervisor (supervisor.ts) starts it, restarts it when it dies, and kills it when
  * an analytics statement runs past its deadline.
  *
+ * Analytics output is streamed (stream.ts): written to the answer block by block as the
+ * engine makes it, at the pace the connection takes it, and cancelled when the connection
+ * closes early; other statements' output is made whole, then sent.
+ *
  * It listens on 127.0.0.1 only, on a port the system picks, and answers only two users whose
  * passwords are made for each launch by the supervisor and handed over the IPC channel:
  *   writer     the writer lane: schema, pipeline inserts, existing-id reads, counts

@@ -161,9 +161,13 @@ export class HostedStore implements Store {
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
         return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, (run) => s.analytics.select(sql, run, signal, opts))));
       },
-      // As `select`, answering once the host's answer has begun (the host answers when the
-      // statement is done): a host lost while the output is being read is not run again (some of
-      // it may have been passed on already); the read fails.
+      // As `select`, answering once the host's answer has begun (the host holds the first 1 MiB
+      // of output, then streams the rest as the engine makes it: engine-host/stream.ts): a host
+      // lost while the output is being read is not run again (some of it may have been passed
+      // on already); the read fails. So does a statement that fails after its answer began (the
+      // host breaks the answer off): the read rejects, and nothing here sees it — the call
+      // returned when the answer began, so it is not taken for a lost host (no kill, no run
+      // again); the service ends its client's answer without the body's end.
       open: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.open!(sql, settings, signal, opts)));
