@@ -49,7 +49,7 @@
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
-import { WorkEnded, type AnalyticsEngine, type QuerySettings, type SelectOptions } from '../engine.js';
+import { WorkEnded, type AnalyticsEngine, type EngineOutput, type QuerySettings, type SelectOptions } from '../engine.js';
 import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
@@ -171,7 +171,16 @@ export class HostedStore implements Store {
       open: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.open!(sql, settings, signal, opts)));
-        return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, (run) => s.analytics.open!(sql, run, signal, opts))));
+        // The statement goes on in the engine while its output is read (the host streams it): it
+        // counts as running (its organization's next statements' priority, the CPU judgement of
+        // others' deadlines) until the output is done with.
+        return await this.tenantRead(
+          tenant,
+          stop,
+          opts,
+          (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, async (run) => followed(await s.analytics.open!(sql, run, signal, opts)), whenRead)),
+          whenRead,
+        );
       },
       overdue: (stop: AbortSignal) => this.overdue(stop),
       quarantined: (tenant: string) => this.inQuarantine(tenant),
@@ -187,17 +196,24 @@ export class HostedStore implements Store {
    * organization's short statement waiting there would lower the priority of its next one,
    * which then starves beside others' runaways and is taken for a runaway itself.
    */
-  private async inEngine<T>(tenant: string, settings: QuerySettings, tag: string | undefined, call: (run: QuerySettings) => Promise<T>): Promise<T> {
+  private async inEngine<T>(tenant: string, settings: QuerySettings, tag: string | undefined, call: (run: QuerySettings) => Promise<T>, held?: (v: T) => Promise<void> | undefined): Promise<T> {
     const started = this.running.get(tenant) ?? [];
     const now = Date.now();
     const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
     started.push(now);
     this.running.set(tenant, started);
-    try {
-      return await call({ ...settings, ...(nice > 0 ? { os_thread_priority: nice } : {}), ...(tag === undefined ? {} : { log_comment: tag }) });
-    } finally {
+    const end = (): void => {
       started.splice(started.indexOf(now), 1);
       if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
+    };
+    let until: Promise<void> | undefined;
+    try {
+      const v = await call({ ...settings, ...(nice > 0 ? { os_thread_priority: nice } : {}), ...(tag === undefined ? {} : { log_comment: tag }) });
+      until = held?.(v);
+      return v;
+    } finally {
+      if (until) void until.then(end);
+      else end();
     }
   }
 
@@ -372,9 +388,15 @@ export class HostedStore implements Store {
    * a time while the tenant is in quarantine is the analytics service's queue's to keep (it
    * reads `quarantined`), so that the statements waiting hold no place.
    */
-  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, opts: SelectOptions | undefined, call: (s: ClickHouseStore, g: Generation, tag?: string) => Promise<T>): Promise<T> {
+  private async tenantRead<T>(
+    tenant: string | undefined,
+    stop: AbortSignal | undefined,
+    opts: SelectOptions | undefined,
+    call: (s: ClickHouseStore, g: Generation, tag?: string) => Promise<T>,
+    held?: (v: T) => Promise<void> | undefined,
+  ): Promise<T> {
     if (tenant === undefined || !stop) return this.read(call, stop);
-    return this.runAgainUnlessOwn(tenant, stop, opts?.lost, opts?.reprieve ?? (() => 0), call);
+    return this.runAgainUnlessOwn(tenant, stop, opts?.lost, opts?.reprieve ?? (() => 0), call, held);
   }
 
   private async runAgainUnlessOwn<T>(
@@ -383,6 +405,8 @@ export class HostedStore implements Store {
     lost: ((ms: number) => void) | undefined,
     reprieve: (ms: number) => number,
     call: (s: ClickHouseStore, g: Generation, tag: string) => Promise<T>,
+    /** For a value the statement goes on producing (an output being read): settles when it is done with; the attempt stays listed for the CPU judgement until then. */
+    held?: (v: T) => Promise<void> | undefined,
   ): Promise<T> {
     const killsBefore = this.kills.get(tenant) ?? 0;
     // A host that died without a deadline kill may have died of this very statement (a crash):
@@ -420,8 +444,11 @@ export class HostedStore implements Store {
       const a: Attempt = { tag: `stmt:${++this.tags}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, reprieve, spared: false };
       this.attempts.set(stop, a);
       this.byTag.set(a.tag, a);
+      let until: Promise<void> | undefined;
       try {
-        return await call(this.storeFor(g), g, a.tag);
+        const v = await call(this.storeFor(g), g, a.tag);
+        until = held?.(v);
+        return v;
       } catch (err) {
         if (stop.aborted || !lostHost(err)) throw err;
         const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
@@ -441,7 +468,8 @@ export class HostedStore implements Store {
         // Run it again (also after a first crash), within its own deadline.
       } finally {
         if (this.attempts.get(stop) === a) this.attempts.delete(stop);
-        this.byTag.delete(a.tag);
+        if (until) void until.then(() => this.byTag.get(a.tag) === a && this.byTag.delete(a.tag));
+        else this.byTag.delete(a.tag);
         pastMaxCpuMs = Math.max(pastMaxCpuMs, a.cpuMs);
         pastCpuMs += a.cpuMs;
         excused ||= a.excused;
@@ -536,6 +564,37 @@ export class HostedStore implements Store {
     await Promise.all([...this.stores.values()].map((s) => s.close()));
     this.stores.clear();
   }
+}
+
+/** Outputs being read → settled once each is done with (read to its end, broken off, or closed). */
+const reading = new WeakMap<EngineOutput, Promise<void>>();
+
+/** `out`, followed: `whenRead` tells when it is done with. */
+function followed(out: EngineOutput): EngineOutput {
+  let done!: () => void;
+  const over = new Promise<void>((resolve) => (done = resolve));
+  const f: EngineOutput = {
+    read: async () => {
+      try {
+        const c = await out.read();
+        if (c === null) done();
+        return c;
+      } catch (err) {
+        done();
+        throw err;
+      }
+    },
+    close: () => {
+      out.close();
+      done();
+    },
+  };
+  reading.set(f, over);
+  return f;
+}
+
+function whenRead(out: EngineOutput): Promise<void> | undefined {
+  return reading.get(out);
 }
 
 /** The settings of an attempt, told the time left to the deadline as it stands then (time given back moves it). */
