@@ -5,7 +5,7 @@
  * cannot simply be joined. The joined document is what the engine prints for the whole
  * result: the first block's head, every block's rows in the engine's layout (one row per line,
  * `\t\t[…]`, a comma after all but the last), and a tail with the total row count and the
- * statistics the host knows (`elapsed`, its own wall time; the rows and bytes read are not
+ * statistics the host knows (`elapsed`, as the host measured the statement; the rows and bytes read are not
  * reported by chdb's streaming, so they are left out rather than given as 0).
  *
  * A block is taken apart where the layout says: its rows begin after DATA_OPEN and end at the

@@ -28,8 +28,8 @@
  * (`result_rows`, `result_bytes`, `elapsed_ns`; final for an answer sent whole). chdb's
  * streaming does not report the rows and bytes the statement read, so `read_rows` and
  * `read_bytes` are not sent. The service reads none of it: its timing comes from the
- * JSONCompact tail's `statistics.elapsed`, which the host writes at the end (the host's wall
- * time of the statement).
+ * JSONCompact tail's `statistics.elapsed`, which the host writes at the end (the statement's
+ * wall time in the host, less the time its output waited for the connection to take it).
  */
 import type http from 'node:http';
 import type { Session } from 'chdb';
@@ -94,6 +94,8 @@ export async function streamAnswer(session: Session, sql: string, format: string
   let rows = 0;
   let bytes = 0;
   let blocks = 0;
+  /** Time spent waiting for the connection to take the output (not the engine's), ms. */
+  let waited = 0;
   const summary = (): string =>
     JSON.stringify({ result_rows: String(rows), result_bytes: String(bytes), elapsed_ns: String(Math.round((performance.now() - started) * 1e6)) });
   try {
@@ -114,11 +116,13 @@ export async function streamAnswer(session: Session, sql: string, format: string
         held = [];
       } else out.write(pieces);
       // The next block is asked for once the connection took this one (or closed).
+      const waitFrom = performance.now();
       await out.room();
+      waited += performance.now() - waitFrom;
       if (out.gone) break;
     }
     if (out.gone) return;
-    const tail = join ? [join.end((performance.now() - started) / 1000)] : [];
+    const tail = join ? [join.end((performance.now() - started - waited) / 1000)] : [];
     if (res.headersSent) {
       res.end(tail[0]);
       return;
