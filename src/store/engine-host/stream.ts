@@ -90,7 +90,6 @@ export async function streamAnswer(session: Session, sql: string, format: string
   const join = format === 'JSONCompact' ? new CompactJoin() : null;
   const out = new Outgoing(res);
   let held: Buffer[] = [];
-  let heldBytes = 0;
   let rows = 0;
   let bytes = 0;
   let blocks = 0;
@@ -109,8 +108,7 @@ export async function streamAnswer(session: Session, sql: string, format: string
       for (const p of pieces) bytes += p.length;
       if (!res.headersSent) {
         for (const p of pieces) held.push(p);
-        heldBytes = bytes;
-        if (heldBytes <= HOLD_BYTES) continue;
+        if (bytes <= HOLD_BYTES) continue;
         res.writeHead(200, { ...headers, 'X-ClickHouse-Summary': summary() });
         out.write(held);
         held = [];
