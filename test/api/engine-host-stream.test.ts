@@ -98,6 +98,10 @@ t.test('a JSONCompact output of many blocks arrives as one document, the same as
   const none = (await (await reader.query({ query: 'SELECT number FROM numbers(10) WHERE number > 100', format: 'JSONCompact' })).json()) as typeof streamed;
   t.same([none.data, none.rows], [[], 0], 'no rows');
   t.same(await (await reader.query({ query: 'SELECT number FROM numbers(200000)', format: 'TabSeparated' })).text(), `${Array.from({ length: 200000 }, (_, i) => i).join('\n')}\n`, 'a row format: the blocks follow each other');
+  const bound = (await (await reader.query({ query: 'SELECT {x:String} AS v, {n:UInt64} + 1 AS m', query_params: { x: "a'b\\c", n: 41 }, format: 'JSONCompact' })).json()) as typeof streamed;
+  t.same(bound.data, [["a'b\\c", '42']], 'bound parameters, set on the session before the stream');
+  const later = await reader.query({ query: 'SELECT {x:String} AS v', format: 'JSONEachRow' }).then((r) => r.json(), (e: unknown) => e);
+  t.ok(later instanceof ClickHouseError || (Array.isArray(later) && (later[0] as { v: string }).v === ''), 'and emptied after it');
 });
 
 t.test('a reader that stops taking a large output: the host holds about a block of it, and the CPU ledger lists the statement', async (t) => {
