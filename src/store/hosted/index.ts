@@ -171,14 +171,16 @@ export class HostedStore implements Store {
       open: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.open!(sql, settings, signal, opts)));
-        // The statement goes on in the engine while its output is read (the host streams it): it
-        // counts as running (its organization's next statements' priority, the CPU judgement of
-        // others' deadlines) until the output is done with.
+        // The statement may go on in the engine while its output is read (the host streams it):
+        // it stays in the CPU judgement of others' deadlines (byTag) until the output is done
+        // with, where the host's ledger shows what CPU it uses (none while its reader is slow).
+        // Its organization's next statements' priority (inEngine) counts it until its answer
+        // began, as before: a result its client reads slowly is no long statement.
         return await this.tenantRead(
           tenant,
           stop,
           opts,
-          (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, async (run) => followed(await s.analytics.open!(sql, run, signal, opts)), whenRead)),
+          (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, async (run) => followed(await s.analytics.open!(sql, run, signal, opts)))),
           whenRead,
         );
       },
@@ -196,24 +198,17 @@ export class HostedStore implements Store {
    * organization's short statement waiting there would lower the priority of its next one,
    * which then starves beside others' runaways and is taken for a runaway itself.
    */
-  private async inEngine<T>(tenant: string, settings: QuerySettings, tag: string | undefined, call: (run: QuerySettings) => Promise<T>, held?: (v: T) => Promise<void> | undefined): Promise<T> {
+  private async inEngine<T>(tenant: string, settings: QuerySettings, tag: string | undefined, call: (run: QuerySettings) => Promise<T>): Promise<T> {
     const started = this.running.get(tenant) ?? [];
     const now = Date.now();
     const nice = this.inQuarantine(tenant) ? QUARANTINE_NICE : started.some((t) => now - t >= LONG_MS) ? CROWD_NICE : 0;
     started.push(now);
     this.running.set(tenant, started);
-    const end = (): void => {
+    try {
+      return await call({ ...settings, ...(nice > 0 ? { os_thread_priority: nice } : {}), ...(tag === undefined ? {} : { log_comment: tag }) });
+    } finally {
       started.splice(started.indexOf(now), 1);
       if (started.length === 0 && this.running.get(tenant) === started) this.running.delete(tenant);
-    };
-    let until: Promise<void> | undefined;
-    try {
-      const v = await call({ ...settings, ...(nice > 0 ? { os_thread_priority: nice } : {}), ...(tag === undefined ? {} : { log_comment: tag }) });
-      until = held?.(v);
-      return v;
-    } finally {
-      if (until) void until.then(end);
-      else end();
     }
   }
 
