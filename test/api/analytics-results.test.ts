@@ -319,7 +319,7 @@ t.test('a result that breaks off (its engine host killed while it is read) ends 
   const c = new RawClient(svc.port, org.live, BIG);
   await c.bytes(1);
   c.sock.pause();
-  // The statement is done in the host, which holds the rest of its output: the service reads it as the client does.
+  // The host holds the rest of the output (one block of 10,000 rows, which the engine made whole): the service reads it as the client does.
   await sleep(1_500);
   process.kill(engineHostPid(svc.proc!.pid!), 'SIGKILL');
   await sleep(500);

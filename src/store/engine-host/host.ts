@@ -6,6 +6,10 @@
  * service's supervisor (supervisor.ts) starts it, restarts it when it dies, and kills it when
  * an analytics statement runs past its deadline.
  *
+ * Analytics output is streamed (stream.ts): written to the answer block by block as the
+ * engine makes it, at the pace the connection takes it, and cancelled when the connection
+ * closes early; other statements' output is made whole, then sent.
+ *
  * It listens on 127.0.0.1 only, on a port the system picks, and answers only two users whose
  * passwords are made for each launch by the supervisor and handed over the IPC channel:
  *   writer     the writer lane: schema, pipeline inserts, existing-id reads, counts
@@ -24,8 +28,9 @@
 import { mkdirSync } from 'node:fs';
 import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
-import { Session } from 'chdb';
+import { Session, type ChdbResult } from 'chdb';
 import { Lane } from './lane.js';
+import { BrokenOff, NotStreamed, streamAnswer, streamed } from './stream.js';
 import { CpuLedger, PROCESSES_SQL, SAMPLE_MS, ownThreads, parseProcesses, threadTicks } from './cpu.js';
 import { emptyLineAt, emptyLineError } from '../insert-data.js';
 import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
@@ -203,7 +208,30 @@ async function handle(cfg: HostStart, lanes: Lanes, req: http.IncomingMessage, r
   const lane = role === 'writer' ? lanes.writer : lanes.analytics;
   // The first statement after none ran: what the engine's threads did meanwhile is no statement's.
   if (lane === lanes.analytics && lane.busy === 0) lanes.cpu.baseline(ownThreads(), threadTicks);
-  const out = await lane.run((session) => session.queryAsync(text, { format: r.format }), paramReset(r.params));
+  if (lane === lanes.analytics && streamed(r.format)) {
+    // Passed on as the engine makes it (stream.ts); the session stays the statement's until the
+    // stream has ended or was cancelled. chdb's streaming takes one statement: the bound
+    // parameters are set on the session first.
+    const set = paramStatements(r.params).replace(/;\s*$/, '');
+    const whole = await lane.run(async (session) => {
+      if (set) await session.queryAsync(set, { format: 'TSVRaw' });
+      const statement = `${r.sql}${settingsClause(r.settings)}`;
+      try {
+        await streamAnswer(session, statement, r.format, res, headers);
+        return null;
+      } catch (err) {
+        if (!(err instanceof NotStreamed)) throw err;
+        return session.queryAsync(statement, { format: r.format });
+      }
+    }, paramReset(r.params));
+    if (whole) answerWhole(res, headers, whole);
+    return;
+  }
+  answerWhole(res, headers, await lane.run((session) => session.queryAsync(text, { format: r.format }), paramReset(r.params)));
+}
+
+/** A statement's output made whole, with the engine's figures. */
+function answerWhole(res: http.ServerResponse, headers: Record<string, string>, out: ChdbResult): void {
   const bytes = out.bytes();
   res
     .writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ read_rows: String(out.rowsRead), read_bytes: String(out.bytesRead), elapsed_ns: String(Math.round(out.elapsed * 1e9)) }) })
@@ -226,6 +254,11 @@ function fail(res: http.ServerResponse, err: unknown): void {
         if (/^Code: \d+\./.test(message)) h.text = () => `${message.trimEnd()}\n`;
         return h;
       })();
+  // Broken off after its answer began: stream.ts ends the connection once what was written reached it.
+  if (err instanceof BrokenOff) {
+    say('warn', 'engine host broke an analytics answer off: the statement failed after the answer began', { code: errorCode(err.cause).code });
+    return;
+  }
   if (res.headersSent) {
     res.destroy();
     return;

@@ -7,6 +7,11 @@
  * After a statement fails on a session, the session first runs a throw-away statement that
  * swallows the partial output chdb keeps from the failed statement (it would otherwise be
  * prepended to the next statement's output), before anyone else's statement runs on it.
+ * (A stream that failed or was cancelled leaves nothing behind, as test/api/engine-host-stream
+ * checks; the throw-away statement runs after its failure all the same.)
+ *
+ * A session is the call's until the call's promise settles: a streamed statement (stream.ts)
+ * holds it until its stream has ended or was cancelled.
  */
 import { Session } from 'chdb';
 

@@ -109,8 +109,9 @@ export function parseRequest(search: URLSearchParams, body: Buffer): ParsedReque
       continue;
     }
     // Asked for by server mode (src/store/clickhouse) on analytics reads, when the standalone
-    // test front (standalone.ts) stands in for a server: accepted and not applied, since chdb
-    // cannot stop a statement (the supervisor kills the host instead; the test front has none).
+    // test front (standalone.ts) stands in for a server: accepted and not applied as a setting.
+    // The host cancels a streamed statement whose connection closes anyway (stream.ts); a
+    // statement chdb is computing cannot be stopped (the supervisor kills the host instead).
     if (k === 'cancel_http_readonly_queries_on_client_close') continue;
     if (k === 'readonly' || k === 'enable_http_compression') {
       if (k === 'enable_http_compression' && v !== '0') throw new HostError(400, 115, 'UNKNOWN_SETTING', 'HTTP compression is not offered by the engine host');

@@ -54,7 +54,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
-import { WorkEnded, type AnalyticsEngine, type QuerySettings, type SelectOptions } from '../engine.js';
+import { WorkEnded, type AnalyticsEngine, type EngineOutput, type QuerySettings, type SelectOptions } from '../engine.js';
 import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
@@ -183,13 +183,28 @@ export class HostedStore implements Store {
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.select(sql, settings, signal, opts)));
         return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, (run) => s.analytics.select(sql, run, signal, opts))));
       },
-      // As `select`, answering once the host's answer has begun (the host answers when the
-      // statement is done): a host lost while the output is being read is not run again (some of
-      // it may have been passed on already); the read fails.
+      // As `select`, answering once the host's answer has begun (the host holds the first 1 MiB
+      // of output, then streams the rest as the engine makes it: engine-host/stream.ts): a host
+      // lost while the output is being read is not run again (some of it may have been passed
+      // on already); the read fails. So does a statement that fails after its answer began (the
+      // host breaks the answer off): the read rejects, and nothing here sees it — the call
+      // returned when the answer began, so it is not taken for a lost host (no kill, no run
+      // again); the service ends its client's answer without the body's end.
       open: async (sql: string, settings: QuerySettings, stop?: AbortSignal, opts?: SelectOptions) => {
         const tenant = opts?.tenant;
         if (tenant === undefined) return this.tenantRead(undefined, stop, undefined, (s, g) => this.stoppable(g, stop, undefined, (signal) => s.analytics.open!(sql, settings, signal, opts)));
-        return await this.tenantRead(tenant, stop, opts, (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, (run) => s.analytics.open!(sql, run, signal, opts))));
+        // The statement may go on in the engine while its output is read (the host streams it):
+        // it stays in the CPU judgement of others' deadlines (byTag) until the output is done
+        // with, where the host's ledger shows what CPU it uses (none while its reader is slow).
+        // Its organization's next statements' priority (inEngine) counts it until its answer
+        // began, as before: a result its client reads slowly is no long statement.
+        return await this.tenantRead(
+          tenant,
+          stop,
+          opts,
+          (s, g, tag) => this.stoppable(g, stop, tenant, (signal) => this.inEngine(tenant, timeLeft(settings, opts), tag, async (run) => followed(await s.analytics.open!(sql, run, signal, opts)))),
+          whenRead,
+        );
       },
       overdue: (stop: AbortSignal) => this.overdue(stop),
       quarantined: (tenant: string) => this.inQuarantine(tenant),
@@ -401,9 +416,15 @@ export class HostedStore implements Store {
    * a time while the tenant is in quarantine is the analytics service's queue's to keep (it
    * reads `quarantined`), so that the statements waiting hold no place.
    */
-  private async tenantRead<T>(tenant: string | undefined, stop: AbortSignal | undefined, opts: SelectOptions | undefined, call: (s: ClickHouseStore, g: Generation, tag?: string) => Promise<T>): Promise<T> {
+  private async tenantRead<T>(
+    tenant: string | undefined,
+    stop: AbortSignal | undefined,
+    opts: SelectOptions | undefined,
+    call: (s: ClickHouseStore, g: Generation, tag?: string) => Promise<T>,
+    held?: (v: T) => Promise<void> | undefined,
+  ): Promise<T> {
     if (tenant === undefined || !stop) return this.read(call, stop);
-    return this.runAgainUnlessOwn(tenant, stop, opts?.lost, opts?.reprieve ?? (() => 0), call);
+    return this.runAgainUnlessOwn(tenant, stop, opts?.lost, opts?.reprieve ?? (() => 0), call, held);
   }
 
   private async runAgainUnlessOwn<T>(
@@ -412,6 +433,8 @@ export class HostedStore implements Store {
     lost: ((ms: number) => void) | undefined,
     reprieve: (ms: number) => number,
     call: (s: ClickHouseStore, g: Generation, tag: string) => Promise<T>,
+    /** For a value the statement goes on producing (an output being read): settles when it is done with; the attempt stays listed for the CPU judgement until then. */
+    held?: (v: T) => Promise<void> | undefined,
   ): Promise<T> {
     const killsBefore = this.kills.get(tenant) ?? 0;
     // A host that died without a deadline kill may have died of this very statement (a crash):
@@ -450,8 +473,11 @@ export class HostedStore implements Store {
       const a: Attempt = { tag: `stmt:${++this.tags}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, relieved, reprieve, spared: false };
       this.attempts.set(stop, a);
       this.byTag.set(a.tag, a);
+      let until: Promise<void> | undefined;
       try {
-        return await call(this.storeFor(g), g, a.tag);
+        const v = await call(this.storeFor(g), g, a.tag);
+        until = held?.(v);
+        return v;
       } catch (err) {
         if (!stop.aborted && toEngineError(err).codeNumber === TIMEOUT_NUMBER) {
           // The engine's own time limit (told the time left) ended the statement, between blocks,
@@ -484,7 +510,8 @@ export class HostedStore implements Store {
         // Run it again (also after a first crash), within its own deadline.
       } finally {
         if (this.attempts.get(stop) === a) this.attempts.delete(stop);
-        this.byTag.delete(a.tag);
+        if (until) void until.then(() => this.byTag.get(a.tag) === a && this.byTag.delete(a.tag));
+        else this.byTag.delete(a.tag);
         pastMaxCpuMs = Math.max(pastMaxCpuMs, a.cpuMs);
         pastCpuMs += a.cpuMs;
         excused ||= a.excused;
@@ -580,6 +607,37 @@ export class HostedStore implements Store {
     await Promise.all([...this.stores.values()].map((s) => s.close()));
     this.stores.clear();
   }
+}
+
+/** Outputs being read → settled once each is done with (read to its end, broken off, or closed). */
+const reading = new WeakMap<EngineOutput, Promise<void>>();
+
+/** `out`, followed: `whenRead` tells when it is done with. */
+function followed(out: EngineOutput): EngineOutput {
+  let done!: () => void;
+  const over = new Promise<void>((resolve) => (done = resolve));
+  const f: EngineOutput = {
+    read: async () => {
+      try {
+        const c = await out.read();
+        if (c === null) done();
+        return c;
+      } catch (err) {
+        done();
+        throw err;
+      }
+    },
+    close: () => {
+      out.close();
+      done();
+    },
+  };
+  reading.set(f, over);
+  return f;
+}
+
+function whenRead(out: EngineOutput): Promise<void> | undefined {
+  return reading.get(out);
 }
 
 /** The settings of an attempt, told the time left to the deadline as it stands then (time given back moves it). */
