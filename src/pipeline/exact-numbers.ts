@@ -7,6 +7,10 @@
  * passes their texts next to the data, keyed by the dot-joined path of object keys (the path
  * an attribute names; numbers inside arrays are never quantities and are skipped).
  *
+ * A number beyond the double's range (`1e400`: JSON.parse gives Infinity, which JSON.stringify
+ * writes as null and the engine then drops with its key) is also stored as the string of its
+ * text (exactNumbers' `data`), since the engine's JSON type holds no number that large.
+ *
  * A number's text is kept exactly when the double's shortest form (`String(n)`) states the
  * same value. That always holds for 15 or fewer significant digits with an exponent of two
  * digits at most, so a batch text without a run of 16 digits-or-points and without a
