@@ -29,7 +29,7 @@
  *   never Infinity.
  */
 import { Decimal } from 'decimal.js';
-import { integerDigitsOfValue, isZeroValue, magnitudeOf, placesOf, readJsonNumberText } from '../shared/json-number.js';
+import { INEXACT_LOWER_BOUND, integerDigitsOfValue, isZeroValue, magnitudeOf, placesOf, readJsonNumberText } from '../shared/json-number.js';
 
 /** Significant digits an arithmetic result may have; beyond this `add`/`sub`/`mul` throw. */
 export const PRECISION = 1000;
@@ -157,12 +157,14 @@ export function decimalFromJsonNumberText(text: string, options: ParseOptions = 
   if (v === null) fail('SYNTAX', `must be a JSON number, got ${JSON.stringify(text.slice(0, 64))}`, field);
   if (isZeroValue(v)) return ZERO;
   if (v.negative && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
+  // An exponent too long to read is stated by what its count is known to exceed.
+  const count = (n: bigint): string => (v.exact ? String(n) : `more than ${INEXACT_LOWER_BOUND}`);
   const places = placesOf(v);
-  if (places > BigInt(maxDecimalPlaces)) fail('TOO_MANY_DECIMAL_PLACES', `has ${places} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
+  if (places > BigInt(maxDecimalPlaces)) fail('TOO_MANY_DECIMAL_PLACES', `has ${count(places)} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
   const integers = integerDigitsOfValue(v);
-  if (integers > BigInt(maxIntegerDigits)) fail('TOO_MANY_INTEGER_DIGITS', `has ${integers} integer digits; at most ${maxIntegerDigits} are allowed`, field);
+  if (integers > BigInt(maxIntegerDigits)) fail('TOO_MANY_INTEGER_DIGITS', `has ${count(integers)} integer digits; at most ${maxIntegerDigits} are allowed`, field);
   const top = magnitudeOf(v);
-  if (top > MAX_BUILT_MAGNITUDE || v.exponent < -MAX_BUILT_MAGNITUDE) fail('OUT_OF_RANGE', 'is beyond the range of exact decimals', field);
+  if (!v.exact || top > MAX_BUILT_MAGNITUDE || v.exponent < -MAX_BUILT_MAGNITUDE) fail('OUT_OF_RANGE', 'is beyond the range of exact decimals', field);
   return new D(`${v.negative ? '-' : ''}${v.digits}e${v.exponent}`) as Dec;
 }
 

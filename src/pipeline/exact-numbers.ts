@@ -99,9 +99,12 @@ export function exactNumbers(text: string, maxBytes = EXACT_TEXTS_MAX_BYTES): Ex
   // chance; parsing the marked text then says where each one is.
   const marker = `\u0000exact-${randomBytes(12).toString('hex')}:`;
   let found = false;
+  // Whether any number is beyond the double's range: only then is any signal's data rebuilt.
+  let beyond = false;
   const marked = text.replace(TOKEN, (token) => {
     if (token.charCodeAt(0) === 34 || doubleKeeps(token)) return token;
     found = true;
+    if (!beyond && !Number.isFinite(Number(token))) beyond = true;
     return JSON.stringify(marker + token);
   });
   if (!found) return null;
@@ -113,9 +116,11 @@ export function exactNumbers(text: string, maxBytes = EXACT_TEXTS_MAX_BYTES): Ex
     stored[i] = null;
     const data = isObject(s) ? s.data : undefined;
     if (!isObject(data)) return null;
-    const infinite = { found: false };
-    const restored = restore(data, marker, infinite) as Record<string, unknown>;
-    if (infinite.found) stored[i] = restored;
+    if (beyond) {
+      const infinite = { found: false };
+      const restored = restore(data, marker, infinite) as Record<string, unknown>;
+      if (infinite.found) stored[i] = restored;
+    }
     const out = new Map<string, string>();
     collect(data, '', marker, out);
     if (out.size === 0) return null;

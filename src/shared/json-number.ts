@@ -7,7 +7,19 @@
  * read here as its significant digits and a power of ten kept as a bigint, so the digits
  * before and after the point are counted exactly, however large, without building the
  * number.
+ *
+ * An exponent written with more than EXPONENT_DIGITS significant digits is not read (a bigint
+ * of a megabyte of digits takes a tenth of a second, and a count that long could be no part of
+ * a message): the value is then marked inexact and carries ±10^EXPONENT_DIGITS as its exponent,
+ * which is past every bound below 10^(EXPONENT_DIGITS − 1) in the same direction, as the written
+ * one is (the significand's own digits, fewer than 10^10, cannot bring it back).
  */
+
+/** Most significant digits of a written exponent that are read exactly. */
+export const EXPONENT_DIGITS = 40;
+/** What an inexact value's counts are known to exceed: 10^(EXPONENT_DIGITS − 1). */
+export const INEXACT_LOWER_BOUND = 10n ** BigInt(EXPONENT_DIGITS - 1);
+const STAND_IN = 10n ** BigInt(EXPONENT_DIGITS);
 
 /** A JSON number's value: `(negative ? −1 : 1) × digits × 10^exponent`; zero has `digits` ''. */
 export interface JsonNumberValue {
@@ -17,6 +29,8 @@ export interface JsonNumberValue {
   readonly digits: string;
   /** The power of ten of the significand's last digit (0n for zero). */
   readonly exponent: bigint;
+  /** False when the written exponent was too long to read: `exponent` is then a stand-in (see the header). */
+  readonly exact: boolean;
 }
 
 const JSON_NUMBER = /^(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([-+]?[0-9]+))?$/;
@@ -29,12 +43,17 @@ export function readJsonNumberText(text: string): JsonNumberValue | null {
   const all = intPart + frac;
   let start = 0;
   while (start < all.length && all.charCodeAt(start) === 48) start++;
-  if (start === all.length) return { negative: minus !== '', digits: '', exponent: 0n };
+  if (start === all.length) return { negative: minus !== '', digits: '', exponent: 0n, exact: true };
   let end = all.length;
   while (all.charCodeAt(end - 1) === 48) end--;
+  const digits = all.slice(start, end);
+  const expNegative = exp.charCodeAt(0) === 45;
+  let expStart = expNegative || exp.charCodeAt(0) === 43 ? 1 : 0;
+  while (expStart < exp.length - 1 && exp.charCodeAt(expStart) === 48) expStart++;
+  if (exp.length - expStart > EXPONENT_DIGITS) return { negative: minus !== '', digits, exponent: expNegative ? -STAND_IN : STAND_IN, exact: false };
   // The last written digit is worth 10^(exp − frac.length); each trailing zero dropped raises it by one.
   const exponent = BigInt(exp) - BigInt(frac.length) + BigInt(all.length - end);
-  return { negative: minus !== '', digits: all.slice(start, end), exponent };
+  return { negative: minus !== '', digits, exponent, exact: true };
 }
 
 /** True when the value is zero (`0`, `-0.000`, `0e999999999999`). */

@@ -180,7 +180,14 @@ t.test('exponents of any size: judged on the value the text states, never a doub
   t.equal(refusal('0.0000000000000000000000001e+30'), 'ok 100000');
   t.equal(refusal('1000e-27'), 'ok 0.000000000000000000000001', 'trailing zeros of the significand are not places');
   t.equal(refusal(`1${'0'.repeat(100)}e-49`), `ok 1${'0'.repeat(51)}`, '52 integer digits');
-  for (const text of ['1e-99999999999999999999', '1e-9007199254740993', '9e-9000000000000000', '1e309', '-1e400', '0.0000000000000000000000001e-400']) t.notOk(doubleKeeps(text), `the double does not keep ${text}`);
+  const long = '9'.repeat(1_000_000);
+  t.equal(refusal(`1e${long}`), 'QUANTITY_TOO_LARGE: data.q has more than 1000000000000000000000000000000000000000 integer digits; at most 52 are allowed', 'an exponent of a million digits: stated by what the count exceeds');
+  t.equal(refusal(`1.5e-${long}`), 'QUANTITY_TOO_MANY_DECIMAL_PLACES: data.q has more than 1000000000000000000000000000000000000000 decimal places; at most 24 are allowed');
+  t.equal(refusal(`-1e${long}`), 'QUANTITY_NEGATIVE: data.q must not be negative');
+  t.equal(refusal(`0e${long}`), 'ok 0');
+  t.equal(refusal(`1e${'9'.repeat(40)}`), `QUANTITY_TOO_LARGE: data.q has 1${'0'.repeat(40)} integer digits; at most 52 are allowed`, 'forty digits of exponent are read exactly');
+  t.equal(refusal(`5e-${'0'.repeat(100)}5`), 'ok 0.00005', 'leading zeros of the exponent are not digits');
+  for (const text of ['1e-99999999999999999999', '1e-9007199254740993', '9e-9000000000000000', '1e309', '-1e400', '0.0000000000000000000000001e-400', `1e${long}`, `1e-${long}`]) t.notOk(doubleKeeps(text), `the double does not keep ${text}`);
   for (const text of ['0e99999999999999999999', '-0', '-0e-5', '1e308', '5e-324', '0.0000000000000000000000001e+30']) t.ok(doubleKeeps(text), `the double keeps ${text}`);
 });
 
@@ -215,7 +222,7 @@ t.test('property: a JSON number\'s value is read exactly at exponents far past 2
       const expText = `${e < 0n ? '-' : f.plus ? '+' : ''}${'0'.repeat(f.expZeros)}${(e < 0n ? -e : e).toString()}`;
       const text = `${negative ? '-' : ''}${intPart}${frac === '' ? '' : `.${frac}`}e${expText}`;
       const v = readJsonNumberText(text);
-      if (v === null || v.negative !== negative || v.digits !== digits || v.exponent !== exponent) throw new Error(`${text}: read as ${JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? x.toString() : x))}`);
+      if (v === null || v.negative !== negative || v.digits !== digits || v.exponent !== exponent || !v.exact) throw new Error(`${text}: read as ${JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? x.toString() : x))}`);
       const places = exponent < 0n ? -exponent : 0n;
       const integers = BigInt(digits.length) + exponent > 0n ? BigInt(digits.length) + exponent : 0n;
       if (placesOf(v) !== places || integerDigitsOfValue(v) !== integers) throw new Error(`${text}: places ${placesOf(v)}, integer digits ${integerDigitsOfValue(v)}`);
