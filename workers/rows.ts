@@ -7,7 +7,7 @@ import { hash } from 'node:crypto';
 import { move, transferableSymbol, valueSymbol } from 'piscina';
 import { H_SKIP, signalIdPrefix, type BatchMeta } from '../src/bus/batch.js';
 import { parseRfc3339 } from '../src/shared/time.js';
-import { exactNumberTexts } from '../src/pipeline/exact-numbers.js';
+import { exactNumbers } from '../src/pipeline/exact-numbers.js';
 import { distinctRefs, REF_EXTERNAL_PREFIX, REF_ID_PREFIX, type PackedRows, type RowsResult, type RowsTask } from '../src/pipeline/rows-task.js';
 import { packedFromBytes } from '../src/pipeline/rows-bytes.js';
 export type { PackedRows, RowsResult, RowsTask };
@@ -103,7 +103,7 @@ export default function rows({ body, meta, skip = [] }: RowsTask): RowsResult {
   const text = Buffer.from(body.buffer, body.byteOffset, body.byteLength).toString('utf8');
   const parsed = JSON.parse(text) as { signals: (Signal | null)[] };
   const signals = parsed.signals;
-  const exact = exactNumberTexts(text);
+  const exact = exactNumbers(text);
   const prefix = signalIdPrefix(meta.batchId);
   const live = meta.mode === 'live';
   const orgJson = JSON.stringify(meta.orgId);
@@ -134,13 +134,14 @@ export default function rows({ body, meta, skip = [] }: RowsTask): RowsResult {
     claimKeys[n] = key === null ? null : dedupeKey(meta, key);
     const event = JSON.stringify(s.eventName);
     const unit = s.unitId == null ? 'null' : JSON.stringify(s.unitId);
-    const data = s.data ? dataJson(s.data) : '{}';
+    // A number beyond the double's range is stored as the string of its text (exact-numbers.ts), not dropped.
+    const data = s.data ? dataJson(exact?.data[i] ?? s.data) : '{}';
     lines[n] =
       `{"org_id":${orgJson},"livemode":${live},"signal_id":"${id}","batch_id":${batchJson},` +
       `"event_name":${event},` +
       `"unit_id":${unit},"idempotency_key":${key === null ? 'null' : JSON.stringify(key)},` +
       `"timestamp":${ts},"received_at":${meta.receivedAtMs},"data":${data}}`;
-    const x = exact?.[i] ?? null;
+    const x = exact?.texts[i] ?? null;
     billable[n] = `{"i":"${id}","e":${event},"c":${JSON.stringify(customer)},"u":${unit},"t":${ts},"d":${data}${x === null ? '' : `,"x":${JSON.stringify(x)}`}}`;
     n++;
   }

@@ -29,6 +29,7 @@
  *   never Infinity.
  */
 import { Decimal } from 'decimal.js';
+import { INEXACT_LOWER_BOUND, integerDigitsOfValue, isZeroValue, magnitudeOf, placesOf, readJsonNumberText } from '../shared/json-number.js';
 
 /** Significant digits an arithmetic result may have; beyond this `add`/`sub`/`mul` throw. */
 export const PRECISION = 1000;
@@ -132,32 +133,39 @@ export function decimalFromNumber(n: number, options: ParseOptions = {}): Dec {
   return value;
 }
 
-const JSON_NUMBER = /^(-?)(0|[1-9][0-9]*)(?:\.([0-9]+))?(?:[eE]([-+]?)([0-9]+))?$/;
-/** Beyond this exponent a non-zero value is refused from the text alone (decimal.js would overflow or underflow). */
-const MAX_TEXT_EXPONENT = 1e9;
+/**
+ * Most distant power of ten a value built here may have: decimal.js's own exponents stop at
+ * ±9·10^15 (beyond, it makes Infinity or 0 without an error).
+ */
+const MAX_BUILT_MAGNITUDE = 10n ** 15n;
 
 /**
  * The exact value of a JSON number's text as written (`0.10000000000000000001`, `1.5e-7`,
  * `-0`), for numbers whose text a double would not keep (src/billing/quantity.ts). JSON's
- * grammar, exponents included; the same limits as `parseDecimal`, checked on the exact value
- * (trailing zeros of the fraction do not count as places), so `1e400` has 401 integer digits
- * and `1e-400` 400 decimal places: never Infinity, never 0.
+ * grammar, exponents of any size included (src/shared/json-number.ts). Checked in this
+ * order, each on the exact value (trailing zeros of the fraction are not places): the sign
+ * (unless allowed; `-0` is zero), the decimal places, the integer digits, so `1e400` has 401
+ * integer digits, `1e-400` 400 decimal places and `1e-99999999999999999999` 10^20 of them:
+ * never Infinity, never 0. A zero is zero at any exponent (`0e99999999999999999999`). The
+ * counts in a message are exact; a value within the limits but beyond decimal.js's exponents
+ * (only with limits past 10^15) is `OUT_OF_RANGE`.
  */
 export function decimalFromJsonNumberText(text: string, options: ParseOptions = {}): Dec {
   const { maxDecimalPlaces = 6, maxIntegerDigits = 30, allowNegative = false, field } = options;
   if (typeof text !== 'string') fail('WRONG_TYPE', `must be a string, got ${typeof text}`, field);
-  const m = JSON_NUMBER.exec(text);
-  if (m === null) fail('SYNTAX', `must be a JSON number, got ${JSON.stringify(text.slice(0, 64))}`, field);
-  const [, minus = '', intPart = '', frac = '', expSign = '', expDigits = ''] = m;
-  const zero = /^0*$/.test(intPart + frac);
-  if (minus !== '' && !zero && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
-  if (!zero && expDigits.length > 0 && Number(expDigits) > MAX_TEXT_EXPONENT) {
-    if (expSign === '-') fail('TOO_MANY_DECIMAL_PLACES', `has more than ${MAX_TEXT_EXPONENT} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
-    fail('TOO_MANY_INTEGER_DIGITS', `has more than ${MAX_TEXT_EXPONENT} integer digits; at most ${maxIntegerDigits} are allowed`, field);
-  }
-  const value = zero ? ZERO : normalizeZero(new D(text) as Dec);
-  checkLimits(value, maxDecimalPlaces, maxIntegerDigits, field);
-  return value;
+  const v = readJsonNumberText(text);
+  if (v === null) fail('SYNTAX', `must be a JSON number, got ${JSON.stringify(text.slice(0, 64))}`, field);
+  if (isZeroValue(v)) return ZERO;
+  if (v.negative && !allowNegative) fail('NEGATIVE', 'must not be negative', field);
+  // An exponent too long to read is stated by what its count is known to exceed.
+  const count = (n: bigint): string => (v.exact ? String(n) : `more than ${INEXACT_LOWER_BOUND}`);
+  const places = placesOf(v);
+  if (places > BigInt(maxDecimalPlaces)) fail('TOO_MANY_DECIMAL_PLACES', `has ${count(places)} decimal places; at most ${maxDecimalPlaces} are allowed`, field);
+  const integers = integerDigitsOfValue(v);
+  if (integers > BigInt(maxIntegerDigits)) fail('TOO_MANY_INTEGER_DIGITS', `has ${count(integers)} integer digits; at most ${maxIntegerDigits} are allowed`, field);
+  const top = magnitudeOf(v);
+  if (!v.exact || top > MAX_BUILT_MAGNITUDE || v.exponent < -MAX_BUILT_MAGNITUDE) fail('OUT_OF_RANGE', 'is beyond the range of exact decimals', field);
+  return new D(`${v.negative ? '-' : ''}${v.digits}e${v.exponent}`) as Dec;
 }
 
 function checkLimits(value: Dec, maxDecimalPlaces: number, maxIntegerDigits: number, field: string | undefined): void {

@@ -45,12 +45,16 @@ const refused = (reason: UnpricedReason, detail: string): QuantityResult => ({ o
 /**
  * The quantity in `value` (what the data holds at the path `field`, e.g. `data.usage.tokens`),
  * or why it is not priced. `exactText` is the number's text as sent when a double would not
- * keep it; it takes precedence over `value` when `value` is a number. `false`: the texts of
+ * keep it (or that is beyond the double's range); when given it is what is judged, whatever
+ * `value` holds. `false`: the texts of
  * this signal's numbers were withheld, so a number's written digits are unknown. The bounds apply to the
  * value, whatever its form: `"1.50"`, `1.50` and `1.5` are the same quantity (trailing zeros
  * of a fraction are not places).
  */
 export function readQuantity(value: unknown, exactText: string | false | undefined, field: string): QuantityResult {
+  // The text of a JSON number at the path decides, whatever `value` holds: a number beyond the
+  // double's range is in the data as a string of its text (src/pipeline/exact-numbers.ts).
+  if (typeof exactText === 'string') return readText(exactText, field);
   if (value === undefined || value === null) return refused('QUANTITY_MISSING', `${field} is missing`);
   if (typeof value !== 'number' && typeof value !== 'string') {
     return refused('QUANTITY_NOT_A_NUMBER', `${field} must be a JSON number or a decimal string, got ${Array.isArray(value) ? 'array' : typeof value}`);
@@ -62,8 +66,7 @@ export function readQuantity(value: unknown, exactText: string | false | undefin
   const loose: ParseOptions = { maxDecimalPlaces: Number.MAX_SAFE_INTEGER, maxIntegerDigits: Number.MAX_SAFE_INTEGER, allowNegative: true, field };
   let q: Dec;
   try {
-    if (typeof value === 'string') q = parseDecimal(value, loose);
-    else q = typeof exactText === 'string' ? decimalFromJsonNumberText(exactText, loose) : decimalFromNumber(value, loose);
+    q = typeof value === 'string' ? parseDecimal(value, loose) : decimalFromNumber(value, loose);
   } catch (err) {
     if (!(err instanceof DecimalError)) throw err;
     if (err.code === 'TOO_MANY_DECIMAL_PLACES') return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', err.message);
@@ -78,6 +81,25 @@ export function readQuantity(value: unknown, exactText: string | false | undefin
     return refused('QUANTITY_TOO_LARGE', `${field} has ${integerDigitsOf(q)} integer digits; at most ${QUANTITY_MAX_INTEGER_DIGITS} are allowed`);
   }
   return { ok: true, quantity: q };
+}
+
+/**
+ * A JSON number's text, judged on the value it states at any exponent: the bounds are given to
+ * the reading itself, which counts places and integer digits without building a value past
+ * them (`1e-99999999999999999999` has 10^20 places), in the order of readQuantity: sign,
+ * places, integer digits. A zero is a quantity of 0 whatever its exponent.
+ */
+function readText(text: string, field: string): QuantityResult {
+  try {
+    const q = decimalFromJsonNumberText(text, { maxDecimalPlaces: QUANTITY_MAX_DECIMAL_PLACES, maxIntegerDigits: QUANTITY_MAX_INTEGER_DIGITS, allowNegative: false, field });
+    return { ok: true, quantity: q };
+  } catch (err) {
+    if (!(err instanceof DecimalError)) throw err;
+    if (err.code === 'NEGATIVE') return refused('QUANTITY_NEGATIVE', `${field} must not be negative`);
+    if (err.code === 'TOO_MANY_DECIMAL_PLACES') return refused('QUANTITY_TOO_MANY_DECIMAL_PLACES', err.message);
+    if (err.code === 'TOO_MANY_INTEGER_DIGITS') return refused('QUANTITY_TOO_LARGE', err.message);
+    return refused('QUANTITY_NOT_A_NUMBER', clip(err.message));
+  }
 }
 
 function clip(s: string): string {

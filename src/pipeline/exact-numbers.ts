@@ -7,6 +7,10 @@
  * passes their texts next to the data, keyed by the dot-joined path of object keys (the path
  * an attribute names; numbers inside arrays are never quantities and are skipped).
  *
+ * A number beyond the double's range (`1e400`: JSON.parse gives Infinity, which JSON.stringify
+ * writes as null and the engine then drops with its key) is also stored as the string of its
+ * text (exactNumbers' `data`), since the engine's JSON type holds no number that large.
+ *
  * A number's text is kept exactly when the double's shortest form (`String(n)`) states the
  * same value. That always holds for 15 or fewer significant digits with an exponent of two
  * digits at most, so a batch text without a run of 16 digits-or-points and without a
@@ -22,6 +26,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Decimal } from 'decimal.js';
+import { isZeroValue, magnitudeOf, readJsonNumberText } from '../shared/json-number.js';
 
 /**
  * A necessary condition for a number that a double does not keep (see the header): 16
@@ -43,8 +48,22 @@ import type { ExactTexts } from '../bus/batch.js';
 /** Most bytes of exact texts (as JSON) one batch carries; beyond, a signal's are withheld. */
 export const EXACT_TEXTS_MAX_BYTES = 32 * 1024;
 
-/** True when the double read from `token` states exactly the value `token` states. */
+/** Beyond these powers of ten a non-zero value has no finite, non-zero double (10^308 < MAX_VALUE < 10^309; 5·10^-324 is the least). */
+const DOUBLE_TOP = 308n;
+const DOUBLE_BOTTOM = -324n;
+
+/**
+ * True when the double read from `token` states exactly the value `token` states. The value
+ * is read at its own exponent first (src/shared/json-number.ts): decimal.js, like the double,
+ * makes 0 of `1e-99999999999999999999`, and the two would agree on a value the text does not
+ * state. A zero (`-0`, `0e999999`) is kept by the double's zero.
+ */
 export function doubleKeeps(token: string): boolean {
+  const v = readJsonNumberText(token);
+  if (v === null) return false;
+  if (isZeroValue(v)) return true;
+  const top = magnitudeOf(v);
+  if (top > DOUBLE_TOP || top < DOUBLE_BOTTOM) return false;
   const n = Number(token);
   return Number.isFinite(n) && new Decimal(token).eq(new Decimal(String(n)));
 }
@@ -55,23 +74,53 @@ export function doubleKeeps(token: string): boolean {
  * header), or null for all signals when there are none (the common case).
  */
 export function exactNumberTexts(text: string, maxBytes = EXACT_TEXTS_MAX_BYTES): (ExactTexts | null | false)[] | null {
+  return exactNumbers(text, maxBytes)?.texts ?? null;
+}
+
+/** What exactNumbers finds in a batch text. */
+export interface ExactNumbers {
+  /** Per signal, as exactNumberTexts answers. */
+  texts: (ExactTexts | null | false)[];
+  /**
+   * Per signal, its `data` to store when it holds a number beyond the double's range
+   * (`1e400`, `-1e400`, a 400-digit integer), else null (JSON.parse's data is right). JSON.parse
+   * makes ±Infinity of such a number, which JSON.stringify writes as null, and the engine's
+   * JSON type holds no number that large (it refuses `1e400`): here the number is the string
+   * of its text, so the stored data keeps its value and its key. Every other number is the
+   * double JSON.parse gives, as in any data. Never withheld.
+   */
+  data: (Record<string, unknown> | null)[];
+}
+
+/** exactNumberTexts, and the data to store for signals holding numbers beyond the double's range (see ExactNumbers). */
+export function exactNumbers(text: string, maxBytes = EXACT_TEXTS_MAX_BYTES): ExactNumbers | null {
   if (!mayLose(text)) return null;
   // Each lossy number becomes a string carrying a marker that cannot occur in the text by
   // chance; parsing the marked text then says where each one is.
   const marker = `\u0000exact-${randomBytes(12).toString('hex')}:`;
   let found = false;
+  // Whether any number is beyond the double's range: only then is any signal's data rebuilt.
+  let beyond = false;
   const marked = text.replace(TOKEN, (token) => {
     if (token.charCodeAt(0) === 34 || doubleKeeps(token)) return token;
     found = true;
+    if (!beyond && !Number.isFinite(Number(token))) beyond = true;
     return JSON.stringify(marker + token);
   });
   if (!found) return null;
   const parsed = JSON.parse(marked) as { signals?: unknown };
   if (!Array.isArray(parsed.signals)) return null;
   let budget = maxBytes;
-  return parsed.signals.map((s) => {
+  const stored: (Record<string, unknown> | null)[] = [];
+  const texts = parsed.signals.map((s, i) => {
+    stored[i] = null;
     const data = isObject(s) ? s.data : undefined;
     if (!isObject(data)) return null;
+    if (beyond) {
+      const infinite = { found: false };
+      const restored = restore(data, marker, infinite) as Record<string, unknown>;
+      if (infinite.found) stored[i] = restored;
+    }
     const out = new Map<string, string>();
     collect(data, '', marker, out);
     if (out.size === 0) return null;
@@ -80,6 +129,26 @@ export function exactNumberTexts(text: string, maxBytes = EXACT_TEXTS_MAX_BYTES)
     budget -= Buffer.byteLength(JSON.stringify(texts));
     return budget >= 0 ? texts : false;
   });
+  return { texts, data: stored };
+}
+
+/**
+ * `v` of the marked text with every marked number back: the double JSON.parse gives it, or,
+ * beyond the double's range, the string of its text (`infinite.found` then set). Objects are
+ * made with own properties, also for a key such as "__proto__".
+ */
+function restore(v: unknown, marker: string, infinite: { found: boolean }): unknown {
+  if (typeof v === 'string') {
+    if (!v.startsWith(marker)) return v;
+    const token = v.slice(marker.length);
+    const n = Number(token);
+    if (Number.isFinite(n)) return n;
+    infinite.found = true;
+    return token;
+  }
+  if (Array.isArray(v)) return v.map((x) => restore(x, marker, infinite));
+  if (isObject(v)) return Object.fromEntries(Object.entries(v).map(([k, x]) => [k, restore(x, marker, infinite)]));
+  return v;
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

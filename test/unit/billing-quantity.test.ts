@@ -10,7 +10,8 @@ import { readQuantity } from '../../src/billing/quantity.js';
 import { QUANTITY_MAX_DECIMAL_PLACES, QUANTITY_MAX_INTEGER_DIGITS, STORED_DECIMAL } from '../../src/store/stored.js';
 import { fitsStored } from '../../src/billing/stored.js';
 import { decimalFromJsonNumberText, parseDecimal, toCanonicalString } from '../../src/billing/decimal.js';
-import { doubleKeeps, exactNumberTexts } from '../../src/pipeline/exact-numbers.js';
+import { doubleKeeps, exactNumbers, exactNumberTexts } from '../../src/pipeline/exact-numbers.js';
+import { integerDigitsOfValue, placesOf, readJsonNumberText } from '../../src/shared/json-number.js';
 
 /** The reference: decimal.js with room for every digit these tests produce (its default of 20 would round). */
 const Decimal = DecimalJs.clone({ precision: 200 });
@@ -157,5 +158,89 @@ t.test('property: the exact texts and the parsed data together give every number
       );
     }),
     { numRuns: 500 },
+  );
+});
+
+t.test('exponents of any size: judged on the value the text states, never a double\'s 0 or Infinity', async (t) => {
+  const refusal = (text: string, value: unknown = Number(text)): string => {
+    const r = readQuantity(value, text, 'data.q');
+    return r.ok ? `ok ${toCanonicalString(r.quantity)}` : `${r.reason}: ${r.detail}`;
+  };
+  t.equal(refusal('1e-99999999999999999999'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES: data.q has 99999999999999999999 decimal places; at most 24 are allowed');
+  t.equal(refusal('1e-9007199254740993'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES: data.q has 9007199254740993 decimal places; at most 24 are allowed', 'an exponent past 2^53, counted exactly');
+  t.equal(refusal('9e-9000000000000000'), 'QUANTITY_TOO_MANY_DECIMAL_PLACES: data.q has 9000000000000000 decimal places; at most 24 are allowed', 'the limit named is the quantity\'s');
+  t.equal(refusal('-1e-400'), 'QUANTITY_NEGATIVE: data.q must not be negative', 'the sign first, as for any quantity');
+  t.equal(refusal('1e400', '1e400'), 'QUANTITY_TOO_LARGE: data.q has 401 integer digits; at most 52 are allowed', 'the string the stored data holds for it');
+  t.equal(refusal('-1e400', '-1e400'), 'QUANTITY_NEGATIVE: data.q must not be negative');
+  t.equal(refusal('12e308'), 'QUANTITY_TOO_LARGE: data.q has 310 integer digits; at most 52 are allowed');
+  t.equal(refusal('1e+999999999'), 'QUANTITY_TOO_LARGE: data.q has 1000000000 integer digits; at most 52 are allowed');
+  t.equal(refusal('1e99999999999999999999'), 'QUANTITY_TOO_LARGE: data.q has 100000000000000000000 integer digits; at most 52 are allowed');
+  t.equal(refusal('0e99999999999999999999'), 'ok 0', 'a zero is zero at any exponent');
+  t.equal(refusal('-0.000e-99999999999999999999'), 'ok 0');
+  t.equal(refusal('0.0000000000000000000000001e+30'), 'ok 100000');
+  t.equal(refusal('1000e-27'), 'ok 0.000000000000000000000001', 'trailing zeros of the significand are not places');
+  t.equal(refusal(`1${'0'.repeat(100)}e-49`), `ok 1${'0'.repeat(51)}`, '52 integer digits');
+  const long = '9'.repeat(1_000_000);
+  t.equal(refusal(`1e${long}`), 'QUANTITY_TOO_LARGE: data.q has more than 1000000000000000000000000000000000000000 integer digits; at most 52 are allowed', 'an exponent of a million digits: stated by what the count exceeds');
+  t.equal(refusal(`1.5e-${long}`), 'QUANTITY_TOO_MANY_DECIMAL_PLACES: data.q has more than 1000000000000000000000000000000000000000 decimal places; at most 24 are allowed');
+  t.equal(refusal(`-1e${long}`), 'QUANTITY_NEGATIVE: data.q must not be negative');
+  t.equal(refusal(`0e${long}`), 'ok 0');
+  t.equal(refusal(`1e${'9'.repeat(40)}`), `QUANTITY_TOO_LARGE: data.q has 1${'0'.repeat(40)} integer digits; at most 52 are allowed`, 'forty digits of exponent are read exactly');
+  t.equal(refusal(`5e-${'0'.repeat(100)}5`), 'ok 0.00005', 'leading zeros of the exponent are not digits');
+  for (const text of ['1e-99999999999999999999', '1e-9007199254740993', '9e-9000000000000000', '1e309', '-1e400', '0.0000000000000000000000001e-400', `1e${long}`, `1e-${long}`]) t.notOk(doubleKeeps(text), `the double does not keep ${text}`);
+  for (const text of ['0e99999999999999999999', '-0', '-0e-5', '1e308', '5e-324', '0.0000000000000000000000001e+30']) t.ok(doubleKeeps(text), `the double keeps ${text}`);
+});
+
+t.test('numbers beyond the double\'s range keep their key in the data to store, as the string of their text', async (t) => {
+  const found = exactNumbers(batch(['{"q":1e400,"n":{"m":-1e400},"a":[1e309,2],"k":"me","t":0.10000000000000000001}', '{"q":1e-400}', '{"q":1}']));
+  t.same(found?.data, [{ q: '1e400', n: { m: '-1e400' }, a: ['1e309', 2], k: 'me', t: 0.1 }, null, null], 'only signals with such a number; every other number is the double');
+  t.same(found?.texts, [{ q: '1e400', 'n.m': '-1e400', t: '0.10000000000000000001' }, { q: '1e-400' }, null], 'their texts are kept for billing as before');
+  t.same(Object.keys(exactNumbers(batch(['{"__proto__":1e400}']))!.data[0]!), ['__proto__'], 'an own property');
+  const withheld = exactNumbers(batch(['{"q":1e400}', '{"q":1e400}']), Buffer.byteLength(JSON.stringify({ q: '1e400' })));
+  t.same(withheld?.data, [{ q: '1e400' }, { q: '1e400' }], 'the stored data does not depend on the texts\' budget');
+});
+
+t.test('property: a JSON number\'s value is read exactly at exponents far past 2^53', async () => {
+  // A canonical value (significand without trailing zeros, power of ten as a bigint), written
+  // as a JSON number in one of its many forms: point moved, zeros added, exponent written
+  // with a sign, a plus or leading zeros.
+  const value = fc.record({
+    negative: fc.boolean(),
+    digits: fc.stringMatching(/^[1-9]([0-9]{0,30}[1-9])?$/),
+    exponent: fc.oneof(fc.bigInt({ min: -(10n ** 30n), max: 10n ** 30n }), fc.bigInt({ min: -400n, max: 400n })),
+  });
+  const form = fc.record({ pointAt: fc.nat({ max: 40 }), leadingZeros: fc.nat({ max: 5 }), trailingZeros: fc.nat({ max: 5 }), plus: fc.boolean(), expZeros: fc.nat({ max: 3 }) });
+  fc.assert(
+    fc.property(value, form, ({ negative, digits, exponent }, f) => {
+      const all = digits + '0'.repeat(f.trailingZeros);
+      const point = Math.min(f.pointAt, all.length + f.leadingZeros);
+      const padded = '0'.repeat(Math.max(0, point - all.length + 1)) + all;
+      const intPart = padded.slice(0, padded.length - point).replace(/^0+(?=\d)/, '');
+      const frac = padded.slice(padded.length - point);
+      // all = digits × 10^trailingZeros, and the text states (all / 10^point) × 10^e.
+      const e = exponent - BigInt(f.trailingZeros) + BigInt(point);
+      const expText = `${e < 0n ? '-' : f.plus ? '+' : ''}${'0'.repeat(f.expZeros)}${(e < 0n ? -e : e).toString()}`;
+      const text = `${negative ? '-' : ''}${intPart}${frac === '' ? '' : `.${frac}`}e${expText}`;
+      const v = readJsonNumberText(text);
+      if (v === null || v.negative !== negative || v.digits !== digits || v.exponent !== exponent || !v.exact) throw new Error(`${text}: read as ${JSON.stringify(v, (_, x) => (typeof x === 'bigint' ? x.toString() : x))}`);
+      const places = exponent < 0n ? -exponent : 0n;
+      const integers = BigInt(digits.length) + exponent > 0n ? BigInt(digits.length) + exponent : 0n;
+      if (placesOf(v) !== places || integerDigitsOfValue(v) !== integers) throw new Error(`${text}: places ${placesOf(v)}, integer digits ${integerDigitsOfValue(v)}`);
+      // The rule on that value: sign, then places, then integer digits, with exact counts.
+      const r = readQuantity(Number(text), text, 'data.q');
+      const expected = negative
+        ? 'QUANTITY_NEGATIVE data.q must not be negative'
+        : places > 24n
+          ? `QUANTITY_TOO_MANY_DECIMAL_PLACES data.q has ${places} decimal places; at most 24 are allowed`
+          : integers > 52n
+            ? `QUANTITY_TOO_LARGE data.q has ${integers} integer digits; at most 52 are allowed`
+            : `ok ${exact(`${digits}e${exponent}`)}`;
+      const got = r.ok ? `ok ${toCanonicalString(r.quantity)}` : `${r.reason} ${r.detail}`;
+      if (got !== expected) throw new Error(`${text}: ${got}, expected ${expected}`);
+      // The double keeps it only when it is within the double's range, and then at its value.
+      const top = BigInt(digits.length) - 1n + exponent;
+      if (doubleKeeps(text) && (top > 308n || top < -324n || !new Decimal(String(Number(text))).eq(new Decimal(`${negative ? '-' : ''}${digits}e${exponent}`)))) throw new Error(`${text}: kept by the double`);
+    }),
+    { numRuns: 3_000 },
   );
 });
