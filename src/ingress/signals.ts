@@ -109,7 +109,7 @@ export class SignalIngress {
       for (let i = 0; i < fast.count && !keyed; i++) keyed = fast.keys[2 * i] !== -1;
       judged = { count: fast.count, errors: [], keys: keyed ? { src: req.body, ranges: fast.keys } : null };
     } else {
-      const v = validateBulk(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body));
+      const v = validateBulk(parseJson(req.body), receivedAt, mayHaveSurrogates(req.body), req.body);
       if (v.errors.length === v.count) throw allRefused(v.errors, (i) => `signals[${i}]`);
       judged = { count: v.count, errors: v.errors, keys: keysOfParsed(v.signals, v.errors) };
     }
@@ -125,7 +125,7 @@ export class SignalIngress {
   async v1(req: Request, principal: Principal): Promise<Reply> {
     const receivedAt = Date.now();
     const parsed = parseJson(req.body);
-    const v = validateV1(parsed, receivedAt, mayHaveSurrogates(req.body));
+    const v = validateV1(parsed, receivedAt, mayHaveSurrogates(req.body), req.body);
     if (v.errors.length === v.count) throw allRefused(v.errors, (i) => (v.array ? `[${i}]` : 'signal'));
     // Mapped to the v2 shape as text: each `data` is the request's own text of it (v1-body.ts).
     const body = v1Body(v.signals, v1DataTexts(req.body.toString('utf8')));

@@ -107,20 +107,42 @@ function typeName(v: unknown): string {
  * - (when `strings` is set) a string or key that is not well-formed UTF-16 (a lone
  *   surrogate such as "\ud800"), which the engine cannot store.
  */
-function dataProblem(root: Record<string, unknown>, strings: boolean): string | null {
+function dataProblem(root: Record<string, unknown>, strings: boolean, body: Buffer | undefined): string | null {
   const first = new DataWalk(strings, false);
   const problem = first.doc(root, 1);
-  if (problem || !first.dotted) return sizeProblem(root, problem, first.bound);
+  if (problem || !first.dotted) return sizeProblem(root, problem, first, body);
   // Joining keys with '.' is one-to-one unless a key contains a dot: only then can two keys
   // name the same path, and only then is the (slower) path check needed.
   const second = new DataWalk(strings, true);
-  return sizeProblem(root, second.doc(root, 1), second.bound);
+  return sizeProblem(root, second.doc(root, 1), second, body);
 }
 
-function sizeProblem(root: Record<string, unknown>, problem: string | null, bound: number): string | null {
-  if (problem || bound <= MAX_DATA_BYTES) return problem;
-  const size = Buffer.byteLength(JSON.stringify(root));
-  return size > MAX_DATA_BYTES ? `must be at most ${MAX_DATA_BYTES} bytes as JSON, got ${size}` : null;
+/**
+ * The size rule. A number beyond the double's range parses as ±Infinity (JSON.stringify
+ * writes null) but is stored as the string of its text (src/pipeline/exact-numbers.ts): each
+ * counts as the longest number text of the request's body (`body`), quoted.
+ */
+function sizeProblem(root: Record<string, unknown>, problem: string | null, walk: DataWalk, body: Buffer | undefined): string | null {
+  if (problem) return problem;
+  const extra = walk.huge > 0 ? walk.huge * Math.max(0, (body ? longestNumberText(body) : 0) + 2 - 'null'.length) : 0;
+  if (walk.bound + extra <= MAX_DATA_BYTES) return null;
+  const size = Buffer.byteLength(JSON.stringify(root)) + extra;
+  const counted = extra > 0 ? " (a number beyond the double's range counted as its text)" : '';
+  return size > MAX_DATA_BYTES ? `must be at most ${MAX_DATA_BYTES} bytes as JSON${counted}, got ${size}` : null;
+}
+
+/** Body → the length of its longest number text, measured once per body (only for one with a number beyond the double's range). */
+const longestNumbers = new WeakMap<Buffer, number>();
+
+/** The length of the longest run that reads as a JSON number in `body` (digits inside strings count too: an upper bound). */
+export function longestNumberText(body: Buffer): number {
+  let n = longestNumbers.get(body);
+  if (n === undefined) {
+    n = 0;
+    for (const m of body.toString('latin1').matchAll(/-?[0-9][0-9.eE+-]*/g)) if (m[0].length > n) n = m[0].length;
+    longestNumbers.set(body, n);
+  }
+  return n;
 }
 
 /**
@@ -132,6 +154,8 @@ function sizeProblem(root: Record<string, unknown>, problem: string | null, boun
 class DataWalk {
   bound = 2;
   dotted = false;
+  /** Numbers beyond the double's range (parsed as ±Infinity). */
+  huge = 0;
   constructor(
     private readonly strings: boolean,
     private readonly paths: boolean,
@@ -173,6 +197,7 @@ class DataWalk {
       return this.strings && !v.isWellFormed() ? 'contains a string that is not well-formed Unicode (lone surrogate)' : null;
     }
     this.bound += 25;
+    if (typeof v === 'number' && !Number.isFinite(v)) this.huge++;
     if (Array.isArray(v)) {
       if (lvl + 1 > MAX_DATA_DEPTH) return `must not nest deeper than ${MAX_DATA_DEPTH} levels`;
       for (const x of v) {
@@ -191,7 +216,7 @@ export const mayHaveSurrogates = (body: Buffer): boolean => body.includes('\\ud'
  * Throws a SignalProblem for the first rule `s` breaks. `times` reads the timestamps: one per
  * batch, so that signals sharing a date and hour read it once.
  */
-export function validateSignal(s: unknown, receivedAtMs: number, strings = false, times = new Rfc3339Reader()): void {
+export function validateSignal(s: unknown, receivedAtMs: number, strings = false, times = new Rfc3339Reader(), body?: Buffer): void {
   if (!isPlainObject(s)) throw bad('', `must be an object, got ${typeName(s)}`);
   for (const k in s) if (!ALLOWED_FIELDS.has(k)) throw bad(k, 'unknown field');
   checkString('', 'eventName', s.eventName, true);
@@ -210,15 +235,15 @@ export function validateSignal(s: unknown, receivedAtMs: number, strings = false
   const data = s.data;
   if (data !== undefined && data !== null) {
     if (!isPlainObject(data)) throw bad('data', `must be a JSON object, got ${typeName(data)}`);
-    const problem = dataProblem(data, strings);
+    const problem = dataProblem(data, strings, body);
     if (problem) throw bad('data', problem);
   }
 }
 
 /** The problem of signal `s`, or null when it is valid. */
-export function signalProblem(s: unknown, receivedAtMs: number, strings = false, times = new Rfc3339Reader()): SignalProblem | null {
+export function signalProblem(s: unknown, receivedAtMs: number, strings = false, times = new Rfc3339Reader(), body?: Buffer): SignalProblem | null {
   try {
-    validateSignal(s, receivedAtMs, strings, times);
+    validateSignal(s, receivedAtMs, strings, times, body);
     return null;
   } catch (err) {
     if (err instanceof SignalProblem) return err;
@@ -247,7 +272,7 @@ export function allRefused(errors: SignalError[], where: (index: number) => stri
 }
 
 /** `POST /api/v2/signals/bulk`: `{"signals": [...]}`. Throws for a request-level problem; the signals' own problems are returned. */
-export function validateBulk(body: unknown, receivedAtMs: number, strings = false): Judged & { signals: unknown[] } {
+export function validateBulk(body: unknown, receivedAtMs: number, strings = false, raw?: Buffer): Judged & { signals: unknown[] } {
   if (!isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a JSON object {"signals": [...]}, got ${typeName(body)}`);
   for (const k in body) if (k !== 'signals') throw new ApiError('INVALID_BODY', `unknown top-level field ${JSON.stringify(k)}; the body is {"signals": [...]}`);
   const signals = body.signals;
@@ -256,7 +281,7 @@ export function validateBulk(body: unknown, receivedAtMs: number, strings = fals
   const times = new Rfc3339Reader();
   const errors: SignalError[] = [];
   for (let i = 0; i < signals.length; i++) {
-    const p = signalProblem(signals[i], receivedAtMs, strings, times);
+    const p = signalProblem(signals[i], receivedAtMs, strings, times, raw);
     if (p) errors.push(signalError(i, p));
   }
   return { count: signals.length, errors, signals };
@@ -315,7 +340,7 @@ function v1Problem(original: unknown, p: SignalProblem): SignalProblem {
  * signals in the v2 shape (a refused one as null; `data` as parsed: the body's own text of it
  * is what travels, src/ingress/v1-body.ts) and the refused ones' errors.
  */
-export function validateV1(body: unknown, receivedAtMs: number, strings = false): Judged & { signals: unknown[]; array: boolean } {
+export function validateV1(body: unknown, receivedAtMs: number, strings = false, raw?: Buffer): Judged & { signals: unknown[]; array: boolean } {
   const array = Array.isArray(body);
   if (!array && !isPlainObject(body)) throw new ApiError('INVALID_BODY', `body must be a signal object or an array of signals, got ${typeName(body)}`);
   const list = array ? (body as unknown[]) : [body];
@@ -328,7 +353,7 @@ export function validateV1(body: unknown, receivedAtMs: number, strings = false)
     let v2: unknown = null;
     try {
       v2 = fromV1(list[i]);
-      p = signalProblem(v2, receivedAtMs, strings, times);
+      p = signalProblem(v2, receivedAtMs, strings, times, raw);
     } catch (err) {
       if (!(err instanceof SignalProblem)) throw err;
       p = err;

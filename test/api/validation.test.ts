@@ -170,3 +170,15 @@ t.test('refused batches ingested and counted nothing', async (t) => {
   await drained(iso);
   t.same(await counts(svc.url, org.id), { live: 500, test: 0 });
 });
+
+t.test("a number beyond the double's range counts as its text toward the data size (it is stored as that text)", async (t) => {
+  const own = await createOrg(svc.url);
+  const digits = '9'.repeat(20_000);
+  const raw = (q: string): string => JSON.stringify({ signals: [signal(0, { data: { q: 0 } })] }).replace('"q":0', `"q":${q}`);
+  const big = await http(svc.url, 'POST', '/api/v2/signals/bulk', { token: own.live, raw: raw(digits) });
+  t.equal(big.status, 400, `a 20,000-digit integer: ${JSON.stringify(big.body).slice(0, 300)}`);
+  t.match(big.body, { code: 'INVALID_SIGNAL', errors: [{ index: 0, field: 'data', message: /must be at most 16384 bytes as JSON \(a number beyond the double's range counted as its text\), got 2000\d/ }] });
+  // Within the size, it is taken (and refused by pricing, not here: docs/billing.md).
+  const small = await http(svc.url, 'POST', '/api/v2/signals/bulk', { token: own.live, raw: raw('1e400') });
+  t.equal(small.status, 202, JSON.stringify(small.body));
+});
