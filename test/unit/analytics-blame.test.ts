@@ -54,6 +54,16 @@ t.test('a statement that ran at a lowered priority gets nobody else blamed', asy
   t.equal(blame({ tenant: 'a', cpuMs: 1_000, ranMs: 3_000, lowered: true }, [{ tenant: 'b', cpuMs: 2_930 }]).tenant, 'a', 'lowered, not starved: its own');
 });
 
+t.test('a statement running on time given back counts for its own organization only', async (t) => {
+  // A victim's small statement, given its time back, ran long: not another organization's culprit.
+  t.equal(blame({ tenant: 'runaway', cpuMs: 280, ranMs: 6_000 }, [{ tenant: 'victim', cpuMs: 600, relieved: true }]).tenant, null);
+  t.equal(blame({ tenant: 'runaway', cpuMs: 280, ranMs: 6_000 }, [{ tenant: 'victim', cpuMs: 600 }]).tenant, 'victim', 'not relieved: the CPU decides');
+  // Two runaways of one organization: a relieved sibling still counts for its organization.
+  const v = blame({ tenant: 'a', cpuMs: 690, ranMs: 3_500 }, [{ tenant: 'a', cpuMs: 730, relieved: true }]);
+  t.equal(v.tenant, 'a', 'its sibling used more than it: its own organization');
+  t.equal(v.byTenant.get('a'), 1_420);
+});
+
 t.test("a starved statement's own organization is blamed when its own other statements used the CPU, or when it is in quarantine", async (t) => {
   const v = blame({ tenant: 'a', cpuMs: 200, ranMs: 3_000 }, [
     { tenant: 'a', cpuMs: 900 },
@@ -80,7 +90,7 @@ t.test('the share is read from all attempts when given (shareMs), the comparison
 });
 
 t.test('properties', async (t) => {
-  const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean() });
+  const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean(), relieved: fc.boolean() });
   fc.assert(
     fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.option(fc.record({ usedMs: fc.nat({ max: 60_000 }), hadMs: fc.nat({ max: 60_000 }) })), fc.boolean(), ({ tenant, cpuMs, quarantined }, ranMs, others, machine, lowered) => {
       const v = blame({ tenant, cpuMs, ranMs, quarantined, lowered, ...(machine ? { machine } : {}) }, others);
@@ -88,13 +98,14 @@ t.test('properties', async (t) => {
       if ((quarantined || lowered) && v.tenant !== null && v.tenant !== tenant) return false;
       // Another organization only when the analytics statements used their share of the machine.
       if (machine && machine.usedMs < ENGINE_SHARE * machine.hadMs && v.tenant !== null && v.tenant !== tenant) return false;
-      const used = (x: string): number => (x === tenant ? cpuMs : 0) + others.filter((o) => o.tenant === x).reduce((s, o) => s + o.cpuMs, 0);
-      const jailed = (x: string): boolean => others.some((o) => o.tenant === x && o.quarantined);
+      const counted = others.filter((o) => !o.relieved || o.tenant === tenant);
+      const used = (x: string): number => (x === tenant ? cpuMs : 0) + counted.filter((o) => o.tenant === x).reduce((s, o) => s + o.cpuMs, 0);
+      const jailed = (x: string): boolean => counted.some((o) => o.tenant === x && o.quarantined);
       if (v.tenant !== null && v.tenant !== tenant) {
         // Another organization: MARGIN times the overdue one's (as much when in quarantine), the most of those that qualify.
         const qualifies = (x: string): boolean => x !== tenant && used(x) >= MIN_CULPRIT_MS && used(x) >= (jailed(x) ? 1 : MARGIN) * used(tenant);
         if (!qualifies(v.tenant)) return false;
-        for (const o of others) if (qualifies(o.tenant) && used(o.tenant) > used(v.tenant)) return false;
+        for (const o of counted) if (qualifies(o.tenant) && used(o.tenant) > used(v.tenant)) return false;
       }
       // Nobody is blamed only for a starved statement of an organization not in quarantine.
       if (v.tenant === null && (!v.starved || quarantined || cpuMs >= STARVED_SHARE * ranMs)) return false;

@@ -62,6 +62,12 @@ export interface RunningCpu {
   cpuMs: number;
   /** Its organization is in quarantine (a statement of it ended the engine's work lately). */
   quarantined?: boolean;
+  /**
+   * It runs on time given back for being starved: not counted against its organization when
+   * another organization's statement is overdue (a small statement given its time back runs
+   * long beside runaways), but counted among the overdue statement's own organization's.
+   */
+  relieved?: boolean;
 }
 
 export interface Overdue {
@@ -99,10 +105,10 @@ export interface Verdict {
  */
 export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict {
   const byTenant = new Map<string, number>([[overdue.tenant, overdue.cpuMs]]);
-  for (const r of others) byTenant.set(r.tenant, (byTenant.get(r.tenant) ?? 0) + r.cpuMs);
+  for (const r of others) if (!r.relieved || r.tenant === overdue.tenant) byTenant.set(r.tenant, (byTenant.get(r.tenant) ?? 0) + r.cpuMs);
   const starved = (overdue.shareMs ?? overdue.cpuMs) < STARVED_SHARE * overdue.ranMs;
   const own = byTenant.get(overdue.tenant)!;
-  const offender = new Set(others.filter((r) => r.quarantined).map((r) => r.tenant));
+  const offender = new Set(others.filter((r) => r.quarantined && (!r.relieved || r.tenant === overdue.tenant)).map((r) => r.tenant));
   let top: string | null = null;
   let topMs = 0;
   const engineBusy = overdue.machine === undefined || overdue.machine.usedMs >= ENGINE_SHARE * overdue.machine.hadMs;

@@ -131,9 +131,8 @@ interface Attempt {
   /**
    * Its deadline was moved for being starved (excused, or spared by a kill made for another
    * organization), on this attempt or an earlier one: it runs on time given back, and its CPU
-   * time is not held against its organization when another statement's deadline passes (a
-   * small statement given its time back runs long beside runaways and would otherwise be taken
-   * for their cause).
+   * time is not held against its organization when another organization's statement is
+   * overdue (blame.ts, RunningCpu.relieved).
    */
   relieved: boolean;
   /** It runs at a lowered CPU priority because another statement of its organization had run long (blame.ts). */
@@ -362,10 +361,11 @@ export class HostedStore implements Store {
       return 'spared';
     }
     const gone = new Set(listed.filter((l) => l.ended).map((l) => l.tag));
-    const others = [...this.byTag.values()].filter((b) => b !== a && b.g.n === a.g.n && !gone.has(b.tag) && !b.relieved).map((b) => ({
+    const others = [...this.byTag.values()].filter((b) => b !== a && b.g.n === a.g.n && !gone.has(b.tag)).map((b) => ({
       tenant: b.tenant,
       cpuMs: Math.max(b.pastMaxCpuMs, b.cpuMs),
       quarantined: this.inQuarantine(b.tenant),
+      relieved: b.relieved,
     }));
     const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), lowered: a.lowered === true, machine }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
@@ -375,7 +375,10 @@ export class HostedStore implements Store {
     }
     if (v.tenant === null) {
       // Starved, no one to blame: it goes on, once, with the time it did not get.
-      if (ended || a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) return 'own';
+      if (ended || a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) {
+        log.info(`analytics statement ${what}, starved with no organization's work standing out: it cannot go on`, { ...fields, cpuByOrg, ended, excused: a.excused });
+        return 'own';
+      }
       a.excused = true;
       a.relieved = true;
       log.warn(`analytics statement ${what}, starved with no organization's work standing out: it goes on`, { ...fields, cpuByOrg });
