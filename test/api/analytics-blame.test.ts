@@ -26,7 +26,7 @@ const RUNAWAY =
 /**
  * The innocent organization's statements: one block sorting a 2,000,000-element array (about
  * 0.6 s of engine work alone: well within its deadline, past it at the share of the CPU the
- * runaways leave it), a plain read of its own signals, and a statement of many blocks.
+ * runaways leave it), and a plain read of its own signals.
  */
 const SMALL: [string, unknown[][]][] = [
   [
@@ -35,13 +35,6 @@ const SMALL: [string, unknown[][]][] = [
     [['2000000']],
   ],
   ['SELECT count() AS n FROM fact_signal', [['0']]],
-  // Many blocks (about 0.1 s of CPU alone): starved, the engine's own time limit ends it between
-  // blocks at its deadline, before the service's watchdog looks; it must be judged the same.
-  [
-    'SELECT sum(sipHash64(repeat(toString(a * 1000 + b), 8)) % 1000) AS n ' +
-      'FROM (SELECT arrayJoin(range(1000)) AS a) AS x CROSS JOIN (SELECT arrayJoin(range(1, 1001)) AS b) AS y',
-    [['499433211']],
-  ],
 ];
 
 const BIG = { burst: 1_000_000_000, refillPerSecond: 1_000_000_000, analyticsConcurrency: 4 };

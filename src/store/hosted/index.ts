@@ -30,11 +30,10 @@
  *   ledger is read (GET /cpu, see engine-host/cpu.ts) and the kill is made for the
  *   organization whose statements used the CPU (blame.ts, `judge`); a statement starved by
  *   them is given its time back (through its `reprieve`) and run again, and one starved with
- *   no organization's work standing out goes on, once. The engine is told each statement's
- *   time left (max_execution_time) and ends a statement that passes it between blocks, at
- *   its deadline, without a kill: such an end is judged the same way, and a statement starved
- *   by another organization's work runs again on the next host, the kill made for that
- *   organization; otherwise it ends (408).
+ *   no organization's work standing out goes on, once. A statement the engine's own time
+ *   limit ends between blocks (it is told the time left) answers 408 without a judgement:
+ *   judged and run again, long statements of organizations that starve each other ran to
+ *   three time limits, each organization's kills made for the other.
  *   A statement whose deadline passed is not run again. After a crash (a death without a
  *   deadline kill) every statement runs again once, as the pipeline's reads do: a statement
  *   that crashes the host must not end host after host.
@@ -58,8 +57,7 @@ import { WorkEnded, type AnalyticsEngine, type EngineOutput, type QuerySettings,
 import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
-import { EngineError, toEngineError } from '../engine-error.js';
-import { errorCodeNumber } from '../error-codes.js';
+import { EngineError } from '../engine-error.js';
 import { blame } from './blame.js';
 import { analyticsLog as log } from '../../log.js';
 
@@ -92,9 +90,6 @@ const LONG_MS = 1_000;
 
 /** How long the service waits for the engine host's CPU ledger (GET /cpu) when a deadline passes. */
 export const CPU_READ_MS = 1_000;
-
-/** The engine's exception code for a statement its own max_execution_time ended. */
-const TIMEOUT_NUMBER = errorCodeNumber('TIMEOUT_EXCEEDED');
 
 /** The machine's cores (the engine host runs beside the service). */
 const CORES = os.availableParallelism();
@@ -323,17 +318,15 @@ export class HostedStore implements Store {
    *             per statement; or it was just run again after a kill, and is judged after
    *             MIN_JUDGED_MS.
    * 'own' also when the ledger cannot be read within CPU_READ_MS, or no time can be given back.
-   * `ended`: the engine has ended the statement already (its own time limit): it can only run
-   * again after a kill made for another organization, so it is 'own' unless that is the verdict.
    */
-  private judge(a: Attempt, what: string, ended = false): Promise<'own' | 'spared'> {
-    a.judging ??= this.judgeNow(a, what, ended).finally(() => {
+  private judge(a: Attempt, what: string): Promise<'own' | 'spared'> {
+    a.judging ??= this.judgeNow(a, what).finally(() => {
       a.judging = undefined;
     });
     return a.judging;
   }
 
-  private async judgeNow(a: Attempt, what: string, ended: boolean): Promise<'own' | 'spared'> {
+  private async judgeNow(a: Attempt, what: string): Promise<'own' | 'spared'> {
     let listed: { tag: string; cpuMs: number; ended: boolean }[];
     try {
       listed = await this.readCpu(a.g);
@@ -356,7 +349,7 @@ export class HostedStore implements Store {
     const fields = { org: a.tenant, cpuMs, ranMs, engineCpuMs: machine.usedMs, machineCpuMs: machine.hadMs };
     // Just run again after a kill: judged once it has run a while on this host.
     if (a.pastRanMs > 0 && here < MIN_JUDGED_MS) {
-      if (ended || a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
+      if (a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
       log.info(`analytics statement ${what} right after it was run again: it goes on`, fields);
       return 'spared';
     }
@@ -375,8 +368,8 @@ export class HostedStore implements Store {
     }
     if (v.tenant === null) {
       // Starved, no one to blame: it goes on, once, with the time it did not get.
-      if (ended || a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) {
-        log.info(`analytics statement ${what}, starved with no organization's work standing out: it cannot go on`, { ...fields, cpuByOrg, ended, excused: a.excused });
+      if (a.excused || a.reprieve(Math.max(MIN_REPRIEVE_MS, here - a.cpuMs)) === 0) {
+        log.info(`analytics statement ${what}, starved with no organization's work standing out: it cannot go on`, { ...fields, cpuByOrg, excused: a.excused });
         return 'own';
       }
       a.excused = true;
@@ -516,19 +509,6 @@ export class HostedStore implements Store {
         until = held?.(v);
         return v;
       } catch (err) {
-        if (!stop.aborted && toEngineError(err).codeNumber === TIMEOUT_NUMBER) {
-          // The engine's own time limit (told the time left) ended the statement, between blocks,
-          // at its deadline: judged like a deadline the watchdog sees pass (a statement starved
-          // by another organization's work is not ended for it).
-          // Only a kill made for another organization runs it again (on the next host, with its
-          // time given back): a statement that goes on when starved with no one to blame cannot
-          // go on once ended, and running it again from nothing would only starve it again.
-          if ((await this.judge(a, 'ended by the engine at its deadline', true)) === 'own' || !a.spared) throw err;
-          await Promise.race([g.exited, new Promise((r) => setTimeout(r, WAIT_FOR_HOST_MS).unref())]);
-          foreign = true;
-          prepaid = RESTART_ALLOWANCE_MS;
-          continue;
-        }
         if (stop.aborted || !lostHost(err)) throw err;
         const gone = await Promise.race([g.exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1_000).unref())]);
         if (!gone) throw err;
