@@ -26,7 +26,8 @@
  * the place are held until the engine is done with the statement. The engine is told whose
  * statement it runs, so that ending the embedded engine's work for one organization's
  * runaway costs the others only a second run (src/store/hosted/index.ts), and the time that
- * cost them is given back to their deadlines (at most one time limit per request in all).
+ * cost them is given back to their deadlines (at most MAX_LOST_LIMITS time limits, and a
+ * restart each, per request in all).
  *
  * A result's rows take at most MAX_RESULT_BYTES of JSON: cut at the last whole row, flagged
  * `meta.truncated` with `truncatedBy: "bytes"` (result.ts). The engine's output is read as the
@@ -93,9 +94,21 @@ export const MAX_REPRIEVE_LIMITS = 2;
 const REPRIEVE_RESTART_MS = 2_000;
 
 /**
+ * How much work other organizations' kills may cost a request's statement and have given
+ * back: three time limits, and LOST_RESTART_MS more for each (the engine host's restart).
+ * Every organization whose runaway passes its deadline ends the engine's work once (then it
+ * is quarantined); each such kill restarts the others' statements. Measured: four
+ * organizations' runaways a second apart cost another organization's 0.6 s statement its
+ * work three times (a kill made for the first, then each of two others' own), past the one
+ * time limit given back before.
+ */
+export const MAX_LOST_LIMITS = 3;
+const LOST_RESTART_MS = 1_500;
+
+/**
  * Hands each engine call of a request to withSlot (which keeps its slot until the call
- * settled); knows the deadline, which `giveBack` moves later (up to the request's time limit
- * in all) when another organization's runaway cost this request its engine work.
+ * settled); knows the deadline, which `giveBack` moves later (up to MAX_LOST_LIMITS time
+ * limits in all) when another organization's runaway cost this request its engine work.
  */
 type Tracker = ((engine: Promise<unknown>) => void) & {
   readonly deadline: number;
@@ -327,7 +340,7 @@ export class AnalyticsService {
     });
     const methods = {
       giveBack: (ms: number): number => {
-        const give = Math.max(0, Math.min(ms, this.opts.timeoutMs - givenBack));
+        const give = Math.max(0, Math.min(ms, MAX_LOST_LIMITS * (this.opts.timeoutMs + LOST_RESTART_MS) - givenBack));
         givenBack += give;
         deadline += give;
         if (give > 0) rearm();

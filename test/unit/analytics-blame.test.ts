@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { ENGINE_SHARE, MARGIN, MIN_CULPRIT_MS, STARVED_SHARE, blame } from '../../src/store/hosted/blame.js';
+import { MARGIN, MIN_CULPRIT_MS, STARVED_SHARE, blame } from '../../src/store/hosted/blame.js';
 import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
 
 t.test('a statement that used its time is blamed on its own organization', async (t) => {
@@ -32,16 +32,6 @@ t.test('another organization is blamed when it used MARGIN times as much as the 
   // A small statement beside one starved runaway, both alike: neither blames the other.
   t.equal(blame({ tenant: 'runaway', cpuMs: 300, ranMs: 4_000 }, [{ tenant: 'small', cpuMs: 360 }]).tenant, null);
   t.equal(blame({ tenant: 'small', cpuMs: 360, ranMs: 4_000 }, [{ tenant: 'runaway', cpuMs: 300 }]).tenant, null);
-});
-
-t.test('nobody else is blamed when the analytics statements used little of the machine: the rest of it starved the statement', async (t) => {
-  // A runaway starved by other processes beside another organization's small statement.
-  const overdue = { tenant: 'runaway', cpuMs: 150, ranMs: 3_500 };
-  const small = [{ tenant: 'small', cpuMs: 530 }];
-  t.equal(blame(overdue, small).tenant, 'small', 'without the machine figure: the CPU decides');
-  t.equal(blame({ ...overdue, machine: { usedMs: 1_580, hadMs: 7_000 } }, small).tenant, null, '23% of the machine: nobody');
-  t.equal(blame({ ...overdue, machine: { usedMs: ENGINE_SHARE * 7_000, hadMs: 7_000 } }, small).tenant, 'small', 'at the share');
-  t.equal(blame({ ...overdue, quarantined: true, machine: { usedMs: 1_580, hadMs: 7_000 } }, small).tenant, 'runaway', 'in quarantine: its own');
 });
 
 t.test('a statement that ran at a lowered priority gets nobody else blamed', async (t) => {
@@ -92,12 +82,10 @@ t.test('the share is read from all attempts when given (shareMs), the comparison
 t.test('properties', async (t) => {
   const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean(), relieved: fc.boolean() });
   fc.assert(
-    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.option(fc.record({ usedMs: fc.nat({ max: 60_000 }), hadMs: fc.nat({ max: 60_000 }) })), fc.boolean(), ({ tenant, cpuMs, quarantined }, ranMs, others, machine, lowered) => {
-      const v = blame({ tenant, cpuMs, ranMs, quarantined, lowered, ...(machine ? { machine } : {}) }, others);
+    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.boolean(), ({ tenant, cpuMs, quarantined }, ranMs, others, lowered) => {
+      const v = blame({ tenant, cpuMs, ranMs, quarantined, lowered }, others);
       // A statement of lowered priority (quarantine included) never gets another organization blamed.
       if ((quarantined || lowered) && v.tenant !== null && v.tenant !== tenant) return false;
-      // Another organization only when the analytics statements used their share of the machine.
-      if (machine && machine.usedMs < ENGINE_SHARE * machine.hadMs && v.tenant !== null && v.tenant !== tenant) return false;
       const counted = others.filter((o) => !o.relieved || o.tenant === tenant);
       const used = (x: string): number => (x === tenant ? cpuMs : 0) + counted.filter((o) => o.tenant === x).reduce((s, o) => s + o.cpuMs, 0);
       const jailed = (x: string): boolean => counted.some((o) => o.tenant === x && o.quarantined);

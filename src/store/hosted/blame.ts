@@ -29,12 +29,6 @@
  *   statements blamed, killed and quarantined in 7 of 7 runs; that organization's statements,
  *   starved in turn, had a third one blamed). A quarantined organization's statement is blamed
  *   on its own organization; a lowered one, starved, goes on once like any starved statement.
- * - Nobody else is blamed either when the engine's analytics statements together used less
- *   than ENGINE_SHARE of the CPU the machine had while the overdue statement ran (its cores
- *   × that time): the rest of the machine starved it, and a small statement of another
- *   organization that happened to get more of what was left is no culprit (measured on a
- *   machine loaded by other processes: a starved runaway blamed another organization's 0.5 s
- *   statement, the analytics statements having used 23% of the machine in all).
  *
  * A runaway among others, or on a machine loaded by other work, is starved too: it is the
  * "once" and the quarantine that keep runaways from going on far past their deadlines
@@ -52,8 +46,6 @@ export const STARVED_SHARE = 0.25;
 export const MARGIN = 2;
 /** …and at least this much (ms): less cannot have starved anyone past a deadline. */
 export const MIN_CULPRIT_MS = 200;
-/** Another organization is blamed only when the analytics statements used at least this share of the machine's CPU meanwhile. */
-export const ENGINE_SHARE = 0.4;
 
 export interface RunningCpu {
   /** The organization the statement runs for. */
@@ -82,12 +74,6 @@ export interface Overdue {
   quarantined?: boolean;
   /** It ran at a lowered CPU priority because another statement of its organization had run long. */
   lowered?: boolean;
-  /**
-   * The CPU time (ms) all analytics statements used while it ran (`usedMs`) and the time the
-   * machine had meanwhile (`hadMs`: its cores × that time); without it, the engine is taken
-   * to have used the machine.
-   */
-  machine?: { usedMs: number; hadMs: number };
 }
 
 export interface Verdict {
@@ -111,8 +97,7 @@ export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict 
   const offender = new Set(others.filter((r) => r.quarantined && (!r.relieved || r.tenant === overdue.tenant)).map((r) => r.tenant));
   let top: string | null = null;
   let topMs = 0;
-  const engineBusy = overdue.machine === undefined || overdue.machine.usedMs >= ENGINE_SHARE * overdue.machine.hadMs;
-  const mayBlameOthers = engineBusy && !overdue.quarantined && !overdue.lowered;
+  const mayBlameOthers = !overdue.quarantined && !overdue.lowered;
   for (const [tenant, ms] of mayBlameOthers ? byTenant : []) {
     if (tenant === overdue.tenant || ms < MIN_CULPRIT_MS || ms < (offender.has(tenant) ? 1 : MARGIN) * own) continue;
     if (ms > topMs) [top, topMs] = [tenant, ms];

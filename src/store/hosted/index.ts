@@ -11,7 +11,7 @@
  *   - another organization's statement the host died under is run again on the next
  *     generation, as often as it takes, within its own deadline; the time the kill cost it
  *     (its work so far and the wait for the next host) is given back to that deadline
- *     (`lost`; the analytics service gives back at most one time limit in all), and so is the
+ *     (`lost`; the analytics service gives back at most three time limits in all), and so is the
  *     wait of a statement that arrived while that host restarted;
  *   - the same organization's other statements are not run again: they end with WorkEnded
  *     (the API answers 408), or they would run to their own deadlines and end the next
@@ -49,7 +49,6 @@
  *   landed or not, for good, before anything checks. Forced in test/api/lost-insert.test.ts
  *   (ENGINE_HOST_FAULT=lose-insert).
  */
-import os from 'node:os';
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
@@ -90,9 +89,6 @@ const LONG_MS = 1_000;
 
 /** How long the service waits for the engine host's CPU ledger (GET /cpu) when a deadline passes. */
 export const CPU_READ_MS = 1_000;
-
-/** The machine's cores (the engine host runs beside the service). */
-const CORES = os.availableParallelism();
 
 /** A statement whose output was closed before its end is still running past its deadline + this: the host is killed for its organization. */
 const OUTPUT_GRACE_MS = 1_000;
@@ -245,9 +241,9 @@ export class HostedStore implements Store {
         database: this.cfg.clickhouseDatabase,
         analyticsDatabase: this.cfg.analytics.database,
         // A statement runs past its time limit by what is given back to it (src/analytics/service.ts:
-        // up to one limit for work another organization's kill ended, two limits + 2 s each when
-        // starved): the client must not give up on it first.
-        analyticsTimeoutMs: 4 * this.cfg.analytics.timeoutMs + 4_000,
+        // up to three limits + 1.5 s each for work other organizations' kills ended, two limits
+        // + 2 s each when starved): the client must not give up on it first.
+        analyticsTimeoutMs: 7 * this.cfg.analytics.timeoutMs + 10_000,
         embedded: true,
       });
       this.stores.set(g.n, made);
@@ -343,10 +339,7 @@ export class HostedStore implements Store {
     const here = Date.now() - a.began;
     const ranMs = a.pastRanMs + here;
     const cpuMs = a.pastCpuMs + a.cpuMs;
-    // What the engine's analytics statements used of the machine during this attempt (the
-    // ledger's figures for this host: statements that ended lately included).
-    const machine = { usedMs: listed.reduce((sum, l) => sum + l.cpuMs, 0), hadMs: CORES * here };
-    const fields = { org: a.tenant, cpuMs, ranMs, engineCpuMs: machine.usedMs, machineCpuMs: machine.hadMs };
+    const fields = { org: a.tenant, cpuMs, ranMs };
     // Just run again after a kill: judged once it has run a while on this host.
     if (a.pastRanMs > 0 && here < MIN_JUDGED_MS) {
       if (a.reprieve(MIN_JUDGED_MS - here + MIN_REPRIEVE_MS) === 0) return 'own';
@@ -360,7 +353,7 @@ export class HostedStore implements Store {
       quarantined: this.inQuarantine(b.tenant),
       relieved: b.relieved,
     }));
-    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), lowered: a.lowered === true, machine }, others);
+    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), lowered: a.lowered === true }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
     if (v.tenant === a.tenant) {
       log.info(`analytics statement ${what}: blamed on its own organization`, { ...fields, starved: v.starved, cpuByOrg });
@@ -386,8 +379,6 @@ export class HostedStore implements Store {
       ranMs,
       blamedOrg: v.tenant,
       blamedCpuMs: v.byTenant.get(v.tenant),
-      engineCpuMs: machine.usedMs,
-      machineCpuMs: machine.hadMs,
     });
     this.killFor(a.g, v.tenant, `analytics statements used the CPU another organization's statement was starved of (organization ${v.tenant})`);
     return 'spared';
