@@ -46,7 +46,14 @@ export class NatsCluster {
       c.nodes.push({ name: `n${i + 1}`, port: await freePort(), clusterPort: await freePort(), dir: path.join(c.root, `n${i + 1}`), proc: null, output: '' });
     }
     for (let i = 0; i < size; i++) c.spawn(i);
-    await c.ready();
+    try {
+      // Forming a cluster takes longer on a busy machine (a test suite running two files at once).
+      await c.ready(60_000);
+    } catch (err) {
+      // Its processes would keep the caller's process alive (and a test file waiting for its timeout).
+      await c.stop();
+      throw err;
+    }
     return c;
   }
 
