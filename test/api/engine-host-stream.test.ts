@@ -14,31 +14,14 @@
  * Runs the compiled host (dist/), like engine-host.test.ts.
  */
 import t from 'tap';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
+import { readFileSync } from 'node:fs';
 import type { Readable } from 'node:stream';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
+import { ClickHouseError, type ClickHouseClient } from '@clickhouse/client';
 import { rejection } from '../helpers/rejection.js';
+import { engineHost } from '../helpers/engine-host.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const { EngineHostSupervisor } = (await import(pathToFileURL(path.join(ROOT, 'dist/src/store/engine-host/supervisor.js')).href)) as typeof import('../../src/store/engine-host/supervisor.js');
-
-const dir = mkdtempSync(path.join(tmpdir(), 'billing-engine-host-stream-'));
-const sup = new EngineHostSupervisor({ dir, analyticsDatabase: 'an', analyticsSessions: 1, writerSessions: 1 });
-const clients: ClickHouseClient[] = [];
-t.teardown(async () => {
-  for (const c of clients) await c.close();
-  await sup.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-const client = (url: string, username: string, password: string, database?: string): ClickHouseClient => {
-  const c = createClient({ url, username, password, ...(database ? { database } : {}), compression: { request: false, response: false }, log: { level: ClickHouseLogLevel.OFF }, request_timeout: 120_000 });
-  clients.push(c);
-  return c;
-};
+const { sup, client: open } = engineHost(t, 'engine-host-stream', { analyticsSessions: 1, writerSessions: 1 });
+const client = (url: string, username: string, password: string, database?: string): ClickHouseClient => open(url, username, password, database, { request_timeout: 120_000 });
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 

@@ -6,31 +6,13 @@
  * Runs the compiled host (dist/), like the other API tests run the compiled service.
  */
 import t from 'tap';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import path from 'node:path';
-import { fileURLToPath, pathToFileURL } from 'node:url';
-import { ClickHouseError, ClickHouseLogLevel, createClient, type ClickHouseClient } from '@clickhouse/client';
+import { ClickHouseError, type ClickHouseClient } from '@clickhouse/client';
 import { Readable } from 'node:stream';
 import { rejection } from '../helpers/rejection.js';
+import { engineHost } from '../helpers/engine-host.js';
 
-const ROOT = fileURLToPath(new URL('../../', import.meta.url));
-const { EngineHostSupervisor } = (await import(pathToFileURL(path.join(ROOT, 'dist/src/store/engine-host/supervisor.js')).href)) as typeof import('../../src/store/engine-host/supervisor.js');
-
-const dir = mkdtempSync(path.join(tmpdir(), 'billing-engine-host-'));
-const sup = new EngineHostSupervisor({ dir, analyticsDatabase: 'an', analyticsSessions: 2, writerSessions: 1 });
-const clients: ClickHouseClient[] = [];
-t.teardown(async () => {
-  for (const c of clients) await c.close();
-  await sup.stop();
-  rmSync(dir, { recursive: true, force: true });
-});
-
-const client = (url: string, username: string, password: string, database?: string): ClickHouseClient => {
-  const c = createClient({ url, username, password, ...(database ? { database } : {}), compression: { request: false, response: false }, log: { level: ClickHouseLogLevel.OFF } });
-  clients.push(c);
-  return c;
-};
+const { sup, client: open } = engineHost(t, 'engine-host', { analyticsSessions: 2, writerSessions: 1 });
+const client = (url: string, username: string, password: string, database?: string): ClickHouseClient => open(url, username, password, database);
 
 const failure = (p: Promise<unknown>): Promise<ClickHouseError> => rejection(p, ClickHouseError);
 
