@@ -92,6 +92,8 @@ t.test("another organization's starved statements are not blamed for runaways", 
   const spared = logLines(svc).filter((l) => typeof l.msg === 'string' && l.msg.endsWith('the engine work is ended for the organization that used the CPU'));
   t.comment(`statements run again, the kill made for the organization that used the CPU: ${spared.map((l) => `${l.starvedOrg} (kill for ${l.blamedOrg})`).join(', ')}`);
   t.comment(`attacker answers: ${attackerAnswers.map((a) => `${a.org}:${a.status}@${a.ms}`).join(' ')}`);
+  for (const l of logLines(svc).filter((l) => l.org === victim.id && typeof l.msg === 'string' && l.msg.startsWith('analytics statement')))
+    t.comment(`victim: ${String(l.msg)} (cpu ${String(l.cpuMs)} ms in ${String(l.ranMs)} ms)`);
   t.equal(victimKills, 0, "no kill of the engine host was made for the victim's organization (it is never quarantined)");
   t.ok(victimAnswers.length >= 1, `${victimAnswers.length} statements of the victim were sent during the attack`);
   // Its statements answer their results, or 408: on a machine also running another test file,

@@ -57,7 +57,7 @@ import type { SignalCounts, Store } from '../store.js';
 import { ClickHouseStore } from '../clickhouse/index.js';
 import { EngineHostSupervisor, HostUnavailable, type Generation } from '../engine-host/supervisor.js';
 import { EngineError } from '../engine-error.js';
-import { blame } from './blame.js';
+import { afterStop, blame } from './blame.js';
 import { analyticsLog as log } from '../../log.js';
 
 /** Sessions of the writer lane: one for a flush of the pipeline, one for the billing rows and reads. */
@@ -94,6 +94,9 @@ export const CPU_READ_MS = 1_000;
 const OUTPUT_GRACE_MS = 1_000;
 /** How often the host's ledger is read while waiting for such a statement to end. */
 const ENDED_POLL_MS = 250;
+
+/** How often the host's ledger is read while following a statement told to stop (`stopFirst`). */
+const STOPPED_POLL_MS = 250;
 
 /** The least time given back to a statement found starved (it goes on running, or runs again). */
 const MIN_REPRIEVE_MS = 500;
@@ -133,6 +136,12 @@ interface Attempt {
   reprieve: (ms: number) => number;
   /** Its deadline passed while it was starved, and the host was killed for another organization: the time it lost was given back already. */
   spared: boolean;
+  /**
+   * Blamed on its own organization (judge), which is not in quarantine: while other
+   * organizations' statements run, the engine is told to stop it before any kill
+   * (`stopFirst`); its CPU time (ms) when that was decided.
+   */
+  stopFirst?: { cpuMs: number };
   /** The judgement under way (judge), which a second deadline passing meanwhile waits for. */
   judging?: Promise<'own' | 'spared'>;
 }
@@ -260,10 +269,31 @@ export class HostedStore implements Store {
   private async stoppable<T>(g: Generation, stop: AbortSignal | undefined, tenant: string | undefined, call: (signal?: AbortSignal) => Promise<T>): Promise<T> {
     if (!stop) return call();
     if (stop.aborted) throw new Error('stopped before it ran');
-    const kill = (): void => this.killFor(g, tenant, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
+    // The statement told to stop before any kill, followed until it is gone from the engine.
+    let following: Promise<void> | undefined;
+    const kill = (): void => {
+      // While other organizations' statements run, a kill would end their work too: the
+      // statement is first stopped by its connection closing (the host cancels it at its
+      // next block) and followed; the host is killed for its organization only when it keeps
+      // working. Alone, a kill costs no one else anything: its work is ended at once.
+      const a = this.attempts.get(stop);
+      const decide = async (): Promise<void> => {
+        if (a?.stopFirst && a.g.n === g.n && [...this.byTag.values()].some((b) => b.g.n === g.n && b.tenant !== a.tenant)) return this.followStopped(a, a.stopFirst.cpuMs);
+        this.killFor(g, tenant, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
+      };
+      // Its judgement still under way (the service waits for it a bounded time): the verdict
+      // is waited for (the CPU ledger's read is bounded by CPU_READ_MS), so that a slow read
+      // is not a kill for its organization.
+      following = a?.judging ? a.judging.then(decide, decide) : decide();
+    };
     stop.addEventListener('abort', kill, { once: true });
     try {
       return await call();
+    } catch (err) {
+      // Settled only once the statement is gone from the engine: its slot and place stay
+      // held until then (the analytics service holds them until the engine call settles).
+      if (following) await following;
+      throw err;
     } finally {
       stop.removeEventListener('abort', kill);
     }
@@ -353,8 +383,12 @@ export class HostedStore implements Store {
       quarantined: this.inQuarantine(b.tenant),
       relieved: b.relieved,
     }));
-    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined: this.inQuarantine(a.tenant), lowered: a.lowered === true }, others);
+    const quarantined = this.inQuarantine(a.tenant);
+    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined, lowered: a.lowered === true }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
+    // Blamed on its own organization from here: told to stop before any kill, unless its
+    // organization is in quarantine already (stoppable).
+    if (!quarantined) a.stopFirst = { cpuMs: a.cpuMs };
     if (v.tenant === a.tenant) {
       log.info(`analytics statement ${what}: blamed on its own organization`, { ...fields, starved: v.starved, cpuByOrg });
       return 'own';
@@ -365,12 +399,14 @@ export class HostedStore implements Store {
         log.info(`analytics statement ${what}, starved with no organization's work standing out: it cannot go on`, { ...fields, cpuByOrg, excused: a.excused });
         return 'own';
       }
+      a.stopFirst = undefined;
       a.excused = true;
       a.relieved = true;
       log.warn(`analytics statement ${what}, starved with no organization's work standing out: it goes on`, { ...fields, cpuByOrg });
       return 'spared';
     }
     if (a.reprieve(here + RESTART_ALLOWANCE_MS) === 0) return 'own';
+    a.stopFirst = undefined;
     a.spared = true;
     a.relieved = true;
     log.warn(`analytics statement ${what}: the engine work is ended for the organization that used the CPU`, {
@@ -404,6 +440,34 @@ export class HostedStore implements Store {
         return;
       }
       await new Promise((resolve) => setTimeout(resolve, ENDED_POLL_MS));
+    }
+  }
+
+  /**
+   * Attempt `a`, blamed on its own organization at its deadline, was told to stop when its
+   * connection closed: the host cancels it at its next block, which a block the engine cannot
+   * stop puts off. Followed in the host's ledger until it is gone; the host is killed for its
+   * organization when it keeps working after it was told to stop (blame.ts, `afterStop`): a
+   * small statement that only finishes its block costs no one a kill, a runaway is ended and
+   * its organization quarantined.
+   */
+  private async followStopped(a: Attempt, cpuAtStop: number): Promise<void> {
+    const stopped = Date.now();
+    const ranBefore = stopped - a.began;
+    let cpuMs = cpuAtStop;
+    for (;;) {
+      if (this.supervisor.serving?.n !== a.g.n) return;
+      const listed = await this.readCpu(a.g).catch(() => undefined);
+      const l = listed?.find((x) => x.tag === a.tag);
+      if (listed && (!l || l.ended)) return;
+      if (l) cpuMs = Math.max(cpuMs, l.cpuMs);
+      const wallMs = Date.now() - stopped;
+      if (afterStop({ cpuSinceStopMs: cpuMs - cpuAtStop, wallSinceStopMs: wallMs, ranBeforeMs: ranBefore, limitMs: this.cfg.analytics.timeoutMs }) === 'kill') {
+        log.warn('analytics statement told to stop at its deadline kept working in the engine', { org: a.tenant, cpuSinceStopMs: cpuMs - cpuAtStop, wallSinceStopMs: wallMs });
+        this.killFor(a.g, a.tenant, `an analytics statement ran past its deadline and kept working after it was told to stop (organization ${a.tenant})`);
+        return;
+      }
+      await new Promise((resolve) => setTimeout(resolve, STOPPED_POLL_MS));
     }
   }
 

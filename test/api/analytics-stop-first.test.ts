@@ -1,0 +1,115 @@
+/**
+ * A statement blamed on its own organization at its deadline, while another organization's
+ * statements run, is first told to stop (the engine host cancels it at its next block), and
+ * the host is killed for its organization only when it keeps working (src/store/hosted/index.ts,
+ * `followStopped`; blame.ts, `afterStop`), through the real HTTP API:
+ *
+ * - one block sorting a 3,000,000-element array, past a 1 s limit, ends when its block does:
+ *   it answers 408, and no kill is made (its organization is not quarantined, and the other
+ *   organization's statements running meanwhile are not ended);
+ * - a runaway (one block sorting 20,000,000 elements) told to stop keeps working: the host is
+ *   killed for its organization.
+ */
+import t from 'tap';
+import { createOrg, embeddedOnly, http, logLines, sleep, startService, type TestOrg } from '../helpers/service.js';
+
+const TIMEOUT_MS = 1_000;
+const RUNAWAY_TIMEOUT_MS = 3_000;
+const BIG = { burst: 1_000_000_000, refillPerSecond: 1_000_000_000, analyticsConcurrency: 4 };
+
+/** One block sorting 3,000,000 elements: about 1-2 s of engine work alone, so past its 1 s limit, and done soon after. */
+const SHORT_BLOCK =
+  'SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000000 + b * 1000 + c))) AS n ' +
+  'FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, 5)) AS c)';
+/** One block sorting 20,000,000 elements: 10-16 s of engine work alone. */
+const RUNAWAY =
+  'SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000000 + b * 1000 + c))) AS n ' +
+  'FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, 22)) AS c)';
+/** The other organization's statements: many blocks, well within the limit. */
+const OTHER = 'SELECT sum(cityHash64(number)) AS n FROM numbers(50000000)';
+
+function about(lines: Record<string, unknown>[], org: TestOrg): Record<string, unknown>[] {
+  return lines.filter((l) => JSON.stringify(l).includes(org.id));
+}
+
+/** Runs `other`'s statements two at a time until `until` settles; their answers. */
+async function meanwhile(svc: { url: string }, other: TestOrg, until: Promise<unknown>): Promise<number[]> {
+  let on = true;
+  void until.finally(() => (on = false));
+  const statuses: number[] = [];
+  await Promise.all(
+    [0, 1].map(async () => {
+      while (on) {
+        const r = await http(svc.url, 'POST', '/api/v2/analytics/query', { token: other.live, body: { query: OTHER } });
+        statuses.push(r.status);
+      }
+    }),
+  );
+  return statuses;
+}
+
+t.test('a statement past its deadline that ends at its next block costs no kill while another organization works', embeddedOnly('the engine host is killed at a deadline'), async (t) => {
+  const { svc } = await startService(t, 'stop-first', { ANALYTICS_TIMEOUT_MS: String(TIMEOUT_MS) });
+  const org = await createOrg(svc.url, BIG);
+  const other = await createOrg(svc.url, BIG);
+  const query = (o: TestOrg, q: string) => http(svc.url, 'POST', '/api/v2/analytics/query', { token: o.live, body: { query: q } });
+  t.equal((await query(other, OTHER)).status, 200, 'warm');
+
+  const answers: { status: number; code?: string }[] = [];
+  // A few statements one after another: each is judged at its deadline while the other
+  // organization's statements run.
+  const done = (async () => {
+    await sleep(300);
+    for (let i = 0; i < 3; i++) {
+      const r = await query(org, SHORT_BLOCK);
+      answers.push({ status: r.status, code: r.body?.code });
+    }
+  })();
+  const otherStatuses = await meanwhile(svc, other, done);
+  await done;
+  const lines = logLines(svc);
+  const judged = about(lines, org).filter((l) => l.msg === 'analytics statement past its deadline: blamed on its own organization');
+  const kills = lines.filter((l) => l.msg === 'killing the engine host');
+  t.comment(`answers ${answers.map((a) => a.status).join(' ')}; judged ${judged.length}; kills ${kills.length}; other ${otherStatuses.join(' ')}`);
+  for (const a of answers) t.ok(a.status === 408 && a.code === 'QUERY_TIMEOUT', `past its limit: 408 (${a.status} ${a.code})`);
+  // What this test is about happened: a statement was blamed on its own organization at its deadline.
+  t.ok(judged.length >= 1, `${judged.length} statement(s) blamed on their own organization at the deadline`);
+  t.same(kills.map((l) => l.reason), [], 'no kill of the engine host: each statement ended at the end of its block');
+  t.ok(otherStatuses.length >= 2 && otherStatuses.every((s) => s === 200), `the other organization's statements answered 200 (${otherStatuses.length})`);
+  // Not in quarantine: two of its statements run at once, and neither waits behind the other.
+  const two = await Promise.all([query(org, 'SELECT 1 AS x'), query(org, 'SELECT 2 AS x')]);
+  t.same(two.map((r) => [r.status, r.body?.rows]), [[200, [[1]]], [200, [[2]]]], `its organization is served afterwards (${JSON.stringify(two.map((r) => r.body))})`);
+});
+
+t.test('a runaway told to stop keeps working: the host is killed for its organization', embeddedOnly('the engine host is killed at a deadline'), async (t) => {
+  // Long enough for its 20,000,000 rows to be gathered (many blocks, which the engine's own time
+  // limit would stop) before its deadline: the deadline finds it in its one sorting block.
+  const { svc } = await startService(t, 'stop-first-runaway', { ANALYTICS_TIMEOUT_MS: String(RUNAWAY_TIMEOUT_MS) });
+  const org = await createOrg(svc.url, BIG);
+  const other = await createOrg(svc.url, BIG);
+  const query = (o: TestOrg, q: string) => http(svc.url, 'POST', '/api/v2/analytics/query', { token: o.live, body: { query: q } });
+  t.equal((await query(other, OTHER)).status, 200, 'warm');
+
+  const sent = Date.now();
+  const run = (async () => {
+    await sleep(300);
+    return query(org, RUNAWAY);
+  })();
+  const otherStatuses = await meanwhile(svc, other, run);
+  const r = await run;
+  t.same([r.status, r.body?.code], [408, 'QUERY_TIMEOUT'], 'the runaway answers 408');
+  t.ok(Date.now() - sent < 30_000, 'at its deadline');
+  // The kill comes once it has used more CPU time after it was told to stop than a small statement's whole work.
+  const lines = await (async () => {
+    for (let i = 0; i < 100; i++) {
+      const kills = about(logLines(svc, 'killing the engine host'), org);
+      if (kills.length > 0) return kills;
+      await sleep(100);
+    }
+    return [];
+  })();
+  t.equal(lines.length, 1, 'the host was killed for its organization');
+  t.match(String(lines[0]?.reason), /kept working after it was told to stop/, 'after it was told to stop and kept working');
+  t.ok(about(logLines(svc), org).some((l) => l.msg === 'analytics statement past its deadline: blamed on its own organization'), 'blamed on its own organization at its deadline');
+  t.ok(otherStatuses.every((s) => s === 200), `the other organization's statements answered 200 (${otherStatuses.join(' ')})`);
+});
