@@ -11,7 +11,7 @@
  * host for their organization in about every other.
  */
 import t from 'tap';
-import { createOrg, embeddedOnly, http, logLines, sleep, startService, type TestOrg } from '../helpers/service.js';
+import { createOrg, embeddedOnly, hostKills, http, logLines, sleep, startService, type TestOrg } from '../helpers/service.js';
 
 // Short, so the small statements' deadlines fire while the runaways starve them; the runaways
 // last far longer (10-16 s each alone on a 2-core VM). Not shorter: with another test file's
@@ -129,6 +129,7 @@ t.test("a quarantined organization's runaway, starved at the lowest priority, ge
   // The attacker's first runaway runs alone: 408, and its organization is quarantined.
   const first = await query(attacker.live, runaway);
   t.equal(first.status, 408, 'the first runaway answers 408');
+  t.equal((await hostKills(svc, attacker.id)).length, 1, 'it kept working after it was told to stop: the host was killed for its organization');
   await sleep(1_500);
 
   // The victim runs four statements at a time while the quarantined attacker sends three more.

@@ -1,7 +1,7 @@
 /**
- * A statement blamed on its own organization at its deadline, while another organization's
- * statements run, is first told to stop (the engine host cancels it at its next block), and
- * the host is killed for its organization only when it keeps working (src/store/hosted/index.ts,
+ * A statement blamed on its own organization at its deadline is first told to stop (the engine
+ * host cancels it at its next block), and the host is killed for its organization only when it
+ * keeps working (src/store/hosted/index.ts,
  * `followStopped`; blame.ts, `afterStop`), through the real HTTP API:
  *
  * - one block sorting a 3,000,000-element array, past a 1 s limit, ends when its block does:
@@ -11,7 +11,7 @@
  *   killed for its organization.
  */
 import t from 'tap';
-import { createOrg, embeddedOnly, http, logLines, sleep, startService, type TestOrg } from '../helpers/service.js';
+import { createOrg, embeddedOnly, hostKills, http, logLines, sleep, startService, type TestOrg } from '../helpers/service.js';
 
 const TIMEOUT_MS = 1_000;
 const RUNAWAY_TIMEOUT_MS = 3_000;
@@ -100,14 +100,7 @@ t.test('a runaway told to stop keeps working: the host is killed for its organiz
   t.same([r.status, r.body?.code], [408, 'QUERY_TIMEOUT'], 'the runaway answers 408');
   t.ok(Date.now() - sent < 30_000, 'at its deadline');
   // The kill comes once it has used more CPU time after it was told to stop than a small statement's whole work.
-  const lines = await (async () => {
-    for (let i = 0; i < 100; i++) {
-      const kills = about(logLines(svc, 'killing the engine host'), org);
-      if (kills.length > 0) return kills;
-      await sleep(100);
-    }
-    return [];
-  })();
+  const lines = await hostKills(svc, org.id);
   t.equal(lines.length, 1, 'the host was killed for its organization');
   t.match(String(lines[0]?.reason), /kept working after it was told to stop/, 'after it was told to stop and kept working');
   t.ok(about(logLines(svc), org).some((l) => l.msg === 'analytics statement past its deadline: blamed on its own organization'), 'blamed on its own organization at its deadline');

@@ -174,6 +174,16 @@ export async function waitFor<T>(fn: () => Promise<T>, done: (v: T) => boolean, 
   return v;
 }
 
+/**
+ * The engine host kills the service logged whose reason names `orgId` (any kill when
+ * undefined), once at least one is there or `timeoutMs` has passed: a statement told to stop
+ * at its deadline has the host killed only once it has kept working a while after.
+ */
+export async function hostKills(svc: ServiceProcess, orgId?: string, timeoutMs = 15_000): Promise<Record<string, unknown>[]> {
+  const kills = (): Record<string, unknown>[] => logLines(svc, 'killing the engine host').filter((l) => orgId === undefined || String(l.reason).includes(orgId));
+  return waitFor(async () => kills(), (k) => k.length > 0, timeoutMs);
+}
+
 /** Waits until the pipeline consumer has nothing pending or unacked, then a little more. */
 export async function drained(iso: Isolation, timeoutMs = 60_000): Promise<void> {
   const nc = await connect({ servers: NATS_URL });

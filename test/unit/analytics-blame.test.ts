@@ -5,7 +5,7 @@
  */
 import t from 'tap';
 import fc from 'fast-check';
-import { MARGIN, MIN_CULPRIT_MS, STOPPED_CPU_MS, STOPPED_MIN_WALL_MS, STARVED_SHARE, afterStop, blame, stoppedWallBound } from '../../src/store/hosted/blame.js';
+import { MARGIN, MIN_CULPRIT_MS, STOPPED_CPU_MS, STOPPED_MIN_WALL_MS, STARVED_SHARE, afterStop, blame, stoppedHardBound, stoppedWallBound } from '../../src/store/hosted/blame.js';
 import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
 
 t.test('a statement that used its time is blamed on its own organization', async (t) => {
@@ -172,22 +172,27 @@ t.test('a statement told to stop at its deadline: the host is killed only when i
   t.equal(afterStop({ cpuSinceStopMs: 300, wallSinceStopMs: 2_500, ranBeforeMs: 4_000, limitMs }), 'wait');
   // A runaway's block: more CPU time after it was told to stop than a small statement's whole work.
   t.equal(afterStop({ cpuSinceStopMs: STOPPED_CPU_MS, wallSinceStopMs: 1_600, ranBeforeMs: 4_000, limitMs }), 'kill');
-  // Starved on and on: not without bound, as long again as it had run (at least STOPPED_MIN_WALL_MS, at most the time limit).
-  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: STOPPED_MIN_WALL_MS - 1, ranBeforeMs: 1_000, limitMs }), 'wait');
-  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: STOPPED_MIN_WALL_MS, ranBeforeMs: 1_000, limitMs }), 'kill');
-  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: 7_000, ranBeforeMs: 8_000, limitMs }), 'wait');
-  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: 8_000, ranBeforeMs: 8_000, limitMs }), 'kill');
-  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: limitMs, ranBeforeMs: 3 * limitMs, limitMs }), 'kill');
+  // Working on (a quarter of its time or more as CPU time): as long again as it had run (at
+  // least STOPPED_MIN_WALL_MS, at most the time limit).
+  t.equal(afterStop({ cpuSinceStopMs: 1_300, wallSinceStopMs: STOPPED_MIN_WALL_MS - 1, ranBeforeMs: 1_000, limitMs }), 'wait');
+  t.equal(afterStop({ cpuSinceStopMs: 1_300, wallSinceStopMs: STOPPED_MIN_WALL_MS, ranBeforeMs: 1_000, limitMs }), 'kill');
+  t.equal(afterStop({ cpuSinceStopMs: 1_400, wallSinceStopMs: 7_000, ranBeforeMs: 8_000, limitMs }), 'wait');
+  t.equal(afterStop({ cpuSinceStopMs: 1_400, wallSinceStopMs: 5_600, ranBeforeMs: 5_600, limitMs }), 'kill');
+  // Starved (less than a quarter as CPU time): waited for, up to the hard bound.
+  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: 12_000, ranBeforeMs: 8_000, limitMs: 3_000 }), 'wait');
+  t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: stoppedHardBound({ limitMs: 3_000 }), ranBeforeMs: 8_000, limitMs: 3_000 }), 'kill');
 });
 
-t.test('property: a statement told to stop is never followed without bound, and never killed below both bounds', async () => {
+t.test('property: a statement told to stop is never followed past the hard bound, and never killed below the bounds', async () => {
   fc.assert(
-    fc.property(fc.nat(10_000), fc.nat(120_000), fc.nat(120_000), fc.integer({ min: 100, max: 30_000 }), (cpu, wall, ran, limitMs) => {
+    fc.property(fc.nat(10_000), fc.nat(200_000), fc.nat(120_000), fc.integer({ min: 100, max: 30_000 }), (cpu, wall, ran, limitMs) => {
       const v = afterStop({ cpuSinceStopMs: cpu, wallSinceStopMs: wall, ranBeforeMs: ran, limitMs });
       const bound = stoppedWallBound({ ranBeforeMs: ran, limitMs });
-      if (bound > Math.max(STOPPED_MIN_WALL_MS, limitMs) || bound < STOPPED_MIN_WALL_MS) return false;
-      if (cpu >= STOPPED_CPU_MS || wall >= bound) return v === 'kill';
-      return v === 'wait';
+      const hard = stoppedHardBound({ limitMs });
+      if (bound > Math.max(STOPPED_MIN_WALL_MS, limitMs) || bound < STOPPED_MIN_WALL_MS || hard < bound) return false;
+      if (wall >= hard || cpu >= STOPPED_CPU_MS) return v === 'kill';
+      if (wall < bound) return v === 'wait';
+      return v === (cpu >= STARVED_SHARE * wall ? 'kill' : 'wait');
     }),
   );
 });

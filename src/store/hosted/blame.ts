@@ -22,12 +22,11 @@
  *   time it did not get, once (the caller keeps that), and goes on. Starved so again, it is
  *   blamed on its own organization.
  *
- * - A statement blamed on its own organization, which is not in quarantine, while other
- *   organizations' statements run, is first told to stop (the host cancels it at its next
- *   block): a kill would end the others' work too, and a small statement past its deadline
- *   (starved, or using its share beside several runaways, none of which stands out) is no
- *   runaway. Only one that keeps working after that (`afterStop`) has the host killed for its
- *   organization, which is then quarantined.
+ * - A statement blamed on its own organization, which is not in quarantine, is first told to
+ *   stop (the host cancels it at its next block): a kill ends every organization's work, and
+ *   a small statement past its deadline (starved, or using its share beside several runaways,
+ *   none of which stands out) is no runaway. Only one that keeps working after that
+ *   (`afterStop`) has the host killed for its organization, which is then quarantined.
  *
  * - Nobody else is blamed for a statement that ran at a lowered CPU priority: its organization
  *   is in quarantine (it ran at the lowest), or it started while another statement of its
@@ -118,8 +117,10 @@ export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict 
 
 /** CPU time (ms) a statement told to stop at its deadline may still use finishing its block. */
 export const STOPPED_CPU_MS = 1_500;
-/** However starved, such a statement still running after this long (ms), or as long again as it had run, has the host killed. */
+/** A statement told to stop, not starved since, still running after this long (ms), or as long again as it had run up to one time limit, has the host killed. */
 export const STOPPED_MIN_WALL_MS = 5_000;
+/** However starved, a statement told to stop still running after this many time limits (+ STOPPED_MIN_WALL_MS) has the host killed. */
+export const STOPPED_MAX_LIMITS = 3;
 
 export interface Stopped {
   /** CPU time it used since it was told to stop, ms. */
@@ -135,19 +136,30 @@ export interface Stopped {
 /**
  * A statement told to stop at its deadline, still running (the engine stops it at its next
  * block): 'wait' while it only finishes its block, 'kill' (the host is killed for its
- * organization) once it has used STOPPED_CPU_MS more, about a small statement's whole work
- * (the blame test's 2,000,000-element sort used up to 2 s of CPU time in an attempt on a
- * loaded machine, most of it before its deadline), or has run on as long again as it had run
- * before, up to one time limit (and at least STOPPED_MIN_WALL_MS): starved or not, it must
- * not live on without bound past its answer (it holds its place, and a session of the host).
+ * organization) once
+ * - it has used STOPPED_CPU_MS more, about a small statement's whole work (the blame test's
+ *   2,000,000-element sort used up to 2 s of CPU time in an attempt on a loaded machine, most
+ *   of it before its deadline);
+ * - or it has run on as long again as it had run before, up to one time limit (and at least
+ *   STOPPED_MIN_WALL_MS), using STARVED_SHARE of that time or more as CPU time (a starved
+ *   statement uses little of the CPU, and ends its block once the work starving it ends);
+ * - or, starved or not, it is still running STOPPED_MAX_LIMITS time limits (+
+ *   STOPPED_MIN_WALL_MS) after it was told to stop: it must not live on without bound past its
+ *   answer (it holds its place, and a session of the host).
  */
 export function afterStop(s: Stopped): 'wait' | 'kill' {
   if (s.cpuSinceStopMs >= STOPPED_CPU_MS) return 'kill';
-  if (s.wallSinceStopMs >= stoppedWallBound(s)) return 'kill';
+  if (s.wallSinceStopMs >= stoppedWallBound(s) && s.cpuSinceStopMs >= STARVED_SHARE * s.wallSinceStopMs) return 'kill';
+  if (s.wallSinceStopMs >= stoppedHardBound(s)) return 'kill';
   return 'wait';
 }
 
-/** The longest (ms) a statement told to stop is followed, however starved, before the host is killed. */
+/** From when (ms after the stop) a statement told to stop that is not starved has the host killed. */
 export function stoppedWallBound(s: Pick<Stopped, 'ranBeforeMs' | 'limitMs'>): number {
   return Math.max(STOPPED_MIN_WALL_MS, Math.min(s.ranBeforeMs, s.limitMs));
+}
+
+/** From when (ms after the stop) a statement told to stop has the host killed, however starved. */
+export function stoppedHardBound(s: Pick<Stopped, 'limitMs'>): number {
+  return STOPPED_MAX_LIMITS * s.limitMs + STOPPED_MIN_WALL_MS;
 }

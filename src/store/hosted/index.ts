@@ -87,16 +87,17 @@ const QUARANTINE_NICE = 19;
 const CROWD_NICE = 10;
 const LONG_MS = 1_000;
 
-/** How long the service waits for the engine host's CPU ledger (GET /cpu) when a deadline passes. */
-export const CPU_READ_MS = 1_000;
+/**
+ * How long the engine host's CPU ledger (GET /cpu) is waited for when a deadline passes. The
+ * request answers 408 after its own bounded wait for the verdict (the analytics service's
+ * OVERDUE_WAIT_MS); the end of the statement's work waits for the verdict (`stoppable`).
+ */
+export const CPU_READ_MS = 2_000;
 
 /** A statement whose output was closed before its end is still running past its deadline + this: the host is killed for its organization. */
 const OUTPUT_GRACE_MS = 1_000;
-/** How often the host's ledger is read while waiting for such a statement to end. */
+/** How often the host's ledger is read while waiting for a statement to end (`untilGone`). */
 const ENDED_POLL_MS = 250;
-
-/** How often the host's ledger is read while following a statement told to stop (`stopFirst`). */
-const STOPPED_POLL_MS = 250;
 
 /** The least time given back to a statement found starved (it goes on running, or runs again). */
 const MIN_REPRIEVE_MS = 500;
@@ -137,9 +138,8 @@ interface Attempt {
   /** Its deadline passed while it was starved, and the host was killed for another organization: the time it lost was given back already. */
   spared: boolean;
   /**
-   * Blamed on its own organization (judge), which is not in quarantine: while other
-   * organizations' statements run, the engine is told to stop it before any kill
-   * (`stopFirst`); its CPU time (ms) when that was decided.
+   * Blamed on its own organization (judge), which is not in quarantine: the engine is told to
+   * stop it before any kill (`stoppable`); its CPU time (ms) when that was decided.
    */
   stopFirst?: { cpuMs: number };
   /** The judgement under way (judge), which a second deadline passing meanwhile waits for. */
@@ -272,19 +272,21 @@ export class HostedStore implements Store {
     // The statement told to stop before any kill, followed until it is gone from the engine.
     let following: Promise<void> | undefined;
     const kill = (): void => {
-      // While other organizations' statements run, a kill would end their work too: the
-      // statement is first stopped by its connection closing (the host cancels it at its
-      // next block) and followed; the host is killed for its organization only when it keeps
-      // working. Alone, a kill costs no one else anything: its work is ended at once.
+      // A kill ends every organization's work and quarantines the statement's: the statement
+      // is first stopped by its connection closing (the host cancels it at its next block)
+      // and followed; the host is killed for its organization only when it keeps working.
       const a = this.attempts.get(stop);
-      const decide = async (): Promise<void> => {
-        if (a?.stopFirst && a.g.n === g.n && [...this.byTag.values()].some((b) => b.g.n === g.n && b.tenant !== a.tenant)) return this.followStopped(a, a.stopFirst.cpuMs);
+      const decide = async (verdict?: 'own' | 'spared'): Promise<void> => {
+        // Found starved after the service stopped waiting (it goes on, or the kill was made
+        // for another organization): no consumer either.
+        const from = a?.stopFirst?.cpuMs ?? (verdict === 'spared' ? a?.cpuMs : undefined);
+        if (a && from !== undefined && a.g.n === g.n) return this.followStopped(a, from);
         this.killFor(g, tenant, `an analytics statement ran past its deadline${tenant === undefined ? '' : ` (organization ${tenant})`}`);
       };
       // Its judgement still under way (the service waits for it a bounded time): the verdict
       // is waited for (the CPU ledger's read is bounded by CPU_READ_MS), so that a slow read
       // is not a kill for its organization.
-      following = a?.judging ? a.judging.then(decide, decide) : decide();
+      following = a?.judging ? a.judging.then(decide, () => decide()) : decide();
     };
     stop.addEventListener('abort', kill, { once: true });
     try {
@@ -357,6 +359,8 @@ export class HostedStore implements Store {
     try {
       listed = await this.readCpu(a.g);
     } catch (err) {
+      // Nothing known of whose work starved it: told to stop before any kill (stoppable).
+      if (!this.inQuarantine(a.tenant)) a.stopFirst = { cpuMs: a.cpuMs };
       log.warn(`engine host CPU ledger not read; the statement ${what} is blamed`, { org: a.tenant, err: err instanceof Error ? err.message : String(err) });
       return 'own';
     }
@@ -424,50 +428,54 @@ export class HostedStore implements Store {
    * Attempt `a`'s output was closed before its end (cut at a limit, its client gone or late,
    * broken off): the host cancels the statement at its next block, which a block the engine
    * cannot stop puts off for as long as it runs (measured: a statement that streamed 3 MB at
-   * once, then sorted one 6,000,000-element block, ran 6.4 s against a 2 s limit). Waits until
-   * the host's ledger no longer lists it as running; still running at its deadline +
-   * OUTPUT_GRACE_MS (or the ledger unreadable until then), the host is killed for its
-   * organization, as at any deadline.
+   * once, then sorted one 6,000,000-element block, ran 6.4 s against a 2 s limit). Still
+   * running at its deadline + OUTPUT_GRACE_MS (or the ledger unreadable until then), the host
+   * is killed for its organization, as at any deadline.
    */
-  private async endedOrKilled(a: Attempt, deadline: () => number): Promise<void> {
-    for (;;) {
-      if (this.supervisor.serving?.n !== a.g.n) return;
-      const listed = await this.readCpu(a.g).catch(() => undefined);
-      const l = listed?.find((x) => x.tag === a.tag);
-      if (listed && (!l || l.ended)) return;
-      if (Date.now() >= deadline() + OUTPUT_GRACE_MS) {
-        this.killFor(a.g, a.tenant, `an analytics statement ran on in the engine past its deadline after its answer was ended (organization ${a.tenant})`);
-        return;
-      }
-      await new Promise((resolve) => setTimeout(resolve, ENDED_POLL_MS));
-    }
+  private endedOrKilled(a: Attempt, deadline: () => number): Promise<void> {
+    return this.untilGone(a, () =>
+      Date.now() >= deadline() + OUTPUT_GRACE_MS ? `an analytics statement ran on in the engine past its deadline after its answer was ended (organization ${a.tenant})` : undefined,
+    );
   }
 
   /**
    * Attempt `a`, blamed on its own organization at its deadline, was told to stop when its
    * connection closed: the host cancels it at its next block, which a block the engine cannot
-   * stop puts off. Followed in the host's ledger until it is gone; the host is killed for its
-   * organization when it keeps working after it was told to stop (blame.ts, `afterStop`): a
-   * small statement that only finishes its block costs no one a kill, a runaway is ended and
-   * its organization quarantined.
+   * stop puts off. Until it is gone, the host is killed for its organization when it keeps
+   * working after it was told to stop (blame.ts, `afterStop`): a small statement that only
+   * finishes its block costs no one a kill, a runaway is ended and its organization
+   * quarantined.
    */
-  private async followStopped(a: Attempt, cpuAtStop: number): Promise<void> {
+  private followStopped(a: Attempt, cpuAtStop: number): Promise<void> {
     const stopped = Date.now();
-    const ranBefore = stopped - a.began;
+    const ranBeforeMs = stopped - a.began;
     let cpuMs = cpuAtStop;
+    return this.untilGone(a, (now) => {
+      if (now !== undefined) cpuMs = Math.max(cpuMs, now);
+      const s = { cpuSinceStopMs: cpuMs - cpuAtStop, wallSinceStopMs: Date.now() - stopped, ranBeforeMs, limitMs: this.cfg.analytics.timeoutMs };
+      if (afterStop(s) === 'wait') return undefined;
+      log.warn('analytics statement told to stop at its deadline kept working in the engine', { org: a.tenant, cpuSinceStopMs: s.cpuSinceStopMs, wallSinceStopMs: s.wallSinceStopMs });
+      return `an analytics statement ran past its deadline and kept working after it was told to stop (organization ${a.tenant})`;
+    });
+  }
+
+  /**
+   * Reads the host's ledger every ENDED_POLL_MS until attempt `a` is no longer running there
+   * (or its host is gone); kills the host for its organization when `kill`, told the CPU time
+   * the ledger shows for it (undefined when unread), names a reason.
+   */
+  private async untilGone(a: Attempt, kill: (cpuMs: number | undefined) => string | undefined): Promise<void> {
     for (;;) {
       if (this.supervisor.serving?.n !== a.g.n) return;
       const listed = await this.readCpu(a.g).catch(() => undefined);
       const l = listed?.find((x) => x.tag === a.tag);
       if (listed && (!l || l.ended)) return;
-      if (l) cpuMs = Math.max(cpuMs, l.cpuMs);
-      const wallMs = Date.now() - stopped;
-      if (afterStop({ cpuSinceStopMs: cpuMs - cpuAtStop, wallSinceStopMs: wallMs, ranBeforeMs: ranBefore, limitMs: this.cfg.analytics.timeoutMs }) === 'kill') {
-        log.warn('analytics statement told to stop at its deadline kept working in the engine', { org: a.tenant, cpuSinceStopMs: cpuMs - cpuAtStop, wallSinceStopMs: wallMs });
-        this.killFor(a.g, a.tenant, `an analytics statement ran past its deadline and kept working after it was told to stop (organization ${a.tenant})`);
+      const reason = kill(l?.cpuMs);
+      if (reason !== undefined) {
+        this.killFor(a.g, a.tenant, reason);
         return;
       }
-      await new Promise((resolve) => setTimeout(resolve, STOPPED_POLL_MS));
+      await new Promise((resolve) => setTimeout(resolve, ENDED_POLL_MS));
     }
   }
 
