@@ -13,13 +13,16 @@
  * customer's batches apply in order with one writer while partitions run in parallel.
  *
  * Keys in the state bucket `<P>_billing_state`:
- *   cs.<org>.<mode>.<customer>   running state of one customer: {seq, before, after}
+ *   cs.<org>.<mode>.<customer>   running state of one customer: {seq, before, after, periods?}
  *                     (customer-state.ts): pool consumption and cumulative usage before and
- *                     after the group whose first sequence is `seq`, the last one that changed it.
- *   cp.<org>.<mode>.<cap hash>.<start ms>.<end ms>   one per cap and period ever spent in:
- *                     {seq, before, after}: the first stream sequence of the group that last
- *                     changed it and the period's total ({used, reached}) before and after
- *                     that group. Only the periods a group touches are read, any age.
+ *                     after the group whose first sequence is `seq`, the last one that changed
+ *                     it, and the entries of the customer's most recent cap periods (below).
+ *   cp.<org>.<mode>.<cap hash>.<start ms>.<end ms>   a cap period's entry {seq, before, after}:
+ *                     the first stream sequence of the group that last changed it and the
+ *                     period's total ({used, reached}) before and after that group — held in
+ *                     its customer's key while it is one of the customer's HELD_PERIODS latest
+ *                     (or touched by the group that last wrote that key), and in its own key
+ *                     once spilled from there. Only the periods a group touches are read, any age.
  *   pin.<k>           partition k's group in flight, and its commit point: {seq, last, seqs,
  *                     scopes, done?} — the stream sequences of the group's messages (`seq` the
  *                     first, `last` the last), and per organization and mode the configuration
@@ -61,7 +64,9 @@
  *     nothing is priced: the pin is written done at once, and G acked.
  *  3. Read the running state of G's customers (their `cs` keys: `before` when the key's seq
  *     is S, `after` otherwise; no key: nothing), list the cap periods G touches
- *     (groupCapPeriods) and read their keys, by the same rule (no key: zero). A key whose seq is after S was
+ *     (groupCapPeriods) and take each one's total from its customer's key when that holds it,
+ *     else read its own key (with the keys a rewrite of a customer's key would spill, for their
+ *     revisions), by the same rule (no key: zero). A key whose seq is after S was
  *     written by a later group: G was committed meanwhile by another holder (this one paused
  *     past the ack wait, G's messages redelivered), so these are not G's starting values and
  *     G is abandoned here, before anything is published (overtaken; with the pin unchanged
@@ -76,10 +81,12 @@
  *     stores them in bulk, dropping rows already in the tables on a redelivery.
  *  6. Publish the events with Nats-Msg-Id = event id, waiting for the stream's ack: an event
  *     published by an earlier attempt is stored only once.
- *  7. Write the touched period keys and the state of every customer G changed,
- *     {seq: S, before, after}, each with compare-and-set on the revision read in 3 (0: never
+ *  7. Write the state of every customer whose state or cap periods G changed,
+ *     {seq: S, before, after, periods} with the periods it holds, and the own key of each
+ *     period that rewrite spills, each with compare-and-set on the revision read in 3 (0: never
  *     written), all in one round (bus/kv-write.ts): a holder that lost G to an ack-wait expiry
- *     cannot overwrite a later group's values; it fails and finds G committed.
+ *     cannot overwrite a later group's values; it fails and finds G committed. One key per
+ *     customer changed, not one per customer and one per cap period.
  *  8. Write pin.<k> marked `done: true` with compare-and-set on the pin's revision. This is
  *     the commit point. A failed compare-and-set means another holder finished G in between
  *     (an ack-wait expiry): the retry finds it done and acks. When the next group's pin was
