@@ -127,6 +127,8 @@ interface Result {
   lagP99BySecond: number[];
   drainS: number;
   groups: { count: number; meanMessages: number; meanStepMs: number; waits: number; overdueFetches: number };
+  /** Messages stored in the billing state bucket's stream (pins and state keys written) per signal accepted, from the start of the scenario until all was billed. */
+  stateWritesPerSignal: number;
   cpu: Record<string, number | null>;
   /** CPU-seconds of each process from the start of the scenario until billing had evaluated every batch. */
   cpuSeconds: Record<string, number | null>;
@@ -284,9 +286,10 @@ async function reference(size: number, svc: Service, orgs: { org: BenchOrg; ids:
   };
 }
 
-async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, pids: Record<string, number>, urls: string[]): Promise<Result> {
+async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: string[] }[], watch: Watch, billable: () => Promise<number>, stateWrites: () => Promise<number>, pids: Record<string, number>, urls: string[]): Promise<Result> {
   watch.reset();
   const g0 = await groupFigures(urls);
+  const w0 = await stateWrites();
   const cpu = new CpuMeter(pids);
   const { accepted, refused, t0, sent } = await produce(size, svc, orgs, true);
   // Until the pipeline has published every accepted batch's billable parts and billing has
@@ -303,6 +306,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
   }
   const drained = performance.now();
   const g1 = await groupFigures(urls);
+  const w1 = await stateWrites();
   const groups = g1.groups - g0.groups;
   const usage = cpu.read();
   const cpuSeconds = cpu.seconds();
@@ -350,6 +354,7 @@ async function scenario(size: number, svc: Service, orgs: { org: BenchOrg; ids: 
     lagBatch: lagBatch.summary(),
     lagP99BySecond: Array.from(bySecond, (lags) => (lags ? Math.round(lags.sort((a, b) => a - b)[Math.min(lags.length - 1, Math.ceil(lags.length * 0.99) - 1)]!) : 0)),
     drainS: round((drained - sent) / 1000, 1),
+    stateWritesPerSignal: accepted === 0 ? 0 : round((w1 - w0) / (accepted * size), 3),
     groups: { count: groups, meanMessages: groups > 0 ? round((g1.messages - g0.messages) / groups, 1) : 0, meanStepMs: groups > 0 ? round(((g1.seconds - g0.seconds) * 1000) / groups, 1) : 0, waits: g1.waits - g0.waits, overdueFetches: g1.overdue - g0.overdue },
     cpu: usage,
     cpuSeconds,
@@ -402,6 +407,8 @@ async function main(): Promise<void> {
     console.log(`  ${round((performance.now() - s0) / 1000, 1)} s`);
     const watch = new Watch(nc, iso.natsPrefix);
     const billable = async (): Promise<number> => (await jsm.streams.info(`${iso.natsPrefix}_BILLABLE_P`)).state.messages;
+    // Every write of the state bucket (a pin, a customer's state, a cap period) is one message of its stream.
+    const stateWrites = async (): Promise<number> => (await jsm.streams.info(`KV_${iso.natsPrefix}_billing_state`)).state.last_seq;
     const natsPid = pidsByName(['nats-server'])['nats-server'];
     // The engine host: the service's child process in embedded mode (it inserts the signal and billing rows).
     const engine = childPids(svc.child.pid)[0];
@@ -419,7 +426,7 @@ async function main(): Promise<void> {
     const comparisons: Comparison[] = [];
     for (const size of SIZES) {
       console.log(`\n${size}-signal batches, ${RATE > 0 ? `${RATE}/s open loop` : `${IN_FLIGHT} in flight`}, ${DURATION} s …`);
-      const r = await scenario(size, svc, orgs, watch, billable, pids, urls);
+      const r = await scenario(size, svc, orgs, watch, billable, stateWrites, pids, urls);
       results.push(r);
       console.log(`  accepted            ${fmt(r.accepted)} batches (${fmt(r.acceptedPerS, 1)}/s, ${fmt(r.acceptedPerS * size)} signals/s)`);
       console.log(`  billable evaluated  ${fmt(r.batchesEvaluated)} batches: ${fmt(r.batchesPerSDuring, 1)}/s while sending, ${fmt(r.batchesPerSOverall, 1)}/s until the last (${fmt(r.parts)} partition messages, ${fmt(r.partsPerS, 1)}/s)`);
@@ -427,6 +434,7 @@ async function main(): Promise<void> {
       console.log(`  lag p99 by second   ${r.lagP99BySecond.join(' ')} (ms; partition messages by the second of the scenario they were stored in)`);
       console.log(`  backlog drained     ${r.drainS} s after the producers stopped; CPU ${JSON.stringify(r.cpu)}`);
       console.log(`  evaluation groups   ${fmt(r.groups.count)}, ${r.groups.meanMessages} messages each on average, a step ${r.groups.meanStepMs} ms on average; ${fmt(r.groups.waits)} waits for another process; ${fmt(r.groups.overdueFetches)} fetches not ended by their expiry`);
+      console.log(`  state bucket        ${r.stateWritesPerSignal} writes per signal (pins, customer states, cap periods)`);
       console.log(`  CPU per batch (ms)  ${JSON.stringify(r.cpuMsPerBatch)} (CPU-s ${JSON.stringify(r.cpuSeconds)}; the service's includes its ingress and pipeline, the engine host's the inserts of the signal and billing rows)`);
       console.log(`  end to end          ${fmt(r.endToEndSignalsPerS)} signals/s (accepted / time until all billed); service ${r.serviceCpuUsPerSignal} µs CPU per signal`);
       if (size === refSize) {

@@ -233,7 +233,7 @@ t.test('two pipeline processes killed -9 at different points, many customers ove
   const pins = Object.keys(await stateKeys(iso, 'pin.')).sort();
   t.ok(pins.length > 1 && pins.every((k) => /^pin\.[0-3]$/.test(k)), `the customers' batches went through several of the 4 partitions (${pins.join(', ')})`);
   const states = await customerStates(iso, org.id);
-  const periods = Object.values(await stateKeys(iso, `cp.${org.id}.live.`)) as { after: { used: string; reached: boolean } }[];
+  const periods = await periodsOf(iso, org.id);
   const events = await busEvents(iso, org.id);
   t.equal(new Set(events.map((e) => e.id)).size, events.length, 'no event twice');
   const count = (event: string, customerId: string, type?: string): number =>

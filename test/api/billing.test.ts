@@ -9,6 +9,8 @@ import { connect, headers } from '@nats-io/transport-node';
 import { jetstream, jetstreamManager } from '@nats-io/jetstream';
 import { NATS_URL, createOrg, http, ok, sendBatch, useService, type TestOrg } from '../helpers/service.js';
 import { topology } from '../../src/bus/topology.js';
+import { periodsOf } from '../helpers/billing-crash.js';
+import { HELD_PERIODS } from '../../src/billing/evaluator/customer-state.js';
 
 // Groups of more than 64 signals on a worker (the default bound is 2,048): both evaluation paths are tested here.
 const { iso, svc } = useService(t, 'billing', { BILLING_INLINE_SIGNALS: '64' });
@@ -113,7 +115,7 @@ t.test('a group larger than the inline bound is evaluated on a worker, in one ta
   t.same(named('billing-credit-cap-reached').map((e) => e.data.period.start).sort(), ['2026-04-01T00:00:00Z', '2026-04-02T00:00:00Z'], 'each day reaches its cap of 150 in the second group, once');
   t.same(await query(s.org.live, 'SELECT count(), toString(sum(cost_amount)) FROM fact_cost'), [['300', '150']]);
   t.same(await query(s.org.live, 'SELECT count(), toString(sum(credits)), toString(min(balance_after)) FROM fact_credit_consumption'), [['300', '300', '-200']]);
-  const totals = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: { used: string } }).after.used).sort();
+  const totals = (await periodsOf(iso, s.org.id)).map((v) => v.after.used).sort();
   t.same(totals, ['150', '150'], "both days' period totals");
 });
 
@@ -165,10 +167,39 @@ t.test('a late signal in an old period reaches its cap, once, whatever came in b
   await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 2, 'later'), at(5, 1, 'p5')] }), [202]);
   await billed(iso);
   t.same(await capEvents(), [['2026-04-01T00:00:00Z', '6']], 'P0 never fires twice');
-  const periods = Object.values(await stateKeys(iso, `cp.${s.org.id}.live.`)).map((v) => (v as { after: unknown }).after);
-  t.same(periods.filter((p) => (p as { reached: boolean }).reached), [{ used: '8', reached: true }], 'P0 keeps its exact total and its flag in its own key');
-  t.equal(periods.length, 6, 'one key per period spent in');
+  const periods = (await periodsOf(iso, s.org.id)).map((v) => v.after);
+  t.same(periods.filter((p) => p.reached), [{ used: '8', reached: true }], 'P0 keeps its exact total and its flag');
+  t.equal(periods.length, 6, 'one entry per period spent in');
   t.same(await query(s.org.live, "SELECT toString(sum(credits)) FROM fact_credit_consumption WHERE created_at < '2026-04-02 00:00:00'"), [['8']], 'the rows agree');
+});
+
+t.test("a customer's cap periods past what its key holds go to their own keys, and a late signal in one of them counts exactly", async (t) => {
+  // DAILY cap 5 on root: 3 credits on day 0, then 1 on each of the next HELD_PERIODS + 3 days,
+  // a group each: the customer's key holds the latest periods, the oldest are spilled to their
+  // own keys. Then a late signal of 3 credits on day 0: 6, the cap fires once.
+  const days = HELD_PERIODS + 4;
+  const s = await setup({ granted: '1000', capAmount: '5', capFrequency: 'DAILY', capFrom: '2026-05-01T00:00:00Z', path: 'credits' });
+  const at = (day: number, credits: number, key: string) => ({ eventName: 'api_call', customer: { externalCustomerId: 'acme' }, unitId: 'dev', timestamp: `2026-05-${String(1 + day).padStart(2, '0')}T12:00:00Z`, data: { credits }, idempotencyKey: key });
+  const capEvents = async () => (await busEvents(iso, s.org.id)).filter((e) => e.event === 'billing-credit-cap-reached').map((e) => [e.data.period.start, e.data.usedDecimal]);
+  for (let d = 0; d < days; d++) {
+    await ok(sendBatch(svc.url, s.org.live, { signals: [at(d, d === 0 ? 3 : 1, `d${d}`)] }), [202]);
+    await billed(iso); // one group per day
+  }
+  const own = Object.keys(await stateKeys(iso, `cp.${s.org.id}.live.`));
+  const customer = (await stateKeys(iso, `cs.${s.org.id}.live.`))[`cs.${s.org.id}.live.${s.customerId}`] as { periods: Record<string, { spilled?: number }> };
+  const held = Object.values(customer.periods).filter((p) => p.spilled === undefined).length;
+  t.equal(held, HELD_PERIODS, 'the customer key holds the latest HELD_PERIODS periods');
+  t.ok(own.length >= days - HELD_PERIODS - 1, `the older ones are in their own keys (${own.length})`);
+  t.same(await capEvents(), [], 'no period reached yet');
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 3, 'late')] }), [202]);
+  await billed(iso);
+  await ok(sendBatch(svc.url, s.org.live, { signals: [at(0, 1, 'later'), at(1, 1, 'd1-again')] }), [202]);
+  await billed(iso);
+  t.same(await capEvents(), [['2026-05-01T00:00:00Z', '6']], 'day 0 fires once, with used 6');
+  const periods = await periodsOf(iso, s.org.id);
+  t.equal(periods.length, days, 'one entry per period spent in');
+  t.same(periods.map((p) => p.after.used).sort(), ['1', ...Array(days - 3).fill('1'), '2', '7'].sort(), 'each period exact');
+  t.same(await query(s.org.live, "SELECT toString(sum(credits)) FROM fact_credit_consumption WHERE created_at < '2026-05-02 00:00:00'"), [['7']], 'the rows agree');
 });
 
 t.test('a rows message naming its columns in another order (another version\'s) is stored', async (t) => {

@@ -47,9 +47,32 @@ export async function pinOf(i: Isolation, seq: number): Promise<GroupPin | undef
   return (Object.values(await stateKeys(i, 'pin.')) as GroupPin[]).find((p) => p.seq === seq);
 }
 
-/** The cap period keys of an organization: {seq, before, after} by key. */
-export async function periodsOf(i: Isolation, orgId: string): Promise<{ seq: number; before: { used: string; reached: boolean }; after: { used: string; reached: boolean } }[]> {
-  return Object.values(await stateKeys(i, `cp.${orgId}.live.`)) as never;
+export interface PeriodEntry {
+  seq: number;
+  before: { used: string; reached: boolean };
+  after: { used: string; reached: boolean };
+}
+
+/**
+ * The cap periods of an organization, {seq, before, after} by period key: each as its
+ * customer's key holds it (`periods` of cs.<org>.live.<customer>), else as its own key
+ * (cp.<org>.live.…) holds it — the evaluator's own rule (src/billing/evaluator/customer-state.ts).
+ */
+export async function periodEntries(i: Isolation, orgId: string): Promise<Record<string, PeriodEntry>> {
+  const out = { ...((await stateKeys(i, `cp.${orgId}.live.`)) as Record<string, PeriodEntry>) };
+  const customers = (await stateKeys(i, `cs.${orgId}.live.`)) as Record<string, { periods?: Record<string, PeriodEntry & { spilled?: number }> }>;
+  for (const c of Object.values(customers)) {
+    for (const [key, { spilled: _s, ...held }] of Object.entries(c.periods ?? {})) out[key] = held;
+  }
+  return out;
+}
+
+/** The cap periods of an organization (periodEntries), in key order. */
+export async function periodsOf(i: Isolation, orgId: string): Promise<PeriodEntry[]> {
+  const all = await periodEntries(i, orgId);
+  return Object.keys(all)
+    .sort()
+    .map((k) => all[k]!);
 }
 
 export interface FaultLine {

@@ -13,13 +13,16 @@
  * customer's batches apply in order with one writer while partitions run in parallel.
  *
  * Keys in the state bucket `<P>_billing_state`:
- *   cs.<org>.<mode>.<customer>   running state of one customer: {seq, before, after}
+ *   cs.<org>.<mode>.<customer>   running state of one customer: {seq, before, after, periods?}
  *                     (customer-state.ts): pool consumption and cumulative usage before and
- *                     after the group whose first sequence is `seq`, the last one that changed it.
- *   cp.<org>.<mode>.<cap hash>.<start ms>.<end ms>   one per cap and period ever spent in:
- *                     {seq, before, after}: the first stream sequence of the group that last
- *                     changed it and the period's total ({used, reached}) before and after
- *                     that group. Only the periods a group touches are read, any age.
+ *                     after the group whose first sequence is `seq`, the last one that changed
+ *                     it, and the entries of the customer's most recent cap periods (below).
+ *   cp.<org>.<mode>.<cap hash>.<start ms>.<end ms>   a cap period's entry {seq, before, after}:
+ *                     the first stream sequence of the group that last changed it and the
+ *                     period's total ({used, reached}) before and after that group — held in
+ *                     its customer's key while it is one of the customer's HELD_PERIODS latest
+ *                     (or touched by the group that last wrote that key), and in its own key
+ *                     once spilled from there. Only the periods a group touches are read, any age.
  *   pin.<k>           partition k's group in flight, and its commit point: {seq, last, seqs,
  *                     scopes, done?} — the stream sequences of the group's messages (`seq` the
  *                     first, `last` the last), and per organization and mode the configuration
@@ -61,7 +64,9 @@
  *     nothing is priced: the pin is written done at once, and G acked.
  *  3. Read the running state of G's customers (their `cs` keys: `before` when the key's seq
  *     is S, `after` otherwise; no key: nothing), list the cap periods G touches
- *     (groupCapPeriods) and read their keys, by the same rule (no key: zero). A key whose seq is after S was
+ *     (groupCapPeriods) and take each one's total from its customer's key when that holds it,
+ *     else read its own key (with the keys a rewrite of a customer's key would spill, for their
+ *     revisions), by the same rule (no key: zero). A key whose seq is after S was
  *     written by a later group: G was committed meanwhile by another holder (this one paused
  *     past the ack wait, G's messages redelivered), so these are not G's starting values and
  *     G is abandoned here, before anything is published (overtaken; with the pin unchanged
@@ -76,10 +81,12 @@
  *     stores them in bulk, dropping rows already in the tables on a redelivery.
  *  6. Publish the events with Nats-Msg-Id = event id, waiting for the stream's ack: an event
  *     published by an earlier attempt is stored only once.
- *  7. Write the touched period keys and the state of every customer G changed,
- *     {seq: S, before, after}, each with compare-and-set on the revision read in 3 (0: never
+ *  7. Write the state of every customer whose state or cap periods G changed,
+ *     {seq: S, before, after, periods} with the periods it holds, and the own key of each
+ *     period that rewrite spills, each with compare-and-set on the revision read in 3 (0: never
  *     written), all in one round (bus/kv-write.ts): a holder that lost G to an ack-wait expiry
- *     cannot overwrite a later group's values; it fails and finds G committed.
+ *     cannot overwrite a later group's values; it fails and finds G committed. One key per
+ *     customer changed, not one per customer and one per cap period.
  *  8. Write pin.<k> marked `done: true` with compare-and-set on the pin's revision. This is
  *     the commit point. A failed compare-and-set means another holder finished G in between
  *     (an ack-wait expiry): the retry finds it done and acks. When the next group's pin was
@@ -118,7 +125,7 @@ import { parseDecimal, sum, toCanonicalString } from '../decimal.js';
 import { startingTotal, type BillableSignal, type BillingState, type PeriodEntry, type PeriodTotal } from './evaluate.js';
 import { evaluateGroup, groupCapPeriods, parseBillable, scopeOf, type AskingTask, type WorkerAnswer, type GroupCapPeriodsInput, type GroupInput, type GroupLookups, type GroupOutput, type GroupUnit, type ScopedCapPeriodRef, type UnitText, type WorkerTask } from './group.js';
 import { FaultHook, type FaultContext } from './fault.js';
-import { CustomerStates, type CustomerEntry, type ReadStates } from './customer-state.js';
+import { CustomerStates, heldTotal, spillsOf, type ChangedPeriods, type EntryWrite, type ReadStates } from './customer-state.js';
 import { pinKey } from './pins.js';
 import { pullLoop } from './pull.js';
 import { StateCache, knownOf, type Known, type ReadKnown } from './state-cache.js';
@@ -735,7 +742,10 @@ export class BillingEvaluator {
     // totals and the states over a port (the pin and the messages cross and are parsed once).
     let readOf = new Map<string, ReadStates>();
     let refs: ScopedCapPeriodRef[] = [];
-    let entries: Known[] = [];
+    /** Per scope and customer id, the period keys of the customer G lists (customer-state.ts: those its key may hold). */
+    let touched = new Map<string, Map<string, Set<string>>>();
+    /** The `cp.…` keys read (periods not held in their customer's key, and those a rewrite would spill), as read. */
+    let periodKeys = new Map<string, Known>();
     let periods: Record<string, PeriodTotal> = {};
     // Markers too: a key deleted or purged by hand is written over at its marker's revision.
     const readKnown: ReadKnown = async (keys) => (await this.stateReader.getMany(keys, { markers: true })).map(knownOf);
@@ -754,13 +764,41 @@ export class BillingEvaluator {
       pinned.revision = revision;
       lane.pin = { value: pin, revision, parts };
       readOf = new Map<string, ReadStates>(priced.map((s, i) => [scopeOf(s.orgId, s.mode), reads[i]!]));
-      entries = await known(refs.map((r) => r.key));
+      // A period's total: from its customer's key when that holds it, else from its own key.
+      touched = new Map();
       periods = {};
+      const fromKeys: string[] = [];
+      for (const r of refs) {
+        const customerId = configs[r.scope]?.caps[r.capKey]?.customerId;
+        const c = customerId === undefined ? undefined : readOf.get(r.scope)?.customers.get(customerId);
+        if (c) {
+          let byCustomer = touched.get(r.scope);
+          if (!byCustomer) touched.set(r.scope, (byCustomer = new Map()));
+          let keys = byCustomer.get(customerId!);
+          if (!keys) byCustomer.set(customerId!, (keys = new Set()));
+          keys.add(r.key);
+          const held = heldTotal(c.held, r.key, seq);
+          if (held) {
+            periods[r.key] = held;
+            continue;
+          }
+        }
+        fromKeys.push(r.key);
+      }
+      const listedKeys = fromKeys.length;
+      // The keys a rewrite of a customer's key would spill: read now, for their revisions.
+      for (const [scope, read] of readOf) {
+        for (const [id, c] of read.customers) {
+          if (Object.keys(c.held).length > 0) fromKeys.push(...spillsOf(c.held, touched.get(scope)?.get(id) ?? new Set()));
+        }
+      }
+      const entries = fromKeys.length > 0 ? await known(fromKeys) : [];
+      periodKeys = new Map(fromKeys.map((key, i) => [key, entries[i]!]));
       let newest = Math.max(0, ...reads.map((r) => r.newest));
-      for (let i = 0; i < refs.length; i++) {
+      for (let i = 0; i < fromKeys.length; i++) {
         const stored = entries[i]!.value as PeriodEntry | null;
         if (stored) newest = Math.max(newest, stored.seq);
-        periods[refs[i]!.key] = startingTotal(stored, seq);
+        if (i < listedKeys) periods[fromKeys[i]!] = startingTotal(stored, seq);
       }
       if (newest > seq) await this.overtaken(k, seq, newest, revision);
       const states: Record<string, BillingState> = {};
@@ -797,18 +835,36 @@ export class BillingEvaluator {
     });
     const publish = (): Promise<unknown> => publishDurableMany(this.nats.nc, published, this.opts.publishTimeoutMs);
 
-    // 7. Period keys and customer states, each compare-and-set on what step 3 read, in one round.
-    // Only the periods G spent in: a listed period G did not touch keeps its value (a replay
-    // reads its `after`, as G's evaluation did).
-    const writes: (KvWrite & { entry: PeriodEntry | CustomerEntry })[] = refs.flatMap((r, i) => {
+    // 7. Customer states with the cap periods they hold (and the periods a rewrite spills), each
+    // compare-and-set on what step 3 read, in one round (customer-state.ts). Only the periods G
+    // spent in change: a listed period G did not touch keeps its value (a replay reads its
+    // `after`, as G's evaluation did). A period whose customer G does not name (none: a cap is
+    // on the unit of the customer whose signal spends in it) would be written to its own key.
+    const changed = new Map<string, Map<string, ChangedPeriods>>();
+    const writes: EntryWrite[] = [];
+    for (const r of refs) {
       const after = out.periods[r.key];
-      if (!after) return [];
+      if (!after) continue;
+      const customerId = configs[r.scope]?.caps[r.capKey]?.customerId;
+      if (customerId !== undefined && touched.get(r.scope)?.get(customerId)?.has(r.key)) {
+        let byCustomer = changed.get(r.scope);
+        if (!byCustomer) changed.set(r.scope, (byCustomer = new Map()));
+        let mine = byCustomer.get(customerId);
+        if (!mine) byCustomer.set(customerId, (mine = {}));
+        mine[r.key] = { before: periods[r.key]!, after };
+        continue;
+      }
       const entry: PeriodEntry = { seq, before: periods[r.key]!, after };
-      return [{ key: r.key, value: JSON.stringify(entry), revision: entries[i]!.revision, entry }];
-    });
+      writes.push({ key: r.key, value: JSON.stringify(entry), revision: periodKeys.get(r.key)!.revision, entry });
+    }
+    const periodRevision = (key: string): number => {
+      const read = periodKeys.get(key);
+      if (!read) throw new Error(`billing partition ${k}: the key ${key} to spill was not read`);
+      return read.revision;
+    };
     for (const s of priced) {
       const scope = scopeOf(s.orgId, s.mode);
-      writes.push(...this.customers.writesOf(s.orgId, s.mode, s.config, seq, readOf.get(scope)!, out.states[scope]!));
+      writes.push(...this.customers.writesOf(s.orgId, s.mode, s.config, seq, readOf.get(scope)!, out.states[scope]!, touched.get(scope) ?? new Map(), changed.get(scope) ?? new Map(), periodRevision));
     }
     const writeStates = async (): Promise<void> => {
       const revisions = await this.stateWriter.writeMany(writes);
