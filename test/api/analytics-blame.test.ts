@@ -129,7 +129,7 @@ t.test("a quarantined organization's runaway, starved at the lowest priority, ge
   // The attacker's first runaway runs alone: 408, and its organization is quarantined.
   const first = await query(attacker.live, runaway);
   t.equal(first.status, 408, 'the first runaway answers 408');
-  t.equal((await hostKills(svc, attacker.id)).length, 1, 'it kept working after it was told to stop: the host was killed for its organization');
+  t.equal((await hostKills(svc, attacker.id)).length, 1, 'it kept working after its answer was ended: the host was killed for its organization');
   await sleep(1_500);
 
   // The victim runs four statements at a time while the quarantined attacker sends three more.

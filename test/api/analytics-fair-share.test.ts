@@ -85,7 +85,7 @@ t.test("a quarantined organization's waiting statements hold no place", async (t
 
   const runaway = await query(svc, offender.live, RUNAWAY);
   t.equal(runaway.status, 408, `the runaway answers 408 (${JSON.stringify(runaway.body)})`);
-  t.ok((await hostKills(svc, offender.id)).length >= 1, 'it kept working after it was told to stop: the host’s work was ended, and its organization is in quarantine');
+  t.ok((await hostKills(svc, offender.id)).length >= 1, 'it kept working after its answer was ended: the host’s work was ended, and its organization is in quarantine');
   // The next host generation's first statement pays for its start; not what is measured here.
   t.equal((await query(svc, victim.live, 'SELECT 0 AS x')).status, 200, 'warm');
 

@@ -1,13 +1,13 @@
 /**
- * A statement blamed on its own organization at its deadline is first told to stop (the engine
- * host cancels it at its next block), and the host is killed for its organization only when it
+ * A statement blamed on its own organization at its deadline has its answer ended first without a
+ * kill (the engine's own time limit stops it at its next block), and the host is killed for its organization only when it
  * keeps working (src/store/hosted/index.ts,
  * `followStopped`; blame.ts, `afterStop`), through the real HTTP API:
  *
  * - one block sorting a 3,000,000-element array, past a 1 s limit, ends when its block does:
  *   it answers 408, and no kill is made (its organization is not quarantined, and the other
  *   organization's statements running meanwhile are not ended);
- * - a runaway (one block sorting 20,000,000 elements) told to stop keeps working: the host is
+ * - a runaway (one block sorting 20,000,000 elements) whose answer was ended keeps working: the host is
  *   killed for its organization.
  */
 import t from 'tap';
@@ -81,7 +81,7 @@ t.test('a statement past its deadline that ends at its next block costs no kill 
   t.same(two.map((r) => [r.status, r.body?.rows]), [[200, [[1]]], [200, [[2]]]], `its organization is served afterwards (${JSON.stringify(two.map((r) => r.body))})`);
 });
 
-t.test('a runaway told to stop keeps working: the host is killed for its organization', embeddedOnly('the engine host is killed at a deadline'), async (t) => {
+t.test('a runaway whose answer was ended keeps working: the host is killed for its organization', embeddedOnly('the engine host is killed at a deadline'), async (t) => {
   // Long enough for its 20,000,000 rows to be gathered (many blocks, which the engine's own time
   // limit would stop) before its deadline: the deadline finds it in its one sorting block.
   const { svc } = await startService(t, 'stop-first-runaway', { ANALYTICS_TIMEOUT_MS: String(RUNAWAY_TIMEOUT_MS) });
@@ -99,10 +99,10 @@ t.test('a runaway told to stop keeps working: the host is killed for its organiz
   const r = await run;
   t.same([r.status, r.body?.code], [408, 'QUERY_TIMEOUT'], 'the runaway answers 408');
   t.ok(Date.now() - sent < 30_000, 'at its deadline');
-  // The kill comes once it has used more CPU time after it was told to stop than a small statement's whole work.
+  // The kill comes once it has used more CPU time after its answer was ended than a small statement's whole work.
   const lines = await hostKills(svc, org.id);
   t.equal(lines.length, 1, 'the host was killed for its organization');
-  t.match(String(lines[0]?.reason), /kept working after it was told to stop/, 'after it was told to stop and kept working');
+  t.match(String(lines[0]?.reason), /kept working after its answer was ended/, 'after its answer was ended and kept working');
   t.ok(about(logLines(svc), org).some((l) => l.msg === 'analytics statement past its deadline: blamed on its own organization'), 'blamed on its own organization at its deadline');
   t.ok(otherStatuses.every((s) => s === 200), `the other organization's statements answered 200 (${otherStatuses.join(' ')})`);
 });

@@ -176,7 +176,7 @@ export async function waitFor<T>(fn: () => Promise<T>, done: (v: T) => boolean, 
 
 /**
  * The engine host kills the service logged whose reason names `orgId` (any kill when
- * undefined), once at least one is there or `timeoutMs` has passed: a statement told to stop
+ * undefined), once at least one is there or `timeoutMs` has passed: a statement whose answer was ended
  * at its deadline has the host killed only once it has kept working a while after.
  */
 export async function hostKills(svc: ServiceProcess, orgId?: string, timeoutMs = 15_000): Promise<Record<string, unknown>[]> {

@@ -166,11 +166,11 @@ t.test('the ledger: each thread counts to the statement that lists it anew, only
   t.same(l.report(), [{ tag: 'B', cpuMs: 2_400, ended: true }]);
 });
 
-t.test('a statement told to stop at its deadline: the host is killed only when it keeps working', async (t) => {
+t.test('a statement whose answer was ended at its deadline: the host is killed only when it keeps working', async (t) => {
   const limitMs = 30_000;
   // Finishing its block: no kill.
   t.equal(afterStop({ cpuSinceStopMs: 300, wallSinceStopMs: 2_500, ranBeforeMs: 4_000, limitMs }), 'wait');
-  // A runaway's block: more CPU time after it was told to stop than a small statement's whole work.
+  // A runaway's block: more CPU time after its answer was ended than a small statement's whole work.
   t.equal(afterStop({ cpuSinceStopMs: STOPPED_CPU_MS, wallSinceStopMs: 1_600, ranBeforeMs: 4_000, limitMs }), 'kill');
   // Working on (a quarter of its time or more as CPU time): as long again as it had run (at
   // least STOPPED_MIN_WALL_MS, at most the time limit).
@@ -183,7 +183,7 @@ t.test('a statement told to stop at its deadline: the host is killed only when i
   t.equal(afterStop({ cpuSinceStopMs: 100, wallSinceStopMs: stoppedHardBound({ limitMs: 3_000 }), ranBeforeMs: 8_000, limitMs: 3_000 }), 'kill');
 });
 
-t.test('property: a statement told to stop is never followed past the hard bound, and never killed below the bounds', async () => {
+t.test('property: a statement whose answer was ended is never followed past the hard bound, and never killed below the bounds', async () => {
   fc.assert(
     fc.property(fc.nat(10_000), fc.nat(200_000), fc.nat(120_000), fc.integer({ min: 100, max: 30_000 }), (cpu, wall, ran, limitMs) => {
       const v = afterStop({ cpuSinceStopMs: cpu, wallSinceStopMs: wall, ranBeforeMs: ran, limitMs });

@@ -22,8 +22,9 @@
  *   time it did not get, once (the caller keeps that), and goes on. Starved so again, it is
  *   blamed on its own organization.
  *
- * - A statement blamed on its own organization, which is not in quarantine, is first told to
- *   stop (the host cancels it at its next block): a kill ends every organization's work, and
+ * - A statement blamed on its own organization, which is not in quarantine, has its answer ended
+ *   first without a kill (the engine's own time limit, never later than the deadline, stops it
+ *   at its next block): a kill ends every organization's work, and
  *   a small statement past its deadline (starved, or using its share beside several runaways,
  *   none of which stands out) is no runaway. Only one that keeps working after that
  *   (`afterStop`) has the host killed for its organization, which is then quarantined.
@@ -115,26 +116,26 @@ export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict 
   return { tenant: null, starved, byTenant };
 }
 
-/** CPU time (ms) a statement told to stop at its deadline may still use finishing its block. */
+/** CPU time (ms) a statement whose answer was ended at its deadline may still use finishing its block. */
 export const STOPPED_CPU_MS = 1_500;
-/** A statement told to stop, not starved since, still running after this long (ms), or as long again as it had run up to one time limit, has the host killed. */
+/** A statement whose answer was ended, not starved since, still running after this long (ms), or as long again as it had run up to one time limit, has the host killed. */
 export const STOPPED_MIN_WALL_MS = 5_000;
-/** However starved, a statement told to stop still running after this many time limits (+ STOPPED_MIN_WALL_MS) has the host killed. */
+/** However starved, a statement whose answer was ended still running after this many time limits (+ STOPPED_MIN_WALL_MS) has the host killed. */
 export const STOPPED_MAX_LIMITS = 3;
 
 export interface Stopped {
-  /** CPU time it used since it was told to stop, ms. */
+  /** CPU time it used since its answer was ended, ms. */
   cpuSinceStopMs: number;
-  /** Wall-clock time since it was told to stop, ms. */
+  /** Wall-clock time since its answer was ended, ms. */
   wallSinceStopMs: number;
-  /** Wall-clock time it had run in the engine (this attempt) when it was told to stop, ms. */
+  /** Wall-clock time it had run in the engine (this attempt) when its answer was ended, ms. */
   ranBeforeMs: number;
   /** The time limit of a statement, ms. */
   limitMs: number;
 }
 
 /**
- * A statement told to stop at its deadline, still running (the engine stops it at its next
+ * A statement whose answer was ended at its deadline, still running (the engine stops it at its next
  * block): 'wait' while it only finishes its block, 'kill' (the host is killed for its
  * organization) once
  * - it has used STOPPED_CPU_MS more, about a small statement's whole work (the blame test's
@@ -144,7 +145,7 @@ export interface Stopped {
  *   STOPPED_MIN_WALL_MS), using STARVED_SHARE of that time or more as CPU time (a starved
  *   statement uses little of the CPU, and ends its block once the work starving it ends);
  * - or, starved or not, it is still running STOPPED_MAX_LIMITS time limits (+
- *   STOPPED_MIN_WALL_MS) after it was told to stop: it must not live on without bound past its
+ *   STOPPED_MIN_WALL_MS) after its answer was ended: it must not live on without bound past its
  *   answer (it holds its place, and a session of the host).
  */
 export function afterStop(s: Stopped): 'wait' | 'kill' {
@@ -154,12 +155,12 @@ export function afterStop(s: Stopped): 'wait' | 'kill' {
   return 'wait';
 }
 
-/** From when (ms after the stop) a statement told to stop that is not starved has the host killed. */
+/** From when (ms after the stop) a statement whose answer was ended that is not starved has the host killed. */
 export function stoppedWallBound(s: Pick<Stopped, 'ranBeforeMs' | 'limitMs'>): number {
   return Math.max(STOPPED_MIN_WALL_MS, Math.min(s.ranBeforeMs, s.limitMs));
 }
 
-/** From when (ms after the stop) a statement told to stop has the host killed, however starved. */
+/** From when (ms after the stop) a statement whose answer was ended has the host killed, however starved. */
 export function stoppedHardBound(s: Pick<Stopped, 'limitMs'>): number {
   return STOPPED_MAX_LIMITS * s.limitMs + STOPPED_MIN_WALL_MS;
 }

@@ -265,16 +265,23 @@ export class HostedStore implements Store {
     return s;
   }
 
-  /** Runs a statement whose deadline, once `stop` aborts, ends the host generation running it. */
+  /**
+   * Runs a statement whose deadline, once `stop` aborts, ends the host generation running it,
+   * or (blamed on its own organization, not in quarantine) is followed until the engine's own
+   * time limit ends it (`followStopped`). `call` gets no abort signal: chdb stops a statement
+   * only between blocks, where the engine's time limit (never later than the deadline) already
+   * ends it; the call settles with the engine's answer, or the host's death.
+   */
   private async stoppable<T>(g: Generation, stop: AbortSignal | undefined, tenant: string | undefined, call: (signal?: AbortSignal) => Promise<T>): Promise<T> {
     if (!stop) return call();
     if (stop.aborted) throw new Error('stopped before it ran');
-    // The statement told to stop before any kill, followed until it is gone from the engine.
+    // The statement whose answer was ended without a kill, followed until it is gone from the engine.
     let following: Promise<void> | undefined;
     const kill = (): void => {
-      // A kill ends every organization's work and quarantines the statement's: the statement
-      // is first stopped by its connection closing (the host cancels it at its next block)
-      // and followed; the host is killed for its organization only when it keeps working.
+      // A kill ends every organization's work and quarantines the statement's: its answer is
+      // ended without one, and the engine's own time limit (max_execution_time, told when it
+      // started: never later than its deadline) stops it at its next block. It is followed;
+      // the host is killed for its organization only when it keeps working.
       const a = this.attempts.get(stop);
       const decide = async (verdict?: 'own' | 'spared'): Promise<void> => {
         // Found starved after the service stopped waiting (it goes on, or the kill was made
@@ -359,7 +366,7 @@ export class HostedStore implements Store {
     try {
       listed = await this.readCpu(a.g);
     } catch (err) {
-      // Nothing known of whose work starved it: told to stop before any kill (stoppable).
+      // Nothing known of whose work starved it: its answer ended before any kill (stoppable).
       if (!this.inQuarantine(a.tenant)) a.stopFirst = { cpuMs: a.cpuMs };
       log.warn(`engine host CPU ledger not read; the statement ${what} is blamed`, { org: a.tenant, err: err instanceof Error ? err.message : String(err) });
       return 'own';
@@ -390,7 +397,7 @@ export class HostedStore implements Store {
     const quarantined = this.inQuarantine(a.tenant);
     const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined, lowered: a.lowered === true }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
-    // Blamed on its own organization from here: told to stop before any kill, unless its
+    // Blamed on its own organization from here: its answer ended before any kill, unless its
     // organization is in quarantine already (stoppable).
     if (!quarantined) a.stopFirst = { cpuMs: a.cpuMs };
     if (v.tenant === a.tenant) {
@@ -439,10 +446,10 @@ export class HostedStore implements Store {
   }
 
   /**
-   * Attempt `a`, blamed on its own organization at its deadline, was told to stop when its
-   * connection closed: the host cancels it at its next block, which a block the engine cannot
-   * stop puts off. Until it is gone, the host is killed for its organization when it keeps
-   * working after it was told to stop (blame.ts, `afterStop`): a small statement that only
+   * Attempt `a`, blamed on its own organization at its deadline, had its answer ended without a
+   * kill: the engine's own time limit (never later than its deadline) stops it at its next
+   * block, which a block the engine cannot stop puts off. Until it is gone, the host is killed for its organization when it keeps
+   * working after its answer was ended (blame.ts, `afterStop`): a small statement that only
    * finishes its block costs no one a kill, a runaway is ended and its organization
    * quarantined.
    */
@@ -454,8 +461,8 @@ export class HostedStore implements Store {
       if (now !== undefined) cpuMs = Math.max(cpuMs, now);
       const s = { cpuSinceStopMs: cpuMs - cpuAtStop, wallSinceStopMs: Date.now() - stopped, ranBeforeMs, limitMs: this.cfg.analytics.timeoutMs };
       if (afterStop(s) === 'wait') return undefined;
-      log.warn('analytics statement told to stop at its deadline kept working in the engine', { org: a.tenant, cpuSinceStopMs: s.cpuSinceStopMs, wallSinceStopMs: s.wallSinceStopMs });
-      return `an analytics statement ran past its deadline and kept working after it was told to stop (organization ${a.tenant})`;
+      log.warn('analytics statement whose answer was ended at its deadline kept working in the engine', { org: a.tenant, cpuSinceStopMs: s.cpuSinceStopMs, wallSinceStopMs: s.wallSinceStopMs });
+      return `an analytics statement ran past its deadline and kept working after its answer was ended (organization ${a.tenant})`;
     });
   }
 
