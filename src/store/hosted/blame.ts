@@ -15,8 +15,8 @@
  *   is given its time back and run again.
  * - Otherwise, a statement that used at least STARVED_SHARE of its wall-clock time in the
  *   engine as CPU time, or whose organization's other statements used more than it, or whose
- *   organization is in quarantine, is blamed on its own organization (its work is ended, the
- *   organization is quarantined).
+ *   organization is in quarantine, is blamed on its own organization (its answer is ended; its
+ *   work too, and the organization is quarantined, as below).
  * - Otherwise it was starved, and no organization's work stands out (the rest of the machine,
  *   or several organizations alike, starved it): nobody is blamed, and it is given back the
  *   time it did not get, once (the caller keeps that), and goes on. Starved so again, it is
@@ -24,9 +24,9 @@
  *
  * - A statement blamed on its own organization, which is not in quarantine, has its answer ended
  *   first without a kill (the engine's own time limit, never later than the deadline, stops it
- *   at its next block): a kill ends every organization's work, and
- *   a small statement past its deadline (starved, or using its share beside several runaways,
- *   none of which stands out) is no runaway. Only one that keeps working after that
+ *   at its next block): a kill ends every organization's work, and a small statement past its
+ *   deadline (starved, or using its share beside several runaways, none of which stands out)
+ *   is no runaway. Only one that keeps working after that
  *   (`afterStop`) has the host killed for its organization, which is then quarantined.
  *
  * - Nobody else is blamed for a statement that ran at a lowered CPU priority: its organization
