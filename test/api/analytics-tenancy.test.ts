@@ -10,7 +10,7 @@
  */
 import t from 'tap';
 import { readFileSync } from 'node:fs';
-import { createOrg, http, logLines, sleep, startService } from '../helpers/service.js';
+import { createOrg, hostKills, http, logLines, sleep, startService } from '../helpers/service.js';
 
 // Room for the other organization's statements on a loaded 2-core machine (the suite runs two
 // files at once) while the runaways take the CPU; the runaways last far longer (10-16 s each
@@ -73,6 +73,9 @@ t.test("a runaway statement of one organization fails no statement of another", 
   attacking = false;
   await Promise.all(victimLoops);
 
+  // A runaway whose answer was ended has the host killed once it keeps working (starved, up to
+  // three time limits + 5 s after its answer).
+  await hostKills(svc, attacker.id, 30_000);
   const kills = logLines(svc, 'killing the engine host').length;
   t.ok(kills >= 1, `the engine host's work was ended ${kills} time(s) (the runaways cannot be stopped any other way)`);
   const attackerKills = logLines(svc, 'killing the engine host').filter((l) => JSON.stringify(l).includes(attacker.id)).length;
