@@ -102,8 +102,10 @@ export async function streamAnswer(session: Session, sql: string, format: string
     for await (const block of stream) {
       blocks++;
       if (out.gone) break;
-      const raw = block.raw();
-      const pieces = join ? join.push(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength), block.numRows) : [Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength)];
+      // Copied out of the engine's block: the bytes are held (the first 1 MiB) and queued on
+      // the connection past the next block, which must not find them changed.
+      const raw = Buffer.from(block.raw());
+      const pieces = join ? join.push(raw, block.numRows) : [raw];
       rows += block.numRows;
       for (const p of pieces) bytes += p.length;
       if (!res.headersSent) {
