@@ -28,7 +28,7 @@ import { CLIENT_GONE } from '../../src/http/wrap.js';
 // another test file, before their deadline ends them.
 const TIMEOUT_MS = 15_000;
 /** How long the paused clients' answers may take to begin: with the 3 s after, less than the 10 s after which uWS closes a connection that takes nothing. */
-const BEGIN_MS = 4_000;
+const BEGIN_MS = 6_000;
 const CAP = 16 * 1024 * 1024;
 /**
  * Clients that stop reading at once, all of one organization: more than the engine client's
