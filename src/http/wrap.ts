@@ -75,17 +75,29 @@ function send(res: uWS.HttpResponse, state: SendState, reply: Reply): void {
 }
 
 /**
- * A streamed body: the status line and headers, then each piece of the source as a chunk, all
- * writes corked. The next piece is asked for only once uWS took the previous one whole (write
- * returned true) or, when it had to keep some (back-pressure), once the socket drained
- * (onWritable): the service holds at most one piece per answer beyond what the source holds.
+ * The most of a streamed body written in one corked write: with its chunk's framing (at most
+ * 12 bytes) it fits in uWS's 16 KiB cork buffer, which a cork starts empty. A corked write that
+ * does not fit is sent at once after what the cork buffer holds; when that could not all be
+ * sent (the socket was full), uWS keeps the cork buffer's bytes but not the write's
+ * (AsyncSocket::uncork), so a chunk's data would go missing behind its framing. A write that
+ * fits is only ever copied into the cork buffer, and what the socket does not take of it is
+ * kept. uWebSockets.js #1249 reports chunked bodies broken by one cork per write of 16 KiB.
+ */
+export const WRITE_SLICE = 16 * 1024 - 64;
+
+/** The reason logged when a streamed answer's connection ended from the client's side. */
+export const CLIENT_GONE = 'the client went away or took nothing for 10 s';
+
+/**
+ * A streamed body: the status line and headers, then each piece of the source as chunks of at
+ * most WRITE_SLICE bytes, each write corked on its own. The next slice is written only once uWS
+ * took the previous one whole (write returned true) or, when it had to keep some
+ * (back-pressure), once the socket drained (onWritable): the service holds at most one piece
+ * per answer beyond what the source holds.
  * A client that stops reading is closed by uWS after 10 s without progress (onAborted). A
  * source that fails after the status line ends the connection without the body's end (a
  * client sees a broken chunked body, never a short whole one), and is logged.
  */
-/** The reason logged when a streamed answer's connection ended from the client's side. */
-export const CLIENT_GONE = 'the client went away or took nothing for 10 s';
-
 function sendStream(res: uWS.HttpResponse, state: SendState, reply: Reply, source: BodySource): void {
   if (state.done) {
     source.cancel();
@@ -137,12 +149,15 @@ function sendStream(res: uWS.HttpResponse, state: SendState, reply: Reply, sourc
           state.observe?.(reply.status, undefined);
           return;
         }
-        let whole = true;
-        res.cork(() => {
-          whole = res.write(piece);
-        });
-        if (!whole) await new Promise<void>((resolve) => (drained = resolve));
-        if (state.aborted) return;
+        for (let at = 0; at < piece.length; at += WRITE_SLICE) {
+          const slice = piece.subarray(at, at + WRITE_SLICE);
+          let whole = true;
+          res.cork(() => {
+            whole = res.write(slice);
+          });
+          if (!whole) await new Promise<void>((resolve) => (drained = resolve));
+          if (state.aborted) return;
+        }
       }
     } catch (err) {
       source.abort?.(err instanceof Error ? err.message : String(err));

@@ -66,6 +66,8 @@ class RawClient {
 
   /** Stop reading as soon as the body's first bytes are in. */
   pauseEarly = false;
+  /** What was wrong with the chunked framing, where (a chunk's data not followed by CRLF, a size line that is not hex). */
+  readonly framing: string[] = [];
 
   constructor(port: number, key: string, query: string, keepAlive = false) {
     this.head = new Promise((r) => (this.gotHead = r));
@@ -140,12 +142,15 @@ class RawClient {
         if (this.left === 0) this.left = -2;
       } else if (this.left === -2) {
         if (this.pending.length < 2) return;
+        if (this.pending[0] !== 0x0d || this.pending[1] !== 0x0a) this.framing.push(`no CRLF after a chunk's data at body byte ${this.bodyBytes}: ${JSON.stringify(this.pending.subarray(0, 16).toString('latin1'))}`);
         this.pending = this.pending.subarray(2);
         this.left = -1;
       } else {
         const eol = this.pending.indexOf('\r\n');
         if (eol < 0) return;
-        const size = parseInt(this.pending.subarray(0, eol).toString('latin1'), 16);
+        const sizeLine = this.pending.subarray(0, eol).toString('latin1');
+        if (!/^[0-9a-f]+$/i.test(sizeLine)) this.framing.push(`a chunk size line that is not one at body byte ${this.bodyBytes}: ${JSON.stringify(sizeLine.slice(0, 40))}`);
+        const size = parseInt(sizeLine, 16);
         this.pending = this.pending.subarray(eol + 2);
         if (size === 0) {
           // The trailer's empty line.
@@ -178,7 +183,15 @@ type Body = { columns: { name: string; type: string }[]; rows: [string, string[]
 
 /** The checks of a result of BIG cut at the byte cap. */
 function checkCapped(t: Test, text: string): void {
-  const body = JSON.parse(text) as Body;
+  let body: Body;
+  try {
+    body = JSON.parse(text) as Body;
+  } catch (err) {
+    // Where it broke, and what is there, so that a failure seen once says what the bytes were.
+    const at = Number(/position (\d+)/.exec(String(err))?.[1] ?? -1);
+    t.fail(`the body parses (${text.length} characters): ${String(err)}; around it: ${JSON.stringify(text.slice(Math.max(0, at - 300), at + 300))}`);
+    return;
+  }
   t.same(body.columns, [{ name: 'n', type: 'UInt64' }, { name: 's', type: 'Array(String)' }], 'columns');
   t.same(body.meta, { truncated: true, truncatedBy: 'bytes', limit: CAP, rowCount: body.rows.length, elapsedMs: body.meta.elapsedMs }, `flagged: ${JSON.stringify(body.meta)}`);
   t.ok(body.rows.length > 7_000 && body.rows.length < 10_000, `${body.rows.length} rows`);
@@ -257,6 +270,7 @@ t.test('clients that stop reading do not make the service hold their results', a
   for (const c of clients) {
     t.equal(c.status, 200);
     t.ok(c.complete, 'read afterwards, the body ends properly');
+    t.same(c.framing, [], 'its chunked framing is whole: each chunk as long as its size line says');
     checkCapped(t, c.text());
   }
   t.equal(await heldBytes(), 0, 'nothing is held once they are read');
