@@ -7,6 +7,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { MARGIN, MIN_CULPRIT_MS, STOPPED_CPU_MS, STOPPED_MIN_WALL_MS, STARVED_SHARE, afterStop, blame, stoppedHardBound, stoppedWallBound } from '../../src/store/hosted/blame.js';
 import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
+import { AGED_AFTER_MS, AGED_NICE, ThreadAging, type NiceOps } from '../../src/store/engine-host/aging.js';
 
 t.test('a statement that used its time is blamed on its own organization', async (t) => {
   const v = blame({ tenant: 'a', cpuMs: 2_000, ranMs: 3_000 }, [{ tenant: 'b', cpuMs: 2_500 }]);
@@ -42,6 +43,19 @@ t.test('a statement that ran at a lowered priority gets nobody else blamed', asy
   // Lowered beside its own organization's long statement (which ended), starved.
   t.equal(blame({ tenant: 'a', cpuMs: 320, ranMs: 3_000, lowered: true }, [{ tenant: 'b', cpuMs: 930 }]).tenant, null, 'lowered, starved: nobody');
   t.equal(blame({ tenant: 'a', cpuMs: 1_000, ranMs: 3_000, lowered: true }, [{ tenant: 'b', cpuMs: 2_930 }]).tenant, 'a', 'lowered, not starved: its own');
+});
+
+t.test("an aged statement starved by younger ones gets nobody blamed: only statements as old count", async (t) => {
+  // A runaway whose threads the host lowered after a second, beside another organization's young statements.
+  const young = [{ tenant: 'victim', cpuMs: 900 }, { tenant: 'victim', cpuMs: 700 }];
+  t.equal(blame({ tenant: 'runaway', cpuMs: 300, ranMs: 3_000, aged: true }, young).tenant, null, 'aged, starved by younger ones: nobody');
+  t.equal(blame({ tenant: 'runaway', cpuMs: 300, ranMs: 3_000 }, young).tenant, 'victim', 'not aged: the CPU decides');
+  // An aged victim statement starved by other organizations' aged runaways: they are blamed.
+  const v = blame({ tenant: 'victim', cpuMs: 300, ranMs: 3_000, aged: true }, [{ tenant: 'r', cpuMs: 1_400, aged: true }, { tenant: 'young', cpuMs: 5_000 }]);
+  t.equal(v.tenant, 'r', 'aged others count; the younger one does not');
+  t.equal(v.byTenant.get('young'), undefined);
+  // Its own organization's younger statements count for it.
+  t.equal(blame({ tenant: 'a', cpuMs: 300, ranMs: 3_000, aged: true }, [{ tenant: 'a', cpuMs: 1_000 }]).tenant, 'a', 'its own younger siblings used the CPU: its own');
 });
 
 t.test('a statement running on time given back counts for its own organization only', async (t) => {
@@ -80,13 +94,15 @@ t.test('the share is read from all attempts when given (shareMs), the comparison
 });
 
 t.test('properties', async (t) => {
-  const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean(), relieved: fc.boolean() });
+  const stmt = fc.record({ tenant: fc.constantFrom('a', 'b', 'c', 'd'), cpuMs: fc.nat({ max: 20_000 }), quarantined: fc.boolean(), relieved: fc.boolean(), aged: fc.boolean() });
   fc.assert(
-    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.boolean(), ({ tenant, cpuMs, quarantined }, ranMs, others, lowered) => {
-      const v = blame({ tenant, cpuMs, ranMs, quarantined, lowered }, others);
+    fc.property(stmt, fc.nat({ max: 30_000 }), fc.array(stmt, { maxLength: 12 }), fc.boolean(), ({ tenant, cpuMs, quarantined, aged }, ranMs, others, lowered) => {
+      const v = blame({ tenant, cpuMs, ranMs, quarantined, lowered, aged }, others);
       // A statement of lowered priority (quarantine included) never gets another organization blamed.
       if ((quarantined || lowered) && v.tenant !== null && v.tenant !== tenant) return false;
-      const counted = others.filter((o) => !o.relieved || o.tenant === tenant);
+      // An aged statement never gets an organization blamed whose statements are all younger.
+      if (aged && v.tenant !== null && v.tenant !== tenant && !others.some((o) => o.tenant === v.tenant && o.aged)) return false;
+      const counted = others.filter((o) => o.tenant === tenant || (!o.relieved && (!aged || o.aged)));
       const used = (x: string): number => (x === tenant ? cpuMs : 0) + counted.filter((o) => o.tenant === x).reduce((s, o) => s + o.cpuMs, 0);
       const jailed = (x: string): boolean => counted.some((o) => o.tenant === x && o.quarantined);
       if (v.tenant !== null && v.tenant !== tenant) {
@@ -194,5 +210,87 @@ t.test('property: a statement whose answer was ended is never followed past the 
       if (wall < bound) return v === 'wait';
       return v === (cpu >= STARVED_SHARE * wall ? 'kill' : 'wait');
     }),
+  );
+});
+
+t.test('the ledger: which statements have run long, and the threads working for them now', async (t) => {
+  const ticks = new Map<number, number>([[1, 0], [2, 0], [3, 0]]);
+  const of = (tid: number): number | null => ticks.get(tid) ?? null;
+  const l = new CpuLedger();
+  l.record([{ tag: 'A', threads: [1, 2] }], of, [1, 2, 3], 0);
+  t.same([...l.agedThreads(AGED_AFTER_MS, AGED_AFTER_MS - 1)], [], 'not yet');
+  t.same(l.report(AGED_AFTER_MS, AGED_AFTER_MS - 1), [{ tag: 'A', cpuMs: 0 }]);
+  l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3] }], of, [1, 2, 3], AGED_AFTER_MS);
+  t.same([...l.agedThreads(AGED_AFTER_MS, AGED_AFTER_MS)].sort(), [1, 2], "A's threads; B is young");
+  t.same(l.report(AGED_AFTER_MS, AGED_AFTER_MS), [{ tag: 'A', cpuMs: 0, aged: true }, { tag: 'B', cpuMs: 0 }]);
+  t.same(l.report(), [{ tag: 'A', cpuMs: 0 }, { tag: 'B', cpuMs: 0 }], 'not marked when the host does not lower threads');
+  // Thread 2 goes on to B (A still lists it): it works for the young one now.
+  l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3, 2] }], of, [1, 2, 3], AGED_AFTER_MS + 200);
+  t.same([...l.agedThreads(AGED_AFTER_MS, AGED_AFTER_MS + 200)], [1]);
+  // A ends: none of its threads is aged any more; B ages in its turn.
+  l.record([{ tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 2 * AGED_AFTER_MS + 200);
+  t.same([...l.agedThreads(AGED_AFTER_MS, 2 * AGED_AFTER_MS + 200)].sort(), [2, 3]);
+  l.idle(3 * AGED_AFTER_MS);
+  t.same([...l.agedThreads(AGED_AFTER_MS, 3 * AGED_AFTER_MS)], []);
+});
+
+/** Threads with nice values, of which `own` are the host's and `locked` cannot be raised back (no CAP_SYS_NICE). */
+function fakeThreads(nice: Record<number, number>, own: number[] = [], locked = false): NiceOps & { nice: Map<number, number> } {
+  const m = new Map(Object.entries(nice).map(([k, v]) => [Number(k), v]));
+  return {
+    nice: m,
+    get: (tid) => m.get(tid) ?? null,
+    set: (tid, v) => {
+      const now = m.get(tid);
+      if (now === undefined || (locked && v < now)) return false;
+      m.set(tid, v);
+      return true;
+    },
+    own: (tid) => own.includes(tid),
+  };
+}
+
+t.test('aging: threads working for aged statements are lowered, and put back once they are not', async (t) => {
+  const ops = fakeThreads({ 1: 0, 2: 0, 3: 19, 4: 0, 5: 5 }, [4]);
+  const a = new ThreadAging(ops);
+  a.update(new Set([1, 2, 3, 4, 5]));
+  t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: AGED_NICE, 3: 19, 4: 0, 5: AGED_NICE }, 'lowered; one already lower left alone; the host\'s own never');
+  t.equal(a.size, 3);
+  a.update(new Set([1]));
+  t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: 0, 3: 19, 4: 0, 5: 5 }, 'put back to what each had');
+  // The engine set thread 1 elsewhere meanwhile (it took up a quarantined statement): left as it is.
+  ops.nice.set(1, 19);
+  a.update(new Set());
+  t.equal(ops.nice.get(1), 19);
+  t.equal(a.size, 0);
+  // A thread gone before it is put back is forgotten.
+  a.update(new Set([2]));
+  ops.nice.delete(2);
+  a.clear();
+  t.equal(a.size, 0);
+});
+
+t.test('property: aging never raises a thread above the priority it had, and puts back every thread it lowered', async () => {
+  fc.assert(
+    fc.property(
+      fc.array(fc.integer({ min: -5, max: 19 }), { minLength: 1, maxLength: 8 }),
+      fc.array(fc.array(fc.nat(7), { maxLength: 8 }), { maxLength: 10 }),
+      (nices, rounds) => {
+        const start = Object.fromEntries(nices.map((n, i) => [i, n]));
+        const ops = fakeThreads(start, [0]);
+        const a = new ThreadAging(ops);
+        for (const r of rounds) {
+          const aged = new Set(r.filter((x) => x < nices.length));
+          a.update(aged);
+          for (const [tid, n] of ops.nice) {
+            if (n < start[tid]!) return false;
+            if (aged.has(tid) && tid !== 0 && n < AGED_NICE) return false;
+            if (!aged.has(tid) && n !== start[tid]) return false;
+          }
+        }
+        a.clear();
+        return [...ops.nice].every(([tid, n]) => n === start[tid]);
+      },
+    ),
   );
 });

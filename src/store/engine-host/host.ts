@@ -19,7 +19,8 @@
  * busy analytics lane never holds up the writer. One more session, of the host's own, samples
  * the CPU time each running analytics statement has used (cpu.ts), which the analytics user
  * reads at GET /cpu (JSON: {"statements": [{"tag": <log_comment>, "cpuMs": n}, …]}, with
- * `"ended": true` on those that ended lately). It is the embedded engine's host, not a
+ * `"ended": true` on those that ended lately, and `"aged": true` on those whose threads it
+ * has lowered for running long, aging.ts). It is the embedded engine's host, not a
  * ClickHouse server: nothing else should ever connect to it.
  *
  * It ends itself when the service goes away (the IPC channel closes), so a killed service
@@ -32,6 +33,7 @@ import { Session, type ChdbResult } from 'chdb';
 import { Lane } from './lane.js';
 import { BrokenOff, NotStreamed, streamAnswer, streamed } from './stream.js';
 import { CpuLedger, PROCESSES_SQL, SAMPLE_MS, ownThreads, parseProcesses, threadTicks } from './cpu.js';
+import { AGED_AFTER_MS, ThreadAging, probe, processNice } from './aging.js';
 import { emptyLineAt, emptyLineError } from '../insert-data.js';
 import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
 import type { EngineHostFault } from '../../config.js';
@@ -92,6 +94,8 @@ interface Lanes {
   /** The host's own session: reads system.processes for the CPU ledger. */
   monitor: Session;
   cpu: CpuLedger;
+  /** Lowers the threads of statements that have run long (aging.ts); null when their priority could not be put back. */
+  aging: ThreadAging | null;
 }
 
 async function open(cfg: HostStart): Promise<Lanes> {
@@ -107,7 +111,10 @@ async function open(cfg: HostStart): Promise<Lanes> {
   }
   const monitor = new Session(cfg.dir);
   await monitor.queryAsync('SET readonly = 2');
-  return { writer: new Lane('writer', writers), analytics: new Lane('analytics', readers), monitor, cpu: new CpuLedger() };
+  const nice = processNice();
+  const aging = probe(nice) ? new ThreadAging(nice) : null;
+  if (!aging) say('warn', "engine host cannot put a thread's CPU priority back (CAP_SYS_NICE): statements that run long keep their threads' priority");
+  return { writer: new Lane('writer', writers), analytics: new Lane('analytics', readers), monitor, cpu: new CpuLedger(), aging };
 }
 
 /**
@@ -120,12 +127,16 @@ function sampleCpu(lanes: Lanes): void {
     if (sampling) return;
     if (lanes.analytics.busy === 0) {
       lanes.cpu.idle();
+      lanes.aging?.clear();
       return;
     }
     sampling = true;
     lanes.monitor
       .queryAsync(PROCESSES_SQL, { format: 'JSONCompact' })
-      .then((out) => lanes.cpu.record(parseProcesses(out.text()), threadTicks, ownThreads()))
+      .then((out) => {
+        lanes.cpu.record(parseProcesses(out.text()), threadTicks, ownThreads());
+        lanes.aging?.update(lanes.cpu.agedThreads(AGED_AFTER_MS));
+      })
       .catch((err: unknown) => say('warn', 'engine host could not sample the statements\' CPU time', { err: err instanceof Error ? err.message : String(err) }))
       .finally(() => {
         sampling = false;
@@ -168,7 +179,7 @@ async function handle(cfg: HostStart, lanes: Lanes, req: http.IncomingMessage, r
     if (role !== 'analytics') throw new HostError(403, 497, 'ACCESS_DENIED', 'The CPU ledger is the analytics user\'s');
     // The threads' time up to now; which threads each statement has is as of the last sample.
     lanes.cpu.refresh(threadTicks);
-    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ statements: lanes.cpu.report() }));
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ statements: lanes.cpu.report(lanes.aging ? AGED_AFTER_MS : undefined) }));
     return;
   }
   const body = await readBody(req);

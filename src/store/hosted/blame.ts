@@ -38,6 +38,11 @@
  *   starved in turn, had a third one blamed). A quarantined organization's statement is blamed
  *   on its own organization; a lowered one, starved, goes on once like any starved statement.
  *
+ * - The engine host lowers the threads of a statement that has run a second (`aged`,
+ *   engine-host/aging.ts), so that younger statements take the CPU first: an aged statement
+ *   starved by younger ones was starved by design, and their CPU time is not held against their
+ *   organizations. Only statements as old count as having starved it.
+ *
  * A runaway among others, or on a machine loaded by other work, is starved too: it is the
  * "once" and the quarantine that keep runaways from going on far past their deadlines
  * (measured, with no bound: a runaway answered 408 after 25.6 s with a 7 s limit). The margin
@@ -62,6 +67,8 @@ export interface RunningCpu {
   cpuMs: number;
   /** Its organization is in quarantine (a statement of it ended the engine's work lately). */
   quarantined?: boolean;
+  /** The engine host had lowered its threads for running long (engine-host/aging.ts). */
+  aged?: boolean;
   /**
    * It runs on time given back for being starved: not counted against its organization when
    * another organization's statement is overdue (a small statement given its time back runs
@@ -82,6 +89,8 @@ export interface Overdue {
   quarantined?: boolean;
   /** It ran at a lowered CPU priority because another statement of its organization had run long. */
   lowered?: boolean;
+  /** The engine host had lowered its threads for running long (engine-host/aging.ts). */
+  aged?: boolean;
 }
 
 export interface Verdict {
@@ -99,10 +108,12 @@ export interface Verdict {
  */
 export function blame(overdue: Overdue, others: readonly RunningCpu[]): Verdict {
   const byTenant = new Map<string, number>([[overdue.tenant, overdue.cpuMs]]);
-  for (const r of others) if (!r.relieved || r.tenant === overdue.tenant) byTenant.set(r.tenant, (byTenant.get(r.tenant) ?? 0) + r.cpuMs);
+  // An aged statement yields the CPU to younger ones by design: theirs is no one's fault.
+  const counted = (r: RunningCpu): boolean => r.tenant === overdue.tenant || (!r.relieved && (!overdue.aged || r.aged === true));
+  for (const r of others) if (counted(r)) byTenant.set(r.tenant, (byTenant.get(r.tenant) ?? 0) + r.cpuMs);
   const starved = (overdue.shareMs ?? overdue.cpuMs) < STARVED_SHARE * overdue.ranMs;
   const own = byTenant.get(overdue.tenant)!;
-  const offender = new Set(others.filter((r) => r.quarantined && (!r.relieved || r.tenant === overdue.tenant)).map((r) => r.tenant));
+  const offender = new Set(others.filter((r) => r.quarantined && counted(r)).map((r) => r.tenant));
   let top: string | null = null;
   let topMs = 0;
   const mayBlameOthers = !overdue.quarantined && !overdue.lowered;

@@ -132,6 +132,8 @@ interface Attempt {
   relieved: boolean;
   /** It runs at a lowered CPU priority because another statement of its organization had run long (blame.ts). */
   lowered?: boolean;
+  /** The engine host had lowered its threads for running long, at the latest reading of the ledger (engine-host/aging.ts). */
+  aged?: boolean;
   pastRanMs: number;
   /** Moves the statement's deadline later (SelectOptions.reprieve); what it gave. */
   reprieve: (ms: number) => number;
@@ -362,7 +364,7 @@ export class HostedStore implements Store {
   }
 
   private async judgeNow(a: Attempt, what: string): Promise<'own' | 'spared'> {
-    let listed: { tag: string; cpuMs: number; ended: boolean }[];
+    let listed: { tag: string; cpuMs: number; ended: boolean; aged: boolean }[];
     try {
       listed = await this.readCpu(a.g);
     } catch (err) {
@@ -374,7 +376,10 @@ export class HostedStore implements Store {
     if (this.supervisor.serving?.n !== a.g.n) return 'own';
     for (const l of listed) {
       const b = this.byTag.get(l.tag);
-      if (b) b.cpuMs = l.cpuMs;
+      if (b) {
+        b.cpuMs = l.cpuMs;
+        b.aged = l.aged;
+      }
     }
     // Over each statement's life in the engine: a kill makes every statement start again.
     const here = Date.now() - a.began;
@@ -393,9 +398,10 @@ export class HostedStore implements Store {
       cpuMs: Math.max(b.pastMaxCpuMs, b.cpuMs),
       quarantined: this.inQuarantine(b.tenant),
       relieved: b.relieved,
+      aged: b.aged === true,
     }));
     const quarantined = this.inQuarantine(a.tenant);
-    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined, lowered: a.lowered === true }, others);
+    const v = blame({ tenant: a.tenant, cpuMs: Math.max(a.pastMaxCpuMs, a.cpuMs), ranMs, shareMs: cpuMs, quarantined, lowered: a.lowered === true, aged: a.aged === true }, others);
     const cpuByOrg = Object.fromEntries(v.byTenant);
     // Blamed on its own organization from here: its answer ended before any kill, unless its
     // organization is in quarantine already (stoppable).
@@ -487,14 +493,14 @@ export class HostedStore implements Store {
   }
 
   /** The CPU time each running analytics statement of generation `g` has used (the host's ledger). */
-  private async readCpu(g: Generation): Promise<{ tag: string; cpuMs: number; ended: boolean }[]> {
+  private async readCpu(g: Generation): Promise<{ tag: string; cpuMs: number; ended: boolean; aged: boolean }[]> {
     const res = await fetch(`${g.url}/cpu`, {
       headers: { authorization: `Basic ${Buffer.from(`analytics:${g.analyticsPassword}`).toString('base64')}` },
       signal: AbortSignal.timeout(CPU_READ_MS),
     });
     if (!res.ok) throw new Error(`GET /cpu answered ${res.status}`);
-    const body = (await res.json()) as { statements?: { tag?: unknown; cpuMs?: unknown; ended?: unknown }[] };
-    return (body.statements ?? []).flatMap((x) => (typeof x.tag === 'string' && typeof x.cpuMs === 'number' ? [{ tag: x.tag, cpuMs: x.cpuMs, ended: x.ended === true }] : []));
+    const body = (await res.json()) as { statements?: { tag?: unknown; cpuMs?: unknown; ended?: unknown; aged?: unknown }[] };
+    return (body.statements ?? []).flatMap((x) => (typeof x.tag === 'string' && typeof x.cpuMs === 'number' ? [{ tag: x.tag, cpuMs: x.cpuMs, ended: x.ended === true, aged: x.aged === true }] : []));
   }
 
   private inQuarantine(tenant: string): boolean {

@@ -1,0 +1,127 @@
+/**
+ * Age-based CPU priority of the engine's threads: a statement that has run AGED_AFTER_MS has
+ * the threads working for it lowered to AGED_NICE, so that a short statement started beside
+ * long ones takes the CPU first. The engine cannot stop a block in the making, and a sort of
+ * one large array is one block: without this, a small statement started beside a few such
+ * runaways gets its share of the CPU only, and passes its deadline (measured on two cores,
+ * beside four 20,000,000-element sorts: a 2,000,000-element sort took 1.7–3.2 s, against
+ * 0.45–0.9 s with the runaways' threads lowered after a second; it takes 0.5–0.9 s alone).
+ *
+ * The threads are the engine's pool threads, which go on to other work: a thread is lowered
+ * while the statement it works for now (the CPU ledger's owner, cpu.ts) is aged, and put back
+ * to the priority it had once it works for a younger one or its statement ended. The engine
+ * itself sets a statement's threads to its `os_thread_priority` (a quarantined organization's
+ * at 19) when they take it up, and back to 0 when they leave it: a thread already at
+ * AGED_NICE or lower is left alone, and one that the engine has since set elsewhere is not put
+ * back. The host's own threads (its event loop and the libuv pool that calls the engine, which
+ * also runs inserts) are never lowered.
+ *
+ * Putting a thread back to a higher priority needs CAP_SYS_NICE (root has it); without it the
+ * host does not lower any (`probe`), as the engine does not apply `os_thread_priority`.
+ *
+ * Pure bookkeeping over the operations it is given; the host (host.ts) drives it.
+ */
+import os from 'node:os';
+import { readFileSync } from 'node:fs';
+
+/** A statement that has run this long (ms, since the host's sampler first saw it) has its threads lowered. */
+export const AGED_AFTER_MS = 1_000;
+/** The nice value of an aged statement's threads (a quarantined organization's run at 19). */
+export const AGED_NICE = 10;
+
+export interface NiceOps {
+  /** A thread's nice value, or null when it is gone. */
+  get(tid: number): number | null;
+  /** Sets a thread's nice value; false when it could not (gone, or not allowed). */
+  set(tid: number, nice: number): boolean;
+  /** The host's own threads, never lowered. */
+  own(tid: number): boolean;
+}
+
+export class ThreadAging {
+  /** Threads lowered here → the nice value they had. */
+  private readonly lowered = new Map<number, number>();
+
+  constructor(private readonly ops: NiceOps) {}
+
+  /** How many threads are lowered now. */
+  get size(): number {
+    return this.lowered.size;
+  }
+
+  /**
+   * `aged`: the threads working for an aged statement now (the ledger's owners). Lowers those
+   * not lowered yet; puts back those lowered that no longer are.
+   */
+  update(aged: ReadonlySet<number>): void {
+    for (const [tid, before] of this.lowered) if (!aged.has(tid)) this.putBack(tid, before);
+    for (const tid of aged) {
+      if (this.lowered.has(tid) || this.ops.own(tid)) continue;
+      const now = this.ops.get(tid);
+      if (now === null || now >= AGED_NICE) continue;
+      if (this.ops.set(tid, AGED_NICE)) this.lowered.set(tid, now);
+    }
+  }
+
+  /** No statement runs: every thread lowered is put back. */
+  clear(): void {
+    for (const [tid, before] of this.lowered) this.putBack(tid, before);
+  }
+
+  private putBack(tid: number, before: number): void {
+    this.lowered.delete(tid);
+    // Set elsewhere since (the engine took it up for a statement of its own priority, or reset it): left as it is.
+    if (this.ops.get(tid) === AGED_NICE) this.ops.set(tid, before);
+  }
+}
+
+function comm(tid: number): string | null {
+  try {
+    return readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim();
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The operations on this process's threads (Linux: a thread id is a `setpriority` target of
+ * its own). The host's own threads are those named as the process is (the event loop, and the
+ * libuv pool's threads, which take the name their creator had) or as libuv names its workers;
+ * the engine names its threads itself.
+ */
+export function processNice(): NiceOps {
+  const mine = new Set(['node', comm(process.pid) ?? 'node']);
+  return {
+    get: (tid) => {
+      try {
+        return os.getPriority(tid);
+      } catch {
+        return null;
+      }
+    },
+    set: (tid, nice) => {
+      try {
+        os.setPriority(tid, nice);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    own: (tid) => {
+      const name = comm(tid);
+      return name === null || mine.has(name) || name.startsWith('libuv');
+    },
+  };
+}
+
+/**
+ * Whether a thread's priority can be put back once lowered here: the host lowers its own event
+ * loop's thread by one and puts it back. Without CAP_SYS_NICE the second step is refused (and
+ * the thread stays one lower, which the event loop does not mind).
+ */
+export function probe(ops: NiceOps = processNice()): boolean {
+  const before = ops.get(process.pid);
+  if (before === null || before >= 19) return false;
+  if (!ops.set(process.pid, before + 1)) return false;
+  return ops.set(process.pid, before);
+}

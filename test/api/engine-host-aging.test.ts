@@ -1,0 +1,76 @@
+/**
+ * The engine host lowers the threads of an analytics statement that has run long
+ * (src/store/engine-host/aging.ts), and puts them back once it ends: observed in the host's
+ * ledger (GET /cpu marks the statement `aged`) and in the threads' nice values
+ * (/proc/<host>/task/<tid>/stat). Runs the compiled host (dist/), as root (CAP_SYS_NICE), as
+ * the suite does.
+ */
+import t from 'tap';
+import { readFileSync, readdirSync } from 'node:fs';
+import { engineHost } from '../helpers/engine-host.js';
+import { AGED_AFTER_MS, AGED_NICE } from '../../src/store/engine-host/aging.js';
+
+const { sup, client: open } = engineHost(t, 'engine-host-aging', { analyticsSessions: 3, writerSessions: 1 });
+const g = await sup.start();
+const reader = open(g.url, 'analytics', g.analyticsPassword, 'an');
+
+/** The host's ledger as the service reads it. */
+async function ledger(): Promise<{ tag: string; cpuMs: number; aged?: boolean; ended?: boolean }[]> {
+  const res = await fetch(`${g.url}/cpu`, { headers: { authorization: `Basic ${Buffer.from(`analytics:${g.analyticsPassword}`).toString('base64')}` } });
+  return ((await res.json()) as { statements: { tag: string; cpuMs: number; aged?: boolean; ended?: boolean }[] }).statements;
+}
+
+/** The engine's threads of the host (named by the engine, not as the process or libuv's pool) and their nice values. */
+function engineThreads(): { tid: number; name: string; nice: number }[] {
+  const out: { tid: number; name: string; nice: number }[] = [];
+  for (const d of readdirSync(`/proc/${g.pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${g.pid}/task/${d}/stat`, 'utf8');
+      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      // Field 19 is the nice value; the fields after the name start at field 3.
+      const nice = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+      out.push({ tid: Number(d), name, nice });
+    } catch {
+      // The thread ended meanwhile.
+    }
+  }
+  return out;
+}
+
+async function until<T>(what: string, read: () => Promise<T> | T, done: (v: T) => boolean, ms = 20_000): Promise<T> {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await read();
+    if (done(v)) return v;
+    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms (last: ${JSON.stringify(v)})`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+t.test("a statement that runs long has its threads lowered, and put back when it ends", async (t) => {
+  const before = engineThreads();
+  t.ok(before.every((x) => x.nice < AGED_NICE), 'no thread is lowered before');
+  // Many blocks of work, ended by the engine's own time limit.
+  const sent = Date.now();
+  const long = reader
+    .query({ query: 'SELECT count() FROM numbers(100000000000) WHERE sipHash64(number) = 0', format: 'JSONEachRow', clickhouse_settings: { max_execution_time: 6, log_comment: 'stmt:long' } })
+    .then((r) => r.text())
+    .then(
+      () => 'answered',
+      (err: unknown) => String(err),
+    );
+  const first = await until('the ledger lists it', ledger, (l) => l.some((x) => x.tag === 'stmt:long' && !x.ended));
+  const seen = Date.now() - sent;
+  t.ok(first.find((x) => x.tag === 'stmt:long')!.aged !== true || seen >= AGED_AFTER_MS, `not aged in its first ${AGED_AFTER_MS} ms (first read ${seen} ms after it was sent)`);
+  await until('the ledger marks it aged', ledger, (l) => l.some((x) => x.tag === 'stmt:long' && x.aged === true));
+  t.ok(Date.now() - sent >= AGED_AFTER_MS, `aged once it has run ${AGED_AFTER_MS} ms (read ${Date.now() - sent} ms after it was sent)`);
+  const lowered = await until('its threads are lowered', engineThreads, (ts) => ts.some((x) => x.nice === AGED_NICE));
+  t.comment(`lowered: ${lowered.filter((x) => x.nice === AGED_NICE).map((x) => `${x.tid} ${x.name}`).join(', ')}`);
+  t.ok(lowered.filter((x) => x.nice === AGED_NICE).every((x) => x.name !== 'node' && !x.name.startsWith('billing-engine') && !x.name.startsWith('libuv')), "none of the host's own threads (its event loop, the libuv pool that also runs inserts)");
+  // A statement started meanwhile is young: not marked.
+  const small = reader.query({ query: 'SELECT sum(number) AS s FROM numbers(1000)', format: 'JSONEachRow', clickhouse_settings: { log_comment: 'stmt:small' } }).then((r) => r.json());
+  t.same(await small, [{ s: '499500' }], 'another statement runs beside it');
+  t.match(await long, /TIMEOUT_EXCEEDED|Timeout exceeded/, 'the long statement ended at its time limit');
+  await until('every thread is put back once nothing runs', engineThreads, (ts) => ts.every((x) => x.nice < AGED_NICE));
+  t.pass('no thread is left lowered');
+});
