@@ -100,7 +100,8 @@ t.test('behind, a batch buffered and the next one failing: the first is still st
   t.ok(await until(() => h.events.some((e) => e.what === 'ack 1'), 3_000), `batch 1 stored and acked: ${JSON.stringify(h.events.map((e) => e.what))}`);
   const acked = h.events.find((e) => e.what === 'ack 1')!.at - start;
   t.ok(acked <= 4 * FLUSH_MS, `within a flush interval and a little (${Math.round(acked)} ms)`);
-  t.ok(h.events.some((e) => e.what === 'nak 2'), 'the failed batch was given back');
+  // Its claim fails 40 ms after it was asked: on a loaded machine that can come after batch 1's flush.
+  t.ok(await until(() => h.events.some((e) => e.what === 'nak 2'), 3_000), 'the failed batch was given back');
 });
 
 t.test('behind: a second flush inserts while the first one\'s insert runs, and publishes after it', async (t) => {
