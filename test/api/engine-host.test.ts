@@ -72,6 +72,30 @@ t.test('a failed statement leaves nothing in the next answer', async (t) => {
   t.equal(await (await writer.query({ query: 'SELECT 42', format: 'TabSeparated' })).text(), '42\n');
 });
 
+t.test("a statement whose analysis takes seconds holds up nothing but its own session", async (t) => {
+  // Folding its constant expression (a sort of 8,000,000 elements made in the statement) is the
+  // engine's analysis, done in the thread that starts the statement: seconds of it.
+  const fold = `SELECT length(arraySort(x -> hex(sipHash64(x)), arrayEnumerate(arrayConcat(${Array(8).fill('arrayFlatten(arrayWithConstant(1000, range(1000)))').join(', ')})))) AS n`;
+  await writer.command({ query: 'CREATE TABLE IF NOT EXISTS b.side (k String) ENGINE = Memory' });
+  let foldDone = false;
+  const folding = reader
+    .query({ query: fold, format: 'JSONCompact', clickhouse_settings: { log_comment: 'stmt:fold' } })
+    .then((r) => r.json<{ data: unknown[][] }>())
+    .finally(() => (foldDone = true));
+  // Observed: the host's CPU ledger answers while it runs, and lists it.
+  for (;;) {
+    const res = await fetch(`${g1.url}/cpu`, { headers: { authorization: `Basic ${Buffer.from(`analytics:${g1.analyticsPassword}`).toString('base64')}` } });
+    const { statements } = (await res.json()) as { statements: { tag: string; ended?: boolean }[] };
+    if (foldDone || statements.some((x) => x.tag === 'stmt:fold' && !x.ended)) break;
+    await new Promise((r) => setTimeout(r, 20));
+  }
+  t.notOk(foldDone, 'the ledger answered, and listed the statement, before it ended');
+  await writer.insert({ table: 'b.side', values: [{ k: 'beside' }], format: 'JSONEachRow' });
+  t.same(await (await reader.query({ query: 'SELECT 42 AS x', format: 'JSONEachRow' })).json(), [{ x: 42 }], 'another analytics statement');
+  t.notOk(foldDone, 'the insert and the other statement finished while it was still being analysed');
+  t.same((await folding).data, [['8000000']]);
+});
+
 t.test('a long analytics statement does not hold up the writer lane', async (t) => {
   let longDone = false;
   const long = reader

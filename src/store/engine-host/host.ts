@@ -29,8 +29,9 @@
 import { mkdirSync } from 'node:fs';
 import http from 'node:http';
 import { timingSafeEqual } from 'node:crypto';
-import { Session, type ChdbResult } from 'chdb';
+import { Session } from 'chdb';
 import { Lane } from './lane.js';
+import { RemoteSession, type WholeResult } from './remote-session.js';
 import { BrokenOff, NotStreamed, streamAnswer, streamed } from './stream.js';
 import { CpuLedger, PROCESSES_SQL, SAMPLE_MS, ownThreads, parseProcesses, threadTicks } from './cpu.js';
 import { AGED_AFTER_MS, ThreadAging, probe, processNice } from './aging.js';
@@ -89,8 +90,9 @@ function sameSecret(a: string, b: string): boolean {
 }
 
 interface Lanes {
-  writer: Lane;
-  analytics: Lane;
+  writer: Lane<Session>;
+  /** Each analytics session in a worker thread of its own: a statement's analysis never runs on the host's event loop. */
+  analytics: Lane<RemoteSession>;
   /** The host's own session: reads system.processes for the CPU ledger. */
   monitor: Session;
   cpu: CpuLedger;
@@ -102,13 +104,7 @@ async function open(cfg: HostStart): Promise<Lanes> {
   mkdirSync(cfg.dir, { recursive: true });
   const writers = Array.from({ length: cfg.writerSessions }, () => new Session(cfg.dir));
   await writers[0]!.queryAsync(`CREATE DATABASE IF NOT EXISTS ${cfg.analyticsDatabase}`);
-  const readers: Session[] = [];
-  for (let i = 0; i < cfg.analyticsSessions; i++) {
-    const s = new Session(cfg.dir);
-    await s.queryAsync(`USE ${cfg.analyticsDatabase}`);
-    await s.queryAsync('SET readonly = 2');
-    readers.push(s);
-  }
+  const readers = await Promise.all(Array.from({ length: cfg.analyticsSessions }, () => RemoteSession.open(cfg.dir, [`USE ${cfg.analyticsDatabase}`, 'SET readonly = 2'])));
   const monitor = new Session(cfg.dir);
   await monitor.queryAsync('SET readonly = 2');
   const nice = processNice();
@@ -242,7 +238,7 @@ async function handle(cfg: HostStart, lanes: Lanes, req: http.IncomingMessage, r
 }
 
 /** A statement's output made whole, with the engine's figures. */
-function answerWhole(res: http.ServerResponse, headers: Record<string, string>, out: ChdbResult): void {
+function answerWhole(res: http.ServerResponse, headers: Record<string, string>, out: WholeResult): void {
   const bytes = out.bytes();
   res
     .writeHead(200, { ...headers, 'X-ClickHouse-Summary': JSON.stringify({ read_rows: String(out.rowsRead), read_bytes: String(out.bytesRead), elapsed_ns: String(Math.round(out.elapsed * 1e9)) }) })

@@ -13,21 +13,24 @@
  * A session is the call's until the call's promise settles: a streamed statement (stream.ts)
  * holds it until its stream has ended or was cancelled.
  */
-import { Session } from 'chdb';
-
 const DRAIN_SQL = "SELECT 'drained'";
 
-interface Waiter {
-  start(session: Session): void;
+/** What a lane needs of a session: chdb's Session, or an analytics session in a thread of its own (remote-session.ts). */
+export interface LaneSession {
+  queryAsync(sql: string, opts: { format: string }): Promise<unknown>;
 }
 
-export class Lane {
-  private readonly idle: Session[];
-  private readonly queue: Waiter[] = [];
+interface Waiter<S> {
+  start(session: S): void;
+}
+
+export class Lane<S extends LaneSession> {
+  private readonly idle: S[];
+  private readonly queue: Waiter<S>[] = [];
 
   constructor(
     readonly name: string,
-    readonly sessions: readonly Session[],
+    readonly sessions: readonly S[],
   ) {
     this.idle = [...sessions];
   }
@@ -41,15 +44,15 @@ export class Lane {
    * Runs `call` on a free session of this lane (waiting for one in order of arrival), then
    * `cleanup` (if any) on the same session before anyone else's statement runs on it.
    */
-  run<T>(call: (s: Session) => Promise<T>, cleanup?: string): Promise<T> {
+  run<T>(call: (s: S) => Promise<T>, cleanup?: string): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      const after = (s: Session, first: string | null): void => {
+      const after = (s: S, first: string | null): void => {
         const steps = [first, cleanup].filter((x): x is string => !!x);
         void steps
           .reduce<Promise<unknown>>((p, sql) => p.then(() => s.queryAsync(sql, { format: 'TSVRaw' })).catch(() => undefined), Promise.resolve())
           .then(() => this.free(s));
       };
-      const waiter: Waiter = {
+      const waiter: Waiter<S> = {
         start: (s) => {
           call(s).then(
             (v) => {
@@ -70,7 +73,7 @@ export class Lane {
     });
   }
 
-  private free(s: Session): void {
+  private free(s: S): void {
     const next = this.queue.shift();
     if (next) next.start(s);
     else this.idle.push(s);

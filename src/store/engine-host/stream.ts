@@ -32,7 +32,11 @@
  * wall time in the host, less the time its output waited for the connection to take it).
  */
 import type http from 'node:http';
-import type { Session } from 'chdb';
+
+/** What a streamed answer needs of a session: chdb's Session, or an analytics session in a thread of its own (remote-session.ts). */
+export interface StreamingSession {
+  queryStream(sql: string, opts: { format: string }): AsyncIterable<{ readonly numRows: number; raw(): Uint8Array }>;
+}
 import { CompactJoin } from './compact-join.js';
 
 /** Output formats streamed: JSONCompact, joined, and row formats without a header, whose blocks follow each other. */
@@ -85,7 +89,7 @@ export class BrokenOff extends Error {
  * caller answers it), or with BrokenOff after, or with NotStreamed when chdb does not stream
  * this kind of statement (nothing was run or sent: the caller runs it whole).
  */
-export async function streamAnswer(session: Session, sql: string, format: string, res: http.ServerResponse, headers: Record<string, string>): Promise<void> {
+export async function streamAnswer(session: StreamingSession, sql: string, format: string, res: http.ServerResponse, headers: Record<string, string>): Promise<void> {
   const started = performance.now();
   const join = format === 'JSONCompact' ? new CompactJoin() : null;
   const out = new Outgoing(res);
