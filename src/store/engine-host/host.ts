@@ -16,7 +16,9 @@
  *   analytics  the analytics lane: ANALYTICS_ENGINE_SESSIONS read-only sessions (readonly = 2
  *              for the session's life, current database = the analytics views' database)
  * The lanes have their own sessions, so analytics statements never hold up an insert and a
- * busy analytics lane never holds up the writer. One more session, of the host's own, samples
+ * busy analytics lane never holds up the writer; each analytics session runs in a worker thread
+ * of its own (remote-session.ts), so that a statement whose analysis takes long (chdb folds
+ * constant expressions in the thread that starts a stream) holds up nothing on this one. One more session, of the host's own, samples
  * the CPU time each running analytics statement has used (cpu.ts), which the analytics user
  * reads at GET /cpu (JSON: {"statements": [{"tag": <log_comment>, "cpuMs": n}, …]}, with
  * `"ended": true` on those that ended lately, and `"aged": true` on those whose threads it
