@@ -14,7 +14,8 @@
  * at 19) when they take it up, and back to 0 when they leave it: a thread already at
  * AGED_NICE or lower is left alone, and one that the engine has since set elsewhere is not put
  * back. The host's own threads (its event loop and the libuv pool that calls the engine, which
- * also runs inserts) are never lowered.
+ * also runs inserts) are never lowered; the analytics sessions' threads (remote-session.ts),
+ * where the engine analyses the statements they start, are.
  *
  * Putting a thread back to a higher priority needs CAP_SYS_NICE (root has it); without it the
  * host does not lower any (`probe`), as the engine does not apply `os_thread_priority`.
@@ -89,7 +90,7 @@ function comm(tid: number): string | null {
  * libuv pool's threads, which take the name their creator had) or as libuv names its workers;
  * the engine names its threads itself.
  */
-export function processNice(): NiceOps {
+export function processNice(analyticsThreads: ReadonlySet<number> = new Set()): NiceOps {
   const mine = new Set(['node', comm(process.pid) ?? 'node']);
   return {
     get: (tid) => {
@@ -108,6 +109,8 @@ export function processNice(): NiceOps {
       }
     },
     own: (tid) => {
+      // The analytics sessions' own threads (remote-session.ts) do nothing else: the engine's work done there (a statement's analysis) may be lowered.
+      if (analyticsThreads.has(tid)) return false;
       const name = comm(tid);
       return name === null || mine.has(name) || name.startsWith('libuv');
     },

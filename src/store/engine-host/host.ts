@@ -109,7 +109,7 @@ async function open(cfg: HostStart): Promise<Lanes> {
   const readers = await Promise.all(Array.from({ length: cfg.analyticsSessions }, () => RemoteSession.open(cfg.dir, [`USE ${cfg.analyticsDatabase}`, 'SET readonly = 2'])));
   const monitor = new Session(cfg.dir);
   await monitor.queryAsync('SET readonly = 2');
-  const nice = processNice();
+  const nice = processNice(new Set(readers.flatMap((r) => (r.tid === null ? [] : [r.tid]))));
   const aging = probe(nice) ? new ThreadAging(nice) : null;
   if (!aging) say('warn', "engine host cannot put a thread's CPU priority back (CAP_SYS_NICE): statements that run long keep their threads' priority");
   return { writer: new Lane('writer', writers), analytics: new Lane('analytics', readers), monitor, cpu: new CpuLedger(), aging };

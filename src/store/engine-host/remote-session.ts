@@ -47,7 +47,11 @@ export class RemoteSession {
   private readonly handlers = new Map<number, (r: Reply) => void>();
   private lost: Error | null = null;
 
-  private constructor(worker: Worker) {
+  private constructor(
+    worker: Worker,
+    /** The session's thread id (Linux), where the engine analyses the statements it starts. */
+    readonly tid: number | null,
+  ) {
     this.worker = worker;
     worker.on('message', (r: Reply) => this.handlers.get(r.id)?.(r));
     worker.on('error', (err) => this.fail(err));
@@ -57,17 +61,17 @@ export class RemoteSession {
   /** Opens a session on `dir` in a worker thread and runs `setup` on it. */
   static async open(dir: string, setup: string[]): Promise<RemoteSession> {
     const worker = new Worker(new URL('./session-worker.js', import.meta.url), { workerData: { dir, setup } });
-    await new Promise<void>((resolve, reject) => {
-      const onMessage = (m: { ready?: true; failed?: { message: string } }): void => {
+    const tid = await new Promise<number | null>((resolve, reject) => {
+      const onMessage = (m: { ready?: true; tid?: number | null; failed?: { message: string } }): void => {
         worker.off('message', onMessage);
         worker.off('error', reject);
-        if (m.ready) resolve();
+        if (m.ready) resolve(typeof m.tid === 'number' && Number.isSafeInteger(m.tid) && m.tid > 0 ? m.tid : null);
         else reject(new EngineFailure(m.failed ?? { message: 'the analytics session could not be opened' }));
       };
       worker.on('message', onMessage);
       worker.once('error', reject);
     });
-    return new RemoteSession(worker);
+    return new RemoteSession(worker, tid);
   }
 
   queryAsync(sql: string, opts: { format: string }): Promise<WholeResult> {

@@ -16,6 +16,7 @@
  * of the engine's memory and their buffer transferred.
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { readlinkSync } from 'node:fs';
 import { Session } from 'chdb';
 
 interface Start {
@@ -86,7 +87,14 @@ async function run(m: Op): Promise<void> {
 
 let chain: Promise<void> = (async () => {
   for (const sql of start.setup) await session.queryAsync(sql, { format: 'TSVRaw' });
-  port.postMessage({ ready: true });
+  // This thread's id (/proc/thread-self is <pid>/task/<tid>): the host may lower it like the engine's threads (aging.ts).
+  let tid: number | null = null;
+  try {
+    tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+  } catch {
+    // Not Linux: no thread ids to lower.
+  }
+  port.postMessage({ ready: true, tid });
 })().catch((err: unknown) => port.postMessage({ failed: failure(err) }));
 
 port.on('message', (m: Op) => {
