@@ -109,6 +109,13 @@ async function open(cfg: HostStart): Promise<Lanes> {
   const readers = await Promise.all(Array.from({ length: cfg.analyticsSessions }, () => RemoteSession.open(cfg.dir, [`USE ${cfg.analyticsDatabase}`, 'SET readonly = 2'])));
   const monitor = new Session(cfg.dir);
   await monitor.queryAsync('SET readonly = 2');
+  // A session's thread that ends leaves the lane a session short for good: the host ends, and
+  // the supervisor starts the next one.
+  for (const r of readers)
+    r.onLost = (err) => {
+      say('error', 'engine host lost an analytics session', { err: err.message });
+      process.exit(1);
+    };
   const nice = processNice(new Set(readers.flatMap((r) => (r.tid === null ? [] : [r.tid]))));
   const aging = probe(nice) ? new ThreadAging(nice) : null;
   if (!aging) say('warn', "engine host cannot put a thread's CPU priority back (CAP_SYS_NICE): statements that run long keep their threads' priority");

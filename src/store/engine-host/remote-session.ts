@@ -46,6 +46,9 @@ export class RemoteSession {
   /** Each operation's handler of the worker's replies, by id. */
   private readonly handlers = new Map<number, (r: Reply) => void>();
   private lost: Error | null = null;
+  private closing = false;
+  /** Told once when the thread ends or fails other than by `close`. */
+  onLost: ((err: Error) => void) | null = null;
 
   private constructor(
     worker: Worker,
@@ -137,7 +140,8 @@ export class RemoteSession {
   }
 
   close(): void {
-    if (this.lost) return;
+    if (this.lost || this.closing) return;
+    this.closing = true;
     this.worker.postMessage({ op: 'close' });
   }
 
@@ -155,5 +159,6 @@ export class RemoteSession {
     this.lost = err;
     for (const h of [...this.handlers.values()]) h({ id: -1, error: { message: err.message } });
     this.handlers.clear();
+    if (!this.closing) this.onLost?.(err);
   }
 }
