@@ -52,6 +52,8 @@ function copy(b: Uint8Array): ArrayBuffer {
 const waiting = new Map<number, (go: boolean) => void>();
 /** Streams cancelled while no step of theirs was waiting (before they began, or while a block was fetched). */
 const cancelled = new Set<number>();
+/** The id of the last operation done with (operations run one at a time, in the order of their ids). */
+let lastDone = 0;
 
 async function stream(id: number, sql: string, format: string): Promise<void> {
   if (cancelled.delete(id)) return;
@@ -102,7 +104,8 @@ port.on('message', (m: Op) => {
   if (m.op === 'more' || m.op === 'cancel') {
     const w = waiting.get(m.id);
     if (w) w(m.op === 'more');
-    else if (m.op === 'cancel') cancelled.add(m.id);
+    // A stream not begun or between blocks; one already done with (the host left it after its end) is forgotten.
+    else if (m.op === 'cancel' && m.id > lastDone) cancelled.add(m.id);
     return;
   }
   if (m.op === 'close') {
@@ -112,5 +115,12 @@ port.on('message', (m: Op) => {
     });
     return;
   }
-  chain = chain.then(() => run(m).catch((err: unknown) => port.postMessage({ id: m.id, error: failure(err) })));
+  chain = chain.then(() =>
+    run(m)
+      .catch((err: unknown) => port.postMessage({ id: m.id, error: failure(err) }))
+      .finally(() => {
+        lastDone = m.id;
+        cancelled.delete(m.id);
+      }),
+  );
 });
