@@ -3,9 +3,9 @@
  * the threads working for it lowered to AGED_NICE, so that a short statement started beside
  * long ones takes the CPU first. The engine cannot stop a block in the making, and a sort of
  * one large array is one block: without this, a small statement started beside a few such
- * runaways gets its share of the CPU only, and passes its deadline (measured on two cores,
- * beside four 20,000,000-element sorts: a 2,000,000-element sort took 1.7–3.2 s, against
- * 0.45–0.9 s with the runaways' threads lowered after a second; it takes 0.5–0.9 s alone).
+ * runaways gets its share of the CPU only, and passes its deadline (bench/analytics-runaways.ts:
+ * on two cores, beside four 20,000,000-element sorts, a 2,000,000-element sort took 3.33 times
+ * its time alone, and 1.17 times with the runaways' threads lowered after their first second).
  *
  * The threads are the engine's pool threads, which go on to other work: a thread is lowered
  * while the statement it works for now (the CPU ledger's owner, cpu.ts) is aged, and put back
