@@ -18,8 +18,9 @@
  * The lanes have their own sessions, so analytics statements never hold up an insert and a
  * busy analytics lane never holds up the writer; each analytics session runs in a worker thread
  * of its own (remote-session.ts), so that a statement whose analysis takes long (chdb folds
- * constant expressions in the thread that starts a stream) holds up nothing on this one. One more session, of the host's own, samples
- * the CPU time each running analytics statement has used (cpu.ts), which the analytics user
+ * constant expressions in the thread that starts a stream) holds up nothing on this one. One
+ * more session, of the host's own, samples the CPU time each running analytics statement has
+ * used (cpu.ts), which the analytics user
  * reads at GET /cpu (JSON: {"statements": [{"tag": <log_comment>, "cpuMs": n}, …]}, with
  * `"ended": true` on those that ended lately, and `"aged": true` on those whose threads it
  * has lowered for running long, aging.ts). It is the embedded engine's host, not a

@@ -33,7 +33,10 @@
  */
 import type http from 'node:http';
 
-/** What a streamed answer needs of a session: chdb's Session, or an analytics session in a thread of its own (remote-session.ts). */
+/**
+ * What a streamed answer needs of a session (an analytics session in a thread of its own,
+ * remote-session.ts): each block's bytes are the caller's to keep, never the engine's memory.
+ */
 export interface StreamingSession {
   queryStream(sql: string, opts: { format: string }): AsyncIterable<{ readonly numRows: number; raw(): Uint8Array }>;
 }
@@ -106,9 +109,10 @@ export async function streamAnswer(session: StreamingSession, sql: string, forma
     for await (const block of stream) {
       blocks++;
       if (out.gone) break;
-      // Copied out of the engine's block: the bytes are held (the first 1 MiB) and queued on
-      // the connection past the next block, which must not find them changed.
-      const raw = Buffer.from(block.raw());
+      // The session's own copy of the block (remote-session.ts): held (the first 1 MiB) and
+      // queued on the connection past the next block as it is.
+      const b = block.raw();
+      const raw = Buffer.from(b.buffer, b.byteOffset, b.byteLength);
       const pieces = join ? join.push(raw, block.numRows) : [raw];
       rows += block.numRows;
       for (const p of pieces) bytes += p.length;
