@@ -7,7 +7,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { MARGIN, MIN_CULPRIT_MS, STOPPED_CPU_MS, STOPPED_MIN_WALL_MS, STARVED_SHARE, afterStop, blame, stoppedHardBound, stoppedWallBound } from '../../src/store/hosted/blame.js';
 import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
-import { AGED_AFTER_MS, AGED_NICE, ThreadAging, type NiceOps } from '../../src/store/engine-host/aging.js';
+import { AGED_AT_CPU_MS, AGED_NICE, ThreadAging, type NiceOps } from '../../src/store/engine-host/aging.js';
 
 t.test('a statement that used its time is blamed on its own organization', async (t) => {
   const v = blame({ tenant: 'a', cpuMs: 2_000, ranMs: 3_000 }, [{ tenant: 'b', cpuMs: 2_500 }]);
@@ -213,25 +213,31 @@ t.test('property: a statement whose answer was ended is never followed past the 
   );
 });
 
-t.test('the ledger: which statements have run long, and the threads working for them now', async (t) => {
+t.test('the ledger: which statements have used a second of CPU time, and the threads working for them now', async (t) => {
+  // 100 ticks a second (AGED_AT_CPU_MS of CPU time is 100 ticks).
   const ticks = new Map<number, number>([[1, 0], [2, 0], [3, 0]]);
   const of = (tid: number): number | null => ticks.get(tid) ?? null;
   const l = new CpuLedger();
+  l.baseline([1, 2, 3], of);
   l.record([{ tag: 'A', threads: [1, 2] }], of, [1, 2, 3], 0);
-  t.same([...l.agedThreads(AGED_AFTER_MS, AGED_AFTER_MS - 1)], [], 'not yet');
-  t.same(l.report(AGED_AFTER_MS, AGED_AFTER_MS - 1), [{ tag: 'A', cpuMs: 0 }]);
-  l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3] }], of, [1, 2, 3], AGED_AFTER_MS);
-  t.same([...l.agedThreads(AGED_AFTER_MS, AGED_AFTER_MS)].sort(), [1, 2], "A's threads; B is young");
-  t.same(l.report(AGED_AFTER_MS, AGED_AFTER_MS), [{ tag: 'A', cpuMs: 0, aged: true }, { tag: 'B', cpuMs: 0 }]);
-  t.same(l.report(), [{ tag: 'A', cpuMs: 0 }, { tag: 'B', cpuMs: 0 }], 'not marked when the host does not lower threads');
+  ticks.set(1, 60).set(2, 39);
+  l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3] }], of, [1, 2, 3], 10_000);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS)], [], '990 ms of CPU time, however long it ran: not yet');
+  t.same(l.report(AGED_AT_CPU_MS), [{ tag: 'A', cpuMs: 990 }, { tag: 'B', cpuMs: 0 }]);
+  ticks.set(2, 40);
+  l.refresh(of);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS)].sort(), [1, 2], "A's threads at a second of CPU time; B is young");
+  t.same(l.report(AGED_AT_CPU_MS), [{ tag: 'A', cpuMs: 1_000, aged: true }, { tag: 'B', cpuMs: 0 }]);
+  t.same(l.report(), [{ tag: 'A', cpuMs: 1_000 }, { tag: 'B', cpuMs: 0 }], 'not marked when the host does not lower threads');
   // Thread 2 goes on to B (A still lists it): it works for the young one now.
-  l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3, 2] }], of, [1, 2, 3], AGED_AFTER_MS + 200);
-  t.same([...l.agedThreads(AGED_AFTER_MS, AGED_AFTER_MS + 200)], [1]);
-  // A ends: none of its threads is aged any more; B ages in its turn.
-  l.record([{ tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 2 * AGED_AFTER_MS + 200);
-  t.same([...l.agedThreads(AGED_AFTER_MS, 2 * AGED_AFTER_MS + 200)].sort(), [2, 3]);
-  l.idle(3 * AGED_AFTER_MS);
-  t.same([...l.agedThreads(AGED_AFTER_MS, 3 * AGED_AFTER_MS)], []);
+  l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 10_200);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS)], [1]);
+  // A ends: none of its threads is aged any more; B ages in its turn (thread 3 did 100 ticks).
+  ticks.set(3, 100);
+  l.record([{ tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 10_400);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS)].sort(), [2, 3]);
+  l.idle(10_600);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS)], []);
 });
 
 /** Threads with nice values, of which `own` are the host's and `locked` cannot be raised back (no CAP_SYS_NICE). */
@@ -251,17 +257,17 @@ function fakeThreads(nice: Record<number, number>, own: number[] = [], locked = 
 }
 
 t.test('aging: threads working for aged statements are lowered, and put back once they are not', async (t) => {
-  const ops = fakeThreads({ 1: 0, 2: 0, 3: 19, 4: 0, 5: 5 }, [4]);
+  const ops = fakeThreads({ 1: 0, 2: 0, 3: 19, 4: 0, 5: 5, 6: 10 }, [4]);
   const a = new ThreadAging(ops);
-  a.update(new Set([1, 2, 3, 4, 5]));
-  t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: AGED_NICE, 3: 19, 4: 0, 5: AGED_NICE }, 'lowered; one already lower left alone; the host\'s own never');
-  t.equal(a.size, 3);
+  a.update(new Set([1, 2, 3, 4, 5, 6]));
+  t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: AGED_NICE, 3: 19, 4: 0, 5: AGED_NICE, 6: AGED_NICE }, 'lowered; one already lower left alone; the host\'s own never');
+  t.equal(a.size, 4);
   a.update(new Set([1]));
-  t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: 0, 3: 19, 4: 0, 5: 5 }, 'put back to what each had');
-  // The engine set thread 1 elsewhere meanwhile (it took up a quarantined statement): left as it is.
-  ops.nice.set(1, 19);
+  t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: 0, 3: 19, 4: 0, 5: 5, 6: 10 }, "put back to what each had (6: the engine's 10 for a crowded organization's statement)");
+  // The engine set thread 1 elsewhere meanwhile (it took up a crowded organization's statement, at 10): left as it is.
+  ops.nice.set(1, 10);
   a.update(new Set());
-  t.equal(ops.nice.get(1), 19);
+  t.equal(ops.nice.get(1), 10);
   t.equal(a.size, 0);
   // A thread gone before it is put back is forgotten.
   a.update(new Set([2]));

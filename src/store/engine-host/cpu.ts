@@ -88,8 +88,6 @@ export class CpuLedger {
   private readonly ended = new Map<string, { ticks: number; at: number }>();
   /** The statements running at the last sample, and their threads. */
   private listed: Listed[] = [];
-  /** Statement (tag) → when a sample first listed it. */
-  private readonly since = new Map<string, number>();
 
   /**
    * One sample: the statements running now and their threads, each thread's ticks (`ticksOf`,
@@ -108,7 +106,6 @@ export class CpuLedger {
     for (const [tag, ticks] of this.used)
       if (!tags.has(tag)) {
         this.used.delete(tag);
-        this.since.delete(tag);
         this.ended.set(tag, { ticks, at: now });
       }
     for (const [tag, e] of this.ended) if (now - e.at > ENDED_KEPT_MS) this.ended.delete(tag);
@@ -116,7 +113,6 @@ export class CpuLedger {
       const had = before.get(l.tag);
       for (const tid of l.threads) if (!had?.has(tid) || !this.owner.has(tid)) this.owner.set(tid, l.tag);
       if (!this.used.has(l.tag)) this.used.set(l.tag, 0);
-      if (!this.since.has(l.tag)) this.since.set(l.tag, now);
     }
     this.listed = listed;
     // Threads that appeared since the last count count all their time to their new statement.
@@ -151,16 +147,16 @@ export class CpuLedger {
 
   /**
    * The CPU time each statement listed at the last sample has used, and each that ended in the
-   * last ENDED_KEPT_MS (`ended`), in ms; with `agedAfterMs` (the host lowers aged statements'
-   * threads, aging.ts), those that have run that long are `aged`.
+   * last ENDED_KEPT_MS (`ended`), in ms; with `agedAtCpuMs` (the host lowers aged statements'
+   * threads, aging.ts), those that have used that much CPU time are `aged`.
    */
-  report(agedAfterMs?: number, now = Date.now()): { tag: string; cpuMs: number; ended?: true; aged?: true }[] {
+  report(agedAtCpuMs?: number): { tag: string; cpuMs: number; ended?: true; aged?: true }[] {
     const ms = (ticks: number): number => (ticks * 1000) / TICKS_PER_SECOND;
     return [
       ...this.listed.map((l) => ({
         tag: l.tag,
         cpuMs: ms(this.used.get(l.tag) ?? 0),
-        ...(agedAfterMs !== undefined && this.aged(l.tag, agedAfterMs, now) ? { aged: true as const } : {}),
+        ...(agedAtCpuMs !== undefined && this.aged(l.tag, agedAtCpuMs) ? { aged: true as const } : {}),
       })),
       ...[...this.ended].map(([tag, e]) => ({ tag, cpuMs: ms(e.ticks), ended: true as const })),
     ];
@@ -171,20 +167,19 @@ export class CpuLedger {
     for (const [tag, ticks] of this.used) this.ended.set(tag, { ticks, at: now });
     for (const [tag, e] of this.ended) if (now - e.at > ENDED_KEPT_MS) this.ended.delete(tag);
     this.used.clear();
-    this.since.clear();
     this.listed = [];
   }
 
-  /** Whether a statement listed at the last sample has run `afterMs` or more since a sample first listed it. */
-  aged(tag: string, afterMs: number, now = Date.now()): boolean {
-    const first = this.since.get(tag);
-    return first !== undefined && now - first >= afterMs;
+  /** Whether a statement listed at the last sample has used `cpuMs` of CPU time or more. */
+  aged(tag: string, cpuMs: number): boolean {
+    const ticks = this.used.get(tag);
+    return ticks !== undefined && (ticks * 1000) / TICKS_PER_SECOND >= cpuMs;
   }
 
-  /** The threads working now for a statement listed at the last sample that has run `afterMs` or more (each thread's owner: the last statement that listed it anew). */
-  agedThreads(afterMs: number, now = Date.now()): Set<number> {
+  /** The threads working now for a statement listed at the last sample that has used `cpuMs` of CPU time or more (each thread's owner: the last statement that listed it anew). */
+  agedThreads(cpuMs: number): Set<number> {
     const out = new Set<number>();
-    for (const [tid, tag] of this.owner) if (this.used.has(tag) && this.aged(tag, afterMs, now)) out.add(tid);
+    for (const [tid, tag] of this.owner) if (this.aged(tag, cpuMs)) out.add(tid);
     return out;
   }
 

@@ -38,10 +38,10 @@
  *   starved in turn, had a third one blamed). A quarantined organization's statement is blamed
  *   on its own organization; a lowered one, starved, goes on once like any starved statement.
  *
- * - The engine host lowers the threads of a statement that has run a second (`aged`,
- *   engine-host/aging.ts), so that younger statements take the CPU first: an aged statement
- *   starved by younger ones was starved by design, and their CPU time is not held against their
- *   organizations. Only statements as old count as having starved it.
+ * - The engine host lowers the threads of a statement that has used a second of CPU time
+ *   (`aged`, engine-host/aging.ts), so that statements of less work take the CPU first: an aged
+ *   statement starved by ones not aged was starved by design, and their CPU time is not held
+ *   against their organizations. Only aged statements count as having starved it.
  *
  * A runaway among others, or on a machine loaded by other work, is starved too: it is the
  * "once" and the quarantine that keep runaways from going on far past their deadlines
