@@ -32,15 +32,16 @@
  * wall time in the host, less the time its output waited for the connection to take it).
  */
 import type http from 'node:http';
+import { CompactJoin } from './compact-join.js';
+import type { StreamBlock } from './remote-session.js';
 
 /**
  * What a streamed answer needs of a session (an analytics session in a thread of its own,
  * remote-session.ts): each block's bytes are the caller's to keep, never the engine's memory.
  */
 export interface StreamingSession {
-  queryStream(sql: string, opts: { format: string }): AsyncIterable<{ readonly numRows: number; raw(): Uint8Array }>;
+  queryStream(sql: string, opts: { format: string }): AsyncIterable<StreamBlock>;
 }
-import { CompactJoin } from './compact-join.js';
 
 /** Output formats streamed: JSONCompact, joined, and row formats without a header, whose blocks follow each other. */
 const STREAMED: ReadonlySet<string> = new Set([
