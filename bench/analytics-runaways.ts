@@ -3,7 +3,8 @@
  *
  * ROLE=all as a child process (embedded engine), with the longest time limit the service takes
  * (--limit-ms, default 30 s: the small statements are done long before the runaways are ended). First the small statement alone, --small times:
- * one block sorting 2,000,000 elements (about 0.5–0.9 s of engine work on a 2-core VM). Then
+ * one block sorting --small-millions million elements (default 2: about 0.5–0.9 s of engine
+ * work on a 2-core VM; 6, about 1.5–2.5 s, is a statement of a few seconds' work). Then
  * --runaways organizations each start one statement the engine cannot stop in the middle (one
  * block sorting 20,000,000 elements, 10–16 s alone); once they have run --head-start-ms, the
  * small statement runs --small times, one after another, from another organization.
@@ -13,7 +14,7 @@
  * threads of statements that have run a second (docs/security.md, *Long statements yield to
  * short ones*), so the small statement takes the CPU first.
  *
- *   node dist/bench/analytics-runaways.js [--runaways 4] [--small 5] [--head-start-ms 1500] [--limit-ms 30000]
+ *   node dist/bench/analytics-runaways.js [--runaways 4] [--small 5] [--small-millions 2] [--head-start-ms 1500] [--limit-ms 30000]
  */
 import { Args } from './lib/args.js';
 import { LatencyHistogram, appendHistory, hostInfo, printHeader, printProblems, round, sleep } from './lib/report.js';
@@ -23,23 +24,25 @@ import { cleanup, isolation, onInterrupt, startBenchService as startService } fr
 const args = new Args('node dist/bench/analytics-runaways.js [options]', {
   runaways: { help: 'organizations running one runaway statement each (default 4)' },
   small: { help: 'times the small statement runs alone and beside them (default 5)' },
+  'small-millions': { help: 'elements the small statement sorts, in millions (default 2; the runaways sort 20)' },
   'head-start-ms': { help: 'how long the runaways run before the small statements start (default 1500)' },
   'limit-ms': { help: "the service's analytics time limit, ANALYTICS_TIMEOUT_MS (default 30000, the most it takes)" },
 });
 const RUNAWAYS = args.num('runaways', 4, 0, 32);
 const SMALL_N = args.num('small', 5, 1, 1_000);
+const SMALL_MILLIONS = args.num('small-millions', 2, 1, 19);
 const HEAD_START_MS = args.num('head-start-ms', 1_500, 0, 60_000);
 const LIMIT_MS = args.num('limit-ms', 30_000, 1_000, 30_000);
 
 const cross = (c: number): string =>
   'SELECT length(arraySort(x -> hex(sipHash64(x)), groupArray(a * 1000000 + b * 1000 + c))) AS n ' +
   `FROM (SELECT arrayJoin(range(1000)) AS a, arrayJoin(range(1, 1001)) AS b, arrayJoin(range(2, ${2 + c})) AS c)`;
-const SMALL = cross(2);
+const SMALL = cross(SMALL_MILLIONS);
 const RUNAWAY = cross(20);
 
 async function main(): Promise<void> {
   const host = hostInfo();
-  const params = { runaways: RUNAWAYS, small: SMALL_N, headStartMs: HEAD_START_MS, limitMs: LIMIT_MS, smallQuery: SMALL, runawayQuery: RUNAWAY };
+  const params = { runaways: RUNAWAYS, small: SMALL_N, smallMillions: SMALL_MILLIONS, headStartMs: HEAD_START_MS, limitMs: LIMIT_MS, smallQuery: SMALL, runawayQuery: RUNAWAY };
   printHeader('a small analytics statement beside runaways', host, params);
   const iso = isolation('analytics-runaways', 'bench');
   const problems: string[] = [];

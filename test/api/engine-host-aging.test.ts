@@ -1,6 +1,6 @@
 /**
- * The engine host lowers the threads of an analytics statement that has used a second of CPU time
- * (src/store/engine-host/aging.ts), and puts them back once it ends: observed in the host's
+ * The engine host lowers the threads of an analytics statement that has used a second of CPU time,
+ * further as it uses more (src/store/engine-host/aging.ts), and puts them back once it ends: observed in the host's
  * ledger (GET /cpu marks the statement `aged`) and in the threads' nice values
  * (/proc/<host>/task/<tid>/stat). Runs the compiled host (dist/), as root (CAP_SYS_NICE), as
  * the suite does.
@@ -74,6 +74,10 @@ t.test("a statement that runs long has its threads lowered, and put back when it
   t.ok(low.some((x) => !named(x)), "the engine's own threads working for it");
   t.notOk(low.some((x) => x.tid === g.pid), "never the host's event loop");
   t.ok(low.filter(named).length <= SESSIONS, `of the threads named as the process, at most the analytics sessions' (${low.filter(named).length})`);
+  // Least attained service: lowered further as it goes on using CPU time.
+  const further = await until('lowered further once it has used more', engineThreads, (ts) => ts.some((x) => x.nice > AGED_NICE && x.nice < 19));
+  const used = (await ledger()).find((x) => x.tag === 'stmt:long')?.cpuMs ?? 0;
+  t.ok(used >= 2 * AGED_AT_CPU_MS, `lowered below ${AGED_NICE} only past ${2 * AGED_AT_CPU_MS} ms of CPU time (${used} ms; nice ${[...new Set(further.map((x) => x.nice))].sort((a, b) => a - b).join(', ')})`);
   // A statement started meanwhile is young: not marked.
   const small = reader.query({ query: 'SELECT sum(number) AS s FROM numbers(1000)', format: 'JSONEachRow', clickhouse_settings: { log_comment: 'stmt:small' } }).then((r) => r.json());
   t.same(await small, [{ s: '499500' }], 'another statement runs beside it');

@@ -7,7 +7,7 @@ import t from 'tap';
 import fc from 'fast-check';
 import { MARGIN, MIN_CULPRIT_MS, STOPPED_CPU_MS, STOPPED_MIN_WALL_MS, STARVED_SHARE, afterStop, blame, stoppedHardBound, stoppedWallBound } from '../../src/store/hosted/blame.js';
 import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
-import { AGED_AT_CPU_MS, AGED_NICE, ThreadAging, type NiceOps } from '../../src/store/engine-host/aging.js';
+import { AGED_AT_CPU_MS, AGED_NICE, ThreadAging, agedNice, type NiceOps } from '../../src/store/engine-host/aging.js';
 
 t.test('a statement that used its time is blamed on its own organization', async (t) => {
   const v = blame({ tenant: 'a', cpuMs: 2_000, ranMs: 3_000 }, [{ tenant: 'b', cpuMs: 2_500 }]);
@@ -222,22 +222,22 @@ t.test('the ledger: which statements have used a second of CPU time, and the thr
   l.record([{ tag: 'A', threads: [1, 2] }], of, [1, 2, 3], 0);
   ticks.set(1, 60).set(2, 39);
   l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3] }], of, [1, 2, 3], 10_000);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS)], [], '990 ms of CPU time, however long it ran: not yet');
+  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()], [], '990 ms of CPU time, however long it ran: not yet');
   t.same(l.report(AGED_AT_CPU_MS), [{ tag: 'A', cpuMs: 990 }, { tag: 'B', cpuMs: 0 }]);
   ticks.set(2, 40);
   l.refresh(of);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS)].sort(), [1, 2], "A's threads at a second of CPU time; B is young");
+  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()].sort(), [1, 2], "A's threads at a second of CPU time; B is young");
   t.same(l.report(AGED_AT_CPU_MS), [{ tag: 'A', cpuMs: 1_000, aged: true }, { tag: 'B', cpuMs: 0 }]);
   t.same(l.report(), [{ tag: 'A', cpuMs: 1_000 }, { tag: 'B', cpuMs: 0 }], 'not marked when the host does not lower threads');
   // Thread 2 goes on to B (A still lists it): it works for the young one now.
   l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 10_200);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS)], [1]);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()], [1]);
   // A ends: none of its threads is aged any more; B ages in its turn (thread 3 did 100 ticks).
   ticks.set(3, 100);
   l.record([{ tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 10_400);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS)].sort(), [2, 3]);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()].sort(), [2, 3]);
   l.idle(10_600);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS)], []);
+  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()], []);
 });
 
 /** Threads with nice values, of which `own` are the host's and `locked` cannot be raised back (no CAP_SYS_NICE). */
@@ -256,42 +256,67 @@ function fakeThreads(nice: Record<number, number>, own: number[] = [], locked = 
   };
 }
 
+/** Each thread of `tids` working for a statement that has used `ms` of CPU time. */
+const usedBy = (tids: number[], ms = AGED_AT_CPU_MS): Map<number, number> => new Map(tids.map((tid) => [tid, ms]));
+
 t.test('aging: threads working for aged statements are lowered, and put back once they are not', async (t) => {
   const ops = fakeThreads({ 1: 0, 2: 0, 3: 19, 4: 0, 5: 5, 6: 10 }, [4]);
   const a = new ThreadAging(ops);
-  a.update(new Set([1, 2, 3, 4, 5, 6]));
+  a.update(usedBy([1, 2, 3, 4, 5, 6]));
   t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: AGED_NICE, 3: 19, 4: 0, 5: AGED_NICE, 6: AGED_NICE }, 'lowered; one already lower left alone; the host\'s own never');
   t.equal(a.size, 4);
-  a.update(new Set([1]));
+  a.update(usedBy([1]));
   t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: 0, 3: 19, 4: 0, 5: 5, 6: 10 }, "put back to what each had (6: the engine's 10 for a crowded organization's statement)");
   // The engine set thread 1 elsewhere meanwhile (it took up a crowded organization's statement, at 10): left as it is.
   ops.nice.set(1, 10);
-  a.update(new Set());
+  a.update(new Map());
   t.equal(ops.nice.get(1), 10);
   t.equal(a.size, 0);
   // A thread gone before it is put back is forgotten.
-  a.update(new Set([2]));
+  a.update(usedBy([2]));
   ops.nice.delete(2);
   a.clear();
   t.equal(a.size, 0);
 });
 
-t.test('property: aging never raises a thread above the priority it had, and puts back every thread it lowered', async () => {
+t.test('aging: the more CPU time a statement has used, the lower its threads', async (t) => {
+  t.equal(agedNice(AGED_AT_CPU_MS - 1), null, 'not aged below a second');
+  const levels = [1_000, 1_999, 2_000, 3_999, 4_000, 7_999, 8_000, 60_000].map((ms) => agedNice(ms));
+  t.same(levels, [11, 11, 14, 14, 17, 17, 18, 18]);
+  t.ok(levels.every((n) => n !== null && n > 10 && n < 19), "never the engine's own values (10, 19)");
+  const ops = fakeThreads({ 1: 0, 2: 0, 3: 10 });
+  const a = new ThreadAging(ops);
+  a.update(new Map([[1, 1_200], [2, 4_500], [3, 2_100]]));
+  t.same(Object.fromEntries(ops.nice), { 1: 11, 2: 17, 3: 14 }, 'each at its statement\'s level');
+  // Thread 1's statement goes on; thread 2 now works for a younger (aged) statement.
+  a.update(new Map([[1, 2_500], [2, 1_100], [3, 2_200]]));
+  t.same(Object.fromEntries(ops.nice), { 1: 14, 2: 11, 3: 14 }, 'moved to the level of what each works for now');
+  // The engine set thread 3 to 10 meanwhile (a crowded organization's statement): what it had is 10 now, not 0.
+  ops.nice.set(3, 10);
+  a.update(new Map([[1, 8_100], [2, 1_100], [3, 4_100]]));
+  t.same(Object.fromEntries(ops.nice), { 1: 18, 2: 11, 3: 17 });
+  a.clear();
+  t.same(Object.fromEntries(ops.nice), { 1: 0, 2: 0, 3: 10 }, 'put back to what each had');
+  t.equal(a.size, 0);
+});
+
+t.test('property: aging never raises a thread above the priority it had, lowers each to its level, and puts back every thread it lowered', async () => {
   fc.assert(
     fc.property(
       fc.array(fc.integer({ min: -5, max: 19 }), { minLength: 1, maxLength: 8 }),
-      fc.array(fc.array(fc.nat(7), { maxLength: 8 }), { maxLength: 10 }),
+      fc.array(fc.array(fc.tuple(fc.nat(7), fc.integer({ min: 0, max: 12_000 })), { maxLength: 8 }), { maxLength: 10 }),
       (nices, rounds) => {
         const start = Object.fromEntries(nices.map((n, i) => [i, n]));
         const ops = fakeThreads(start, [0]);
         const a = new ThreadAging(ops);
         for (const r of rounds) {
-          const aged = new Set(r.filter((x) => x < nices.length));
+          const aged = new Map(r.filter(([tid, ms]) => tid < nices.length && ms >= AGED_AT_CPU_MS));
           a.update(aged);
           for (const [tid, n] of ops.nice) {
             if (n < start[tid]!) return false;
-            if (aged.has(tid) && tid !== 0 && n < AGED_NICE) return false;
-            if (!aged.has(tid) && n !== start[tid]) return false;
+            const level = aged.has(tid) ? agedNice(aged.get(tid)!) : null;
+            if (level !== null && tid !== 0 && start[tid]! < AGED_NICE && n !== level) return false;
+            if (level === null && n !== start[tid]) return false;
           }
         }
         a.clear();

@@ -1,26 +1,29 @@
 /**
- * Age-based CPU priority of the engine's threads: a statement that has used AGED_AT_CPU_MS of
- * CPU time has the threads working for it lowered to AGED_NICE, so that a short statement
- * started beside long ones takes the CPU first. Age is CPU time used, not time since the start:
- * a statement of moderate work starved by many short ones (another organization's flood of
- * statements each well under a second) keeps its priority, and gets its share as before; aged
- * by the clock it was lowered and starved past its deadline (with one organization running
- * four 70 ms statements at a time, a 0.85 s statement answered 408 in 15 of 18 runs, against
- * none with even priority). The engine cannot stop a block in the making, and a sort of
- * one large array is one block: without this, a small statement started beside a few such
- * runaways gets its share of the CPU only, and passes its deadline (bench/analytics-runaways.ts:
- * on two cores, beside four 20,000,000-element sorts, a 2,000,000-element sort took 3.33 times
- * its time alone at the median, and 1.11 times with the runaways' threads lowered).
+ * CPU priority of the engine's threads by the CPU time their statement has used: once a
+ * statement has used AGED_AT_CPU_MS of CPU time the threads working for it are lowered, and
+ * lowered further as it goes on (`agedNice`: 11 from a second, 14 from two, 17 from four, 18
+ * from eight), so that of the statements running, those that have used less CPU take it first
+ * (least attained service): a short statement started beside long ones runs nearly as alone,
+ * and one of a few seconds' work started beside runaways outranks them once they have used
+ * more than it. Age is CPU time used, not time since the start: a statement of moderate work
+ * starved by many short ones (another organization's flood of statements each well under a
+ * second) keeps its priority, and gets its share as before; aged by the clock it was lowered
+ * and starved past its deadline (with one organization running four 70 ms statements at a
+ * time, a 0.85 s statement answered 408 in 15 of 18 runs, against none with even priority).
+ * The engine cannot stop a block in the making, and a sort of one large array is one block:
+ * without this, a small statement started beside a few such runaways gets its share of the CPU
+ * only, and passes its deadline (bench/analytics-runaways.ts).
  *
  * The threads are the engine's pool threads, which go on to other work: a thread is lowered
  * while the statement it works for now (the CPU ledger's owner, cpu.ts) is aged, and put back
  * to the priority it had once it works for a younger one or its statement ended. The engine
- * itself sets a statement's threads to its `os_thread_priority` (a quarantined organization's
- * at 19) when they take it up, and back to 0 when they leave it: a thread already at
- * AGED_NICE or lower is left alone, and one that the engine has since set elsewhere is not put
- * back. The host's own threads (its event loop and the libuv pool that calls the engine, which
- * also runs inserts) are never lowered; the analytics sessions' threads (remote-session.ts),
- * where the engine analyses the statements they start, are.
+ * itself sets a statement's threads to its `os_thread_priority` (10 for an organization's
+ * crowded statements, 19 for a quarantined organization's) when they take it up, and back to
+ * 0 when they leave it: a thread already at AGED_NICE or lower that was not lowered here is left
+ * alone, and one that the engine has since set elsewhere is not put back. The host's own
+ * threads (its event loop and the libuv pool that calls the engine, which also runs inserts)
+ * are never lowered; the analytics sessions' threads (remote-session.ts), where the engine
+ * analyses the statements they start, are.
  *
  * Putting a thread back to a higher priority needs CAP_SYS_NICE (root has it); without it the
  * host does not lower any (`probe`), as the engine does not apply `os_thread_priority`.
@@ -33,12 +36,25 @@ import { readFileSync } from 'node:fs';
 /** A statement that has used this much CPU time (ms, the CPU ledger's count) has its threads lowered. */
 export const AGED_AT_CPU_MS = 1_000;
 /**
- * The nice value of an aged statement's threads: one below the engine's own for an
+ * The nice value of a statement's threads once it is aged: one below the engine's own for an
  * organization's crowded statements (10, `os_thread_priority`), so that a thread the engine set
  * there since is told from one lowered here and left as it is; a quarantined organization's run
- * at 19.
+ * at 19, below every level here.
  */
 export const AGED_NICE = 11;
+/** The levels (CPU time used in ms, nice value), each step of three nice values about halving a thread's share against the level above. */
+const LEVELS: readonly (readonly [number, number])[] = [
+  [8 * AGED_AT_CPU_MS, 18],
+  [4 * AGED_AT_CPU_MS, 17],
+  [2 * AGED_AT_CPU_MS, 14],
+  [AGED_AT_CPU_MS, AGED_NICE],
+];
+
+/** The nice value for a statement that has used `cpuMs` of CPU time; null while it is not aged. */
+export function agedNice(cpuMs: number): number | null {
+  for (const [at, nice] of LEVELS) if (cpuMs >= at) return nice;
+  return null;
+}
 
 export interface NiceOps {
   /** A thread's nice value, or null when it is gone. */
@@ -50,8 +66,8 @@ export interface NiceOps {
 }
 
 export class ThreadAging {
-  /** Threads lowered here → the nice value they had. */
-  private readonly lowered = new Map<number, number>();
+  /** Threads lowered here → the nice value they had, and the one set here. */
+  private readonly lowered = new Map<number, { before: number; set: number }>();
 
   constructor(private readonly ops: NiceOps) {}
 
@@ -61,28 +77,39 @@ export class ThreadAging {
   }
 
   /**
-   * `aged`: the threads working for an aged statement now (the ledger's owners). Lowers those
-   * not lowered yet; puts back those lowered that no longer are.
+   * `aged`: the threads working for an aged statement now (the ledger's owners), each with the
+   * CPU time its statement has used (ms). Lowers those not lowered yet, moves those lowered to
+   * their statement's level, puts back those lowered that no longer are aged.
    */
-  update(aged: ReadonlySet<number>): void {
-    for (const [tid, before] of this.lowered) if (!aged.has(tid)) this.putBack(tid, before);
-    for (const tid of aged) {
-      if (this.lowered.has(tid) || this.ops.own(tid)) continue;
+  update(aged: ReadonlyMap<number, number>): void {
+    for (const [tid, l] of this.lowered) {
+      const used = aged.get(tid);
+      const target = used === undefined ? null : agedNice(used);
+      if (target === null) this.putBack(tid, l);
+      else if (target !== l.set) {
+        // Set elsewhere since (the engine took it up for a statement of its own priority): forgotten, as put back.
+        if (this.ops.get(tid) !== l.set) this.lowered.delete(tid);
+        else if (this.ops.set(tid, target)) l.set = target;
+      }
+    }
+    for (const [tid, used] of aged) {
+      const target = agedNice(used);
+      if (target === null || this.lowered.has(tid) || this.ops.own(tid)) continue;
       const now = this.ops.get(tid);
       if (now === null || now >= AGED_NICE) continue;
-      if (this.ops.set(tid, AGED_NICE)) this.lowered.set(tid, now);
+      if (this.ops.set(tid, target)) this.lowered.set(tid, { before: now, set: target });
     }
   }
 
   /** No statement runs: every thread lowered is put back. */
   clear(): void {
-    for (const [tid, before] of this.lowered) this.putBack(tid, before);
+    for (const [tid, l] of this.lowered) this.putBack(tid, l);
   }
 
-  private putBack(tid: number, before: number): void {
+  private putBack(tid: number, l: { before: number; set: number }): void {
     this.lowered.delete(tid);
     // Set elsewhere since (the engine took it up for a statement of its own priority, or reset it): left as it is.
-    if (this.ops.get(tid) === AGED_NICE) this.ops.set(tid, before);
+    if (this.ops.get(tid) === l.set) this.ops.set(tid, l.before);
   }
 }
 

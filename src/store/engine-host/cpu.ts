@@ -176,10 +176,15 @@ export class CpuLedger {
     return ticks !== undefined && (ticks * 1000) / TICKS_PER_SECOND >= cpuMs;
   }
 
-  /** The threads working now for a statement listed at the last sample that has used `cpuMs` of CPU time or more (each thread's owner: the last statement that listed it anew). */
-  agedThreads(cpuMs: number): Set<number> {
-    const out = new Set<number>();
-    for (const [tid, tag] of this.owner) if (this.aged(tag, cpuMs)) out.add(tid);
+  /** The threads working now for a statement listed at the last sample that has used `cpuMs` of CPU time or more (each thread's owner: the last statement that listed it anew), each with the CPU time its statement has used (ms). */
+  agedThreads(cpuMs: number): Map<number, number> {
+    const out = new Map<number, number>();
+    for (const [tid, tag] of this.owner) {
+      const ticks = this.used.get(tag);
+      if (ticks === undefined) continue;
+      const used = (ticks * 1000) / TICKS_PER_SECOND;
+      if (used >= cpuMs) out.set(tid, used);
+    }
     return out;
   }
 
