@@ -6,9 +6,9 @@
  *   - the pin of a group (src/billing/evaluator/consumer.ts `pinnedConfig` and `pinBytes`):
  *     --messages partition messages of random organizations, each naming --customers of its
  *     customers, documents kept across groups as the configuration store keeps them;
- *   - a partition message's rows (src/billing/evaluator/rows-body.ts): its cost and
- *     consumption rows rendered as the rows body (`renderRows`), and that body read back as
- *     the rows inserter reads it (`readRows`, each table's lines as one insert body);
+ *   - a partition message's rows (src/billing/evaluator/rows-body.ts): its cost rows, each
+ *     with its credit draw, rendered as the rows body (`renderRows`), and that body read back
+ *     as the rows inserter reads it (`readRows`, each table's lines as one insert body);
  *   - the state writes of a group (src/bus/kv-write.ts): --writes compare-and-set writes of
  *     customer-state-sized values in one round, against a real KV bucket.
  *
@@ -87,7 +87,7 @@ function groupScopes(g: number): PinScope[] {
   });
 }
 
-/** One partition message's rows: a cost and a consumption row per signal. */
+/** One partition message's rows: a cost row and a credit draw per signal (evaluate.ts's output). */
 function messageRows(): { costs: CostRow[]; consumption: ConsumptionRow[]; unpriced: [] } {
   const costs: CostRow[] = [];
   const consumption: ConsumptionRow[] = [];
@@ -121,7 +121,6 @@ async function main(): Promise<void> {
     for (let i = 0; i < ROUNDS; i++) {
       const r = readRows(body);
       Buffer.concat(r.costs.lines);
-      Buffer.concat(r.consumption.lines);
     }
   });
   console.log(`  rows of a message  rendered ${fmtUs(renderUs)} µs, read back as insert bodies ${fmtUs(readUs)} µs CPU (${SIGNALS} signals, ${bodySize.toLocaleString('en-US')} bytes)`);

@@ -23,12 +23,11 @@ export const SIGNAL_COLUMNS = [
  * (`compactColumns`).
  */
 export const BILLING_COLUMNS = {
-  costs: ['org_id', 'livemode', 'signal_id', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'cost_amount', 'currency'],
-  credit_consumption: ['org_id', 'livemode', 'signal_id', 'created_at', 'customer_id', 'unit_id', 'order_line_attribute_id', 'pool_id', 'credits_currency_id', 'credits', 'balance_after'],
+  costs: ['org_id', 'livemode', 'signal_id', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'cost_amount', 'currency', 'draw_pool_id', 'draw_credits_currency_id', 'draw_credits', 'draw_balance_after'],
   unpriced: ['org_id', 'livemode', 'signal_id', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'reason', 'detail'],
 } as const satisfies Record<BillingTable, readonly string[]>;
 
-export type BillingTable = 'costs' | 'credit_consumption' | 'unpriced';
+export type BillingTable = 'costs' | 'unpriced';
 
 /**
  * The column list of a compact insert into `table`, checked: every column of the table
@@ -72,6 +71,10 @@ export function schemaStatements(db: string): string[] {
     // One row per priced signal, written by the billing engine; read through the
     // analytics view fact_cost. cost_amount is in minor units with fractional cents. Every
     // decimal is STORED_DECIMAL, which holds every product exactly (src/store/stored.ts).
+    // A signal that drew credits from a pool has the draw in the same row (draw_*: the pool,
+    // its credits currency, the credits, the pool's balance after; null when it drew none),
+    // read through the analytics view fact_credit_consumption (the rows with a draw), so a
+    // priced signal is one row to render, send, parse and store, not two.
     `CREATE TABLE IF NOT EXISTS ${db}.costs (
       org_id LowCardinality(String),
       livemode Bool,
@@ -85,23 +88,11 @@ export function schemaStatements(db: string): string[] {
       quantity ${STORED_DECIMAL},
       unit_price ${STORED_DECIMAL},
       cost_amount ${STORED_DECIMAL},
-      currency LowCardinality(String)
-    ) ENGINE = MergeTree
-    PARTITION BY toYYYYMM(created_at)
-    ORDER BY (org_id, livemode, created_at, signal_id)`,
-    // One row per signal that consumed credits from a pool (billing engine).
-    `CREATE TABLE IF NOT EXISTS ${db}.credit_consumption (
-      org_id LowCardinality(String),
-      livemode Bool,
-      signal_id String,
-      created_at DateTime64(3, 'UTC'),
-      customer_id String,
-      unit_id Nullable(String),
-      order_line_attribute_id String,
-      pool_id String,
-      credits_currency_id Nullable(String),
-      credits ${STORED_DECIMAL},
-      balance_after ${STORED_DECIMAL}
+      currency LowCardinality(String),
+      draw_pool_id Nullable(String),
+      draw_credits_currency_id Nullable(String),
+      draw_credits Nullable(${STORED_DECIMAL}),
+      draw_balance_after Nullable(${STORED_DECIMAL})
     ) ENGINE = MergeTree
     PARTITION BY toYYYYMM(created_at)
     ORDER BY (org_id, livemode, created_at, signal_id)`,
@@ -126,7 +117,7 @@ export function schemaStatements(db: string): string[] {
 }
 
 /** Which of these signal ids of an organization a table already holds (redelivery checks). */
-export type RowTable = 'signals' | 'costs' | 'credit_consumption' | 'unpriced';
+export type RowTable = 'signals' | 'costs' | 'unpriced';
 
 export const EXISTING_IN_SQL = (db: string, table: RowTable): string =>
   `SELECT signal_id FROM ${db}.${table} WHERE org_id = {org:String} AND signal_id IN {ids:Array(String)}`;

@@ -19,17 +19,15 @@ export interface Store {
   existingSignalIds(orgId: string, ids: string[]): Promise<Set<string>>;
   countSignals(orgId: string): Promise<SignalCounts>;
   /**
-   * Billing rows: one per priced signal, one per credit consumption. Without `columns`,
+   * Billing rows: one per priced signal, with its credit draw if any. Without `columns`,
    * JSONEachRow (one object per line); with them, JSONCompactEachRow (one array per line,
    * values in that column order: a list checked by schema.ts `compactColumns`).
    */
   insertCosts(rows: Buffer, columns?: readonly string[]): Promise<void>;
-  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void>;
   /** Rows of signals an attribute applies to that were not priced, with the reason. */
   insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void>;
-  /** Which of these signal ids of an organization already have a cost / consumption / unpriced row. */
+  /** Which of these signal ids of an organization already have a cost / unpriced row. */
   existingCostIds(orgId: string, ids: string[]): Promise<Set<string>>;
-  existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>>;
   existingUnpricedIds(orgId: string, ids: string[]): Promise<Set<string>>;
   /** The engine as the analytics operations use it (read-only, in the analytics database). */
   readonly analytics: AnalyticsEngine;

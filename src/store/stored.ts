@@ -6,7 +6,7 @@
  * `fitsStored`); the store and its views only need the types.
  *
  * Every decimal column the billing engine writes (fact_cost.quantity, unit_price,
- * cost_amount; fact_credit_consumption.credits, balance_after) is `Decimal(76, 24)`
+ * cost_amount; fact_credit_consumption.credits, balance_after, stored in the same row) is `Decimal(76, 24)`
  * (ClickHouse Decimal256): 52 digits before the point and 24 after.
  *
  *   unitPrice        ≤ 30 integer digits, ≤ 12 places   (configuration, src/billing/config)

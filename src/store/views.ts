@@ -32,6 +32,8 @@ export interface ViewDef {
   description: string;
   /** Base table in CLICKHOUSE_DATABASE. */
   table: string;
+  /** Which of the table's rows the view shows (besides the scope), as SQL over the table's columns (none of which a view column's name may shadow). */
+  rows?: string;
   columns: (ViewColumn & { expr: string })[];
 }
 
@@ -89,17 +91,18 @@ export const VIEWS: readonly ViewDef[] = [
   {
     name: 'fact_credit_consumption',
     description: 'One row per signal that consumed credits from a credit pool (filled by the billing engine).',
-    table: 'credit_consumption',
+    table: 'costs',
+    rows: 'draw_pool_id IS NOT NULL',
     columns: [
       { name: 'signal_id', expr: 'signal_id', type: 'String', description: 'The signal that consumed the credits (fact_signal.id).' },
       { name: 'created_at', expr: 'created_at', type: "DateTime64(3, 'UTC')", description: 'When the usage happened (the signal\'s created_at).' },
       { name: 'customer_id', expr: 'customer_id', type: 'String', description: 'The customer whose pool was drawn.' },
       { name: 'unit_id', expr: 'unit_id', type: 'Nullable(String)', description: 'The customer unit, if the signal named one.' },
       { name: 'order_line_attribute_id', expr: 'order_line_attribute_id', type: 'String', description: 'The order line attribute (ola_…) that priced the signal in credits.' },
-      { name: 'pool_id', expr: 'pool_id', type: 'String', description: 'The credit pool (cp_…) drawn from.' },
-      { name: 'credits_currency_id', expr: 'credits_currency_id', type: 'Nullable(String)', description: 'The credits currency (UUID) of the pool, if scoped to one.' },
-      { name: 'credits', expr: 'credits', type: STORED_DECIMAL, description: 'Credits this signal consumed (quantity × credits per unit), exact to the last digit.' },
-      { name: 'balance_after', expr: 'balance_after', type: STORED_DECIMAL, description: 'The pool balance after this signal, exact; negative once usage went past the pool.' },
+      { name: 'pool_id', expr: 'assumeNotNull(draw_pool_id)', type: 'String', description: 'The credit pool (cp_…) drawn from.' },
+      { name: 'credits_currency_id', expr: 'draw_credits_currency_id', type: 'Nullable(String)', description: 'The credits currency (UUID) of the pool, if scoped to one.' },
+      { name: 'credits', expr: 'assumeNotNull(draw_credits)', type: STORED_DECIMAL, description: 'Credits this signal consumed (quantity × credits per unit), exact to the last digit.' },
+      { name: 'balance_after', expr: 'assumeNotNull(draw_balance_after)', type: STORED_DECIMAL, description: 'The pool balance after this signal, exact; negative once usage went past the pool.' },
     ],
   },
   {
@@ -134,7 +137,7 @@ export function viewStatements(storeDb: string, analyticsDb: string): string[] {
     ...VIEWS.map(
       (v) =>
         `CREATE OR REPLACE VIEW ${analyticsDb}.${v.name} AS SELECT ${v.columns.map((c) => (c.expr === c.name ? c.name : `${c.expr} AS ${c.name}`)).join(', ')} ` +
-        `FROM ${storeDb}.${v.table} WHERE ${SCOPE_FILTER} LIMIT ${SCOPE_BARRIER_LIMIT}`,
+        `FROM ${storeDb}.${v.table} WHERE ${SCOPE_FILTER}${v.rows ? ` AND ${v.rows}` : ''} LIMIT ${SCOPE_BARRIER_LIMIT}`,
     ),
   ];
 }

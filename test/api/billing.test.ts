@@ -207,12 +207,13 @@ t.test('a rows message naming its columns in another order (another version\'s) 
   const row = (signal: string, cost: string) => ({
     org_id: org.id, livemode: true, signal_id: signal, created_at: Date.parse('2026-05-01T00:00:00Z'), event_name: 'api_call', customer_id: 'cus_formsformsformsforms',
     unit_id: null, plan_id: 'plan_x', order_line_attribute_id: 'ola_x', quantity: '1', unit_price: cost, cost_amount: cost, currency: 'USD',
+    draw_pool_id: null, draw_credits_currency_id: null, draw_credits: null, draw_balance_after: null,
   });
-  const columns = ['cost_amount', 'signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'currency'];
+  const columns = ['cost_amount', 'signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'currency', 'draw_credits', 'draw_pool_id', 'draw_credits_currency_id', 'draw_balance_after'];
   const compact = (r: ReturnType<typeof row>) => JSON.stringify(columns.map((c) => (r as Record<string, unknown>)[c]));
   const bodies = [
     // this version's: arrays, the column list in the header (here in another order: another version's)
-    `{"v":3,"costs":2,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${compact(row('sig_form3a', '1'))}\n${compact(row('sig_form3b', '2'))}\n`,
+    `{"v":4,"costs":2,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${compact(row('sig_form3a', '1'))}\n${compact(row('sig_form3b', '2'))}\n`,
   ];
   const nc = await connect({ servers: NATS_URL });
   try {
@@ -238,9 +239,9 @@ t.test('a rows message naming its columns in another order (another version\'s) 
 
 t.test('a rows message the engine refuses for its content is dead-lettered with the reason; the others are stored', async (t) => {
   const org = await createOrg(svc.url, { burst: 1_000, refillPerSecond: 1_000 });
-  const columns = ['signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'cost_amount', 'currency'];
+  const columns = ['signal_id', 'org_id', 'livemode', 'created_at', 'event_name', 'customer_id', 'unit_id', 'plan_id', 'order_line_attribute_id', 'quantity', 'unit_price', 'cost_amount', 'currency', 'draw_pool_id', 'draw_credits_currency_id', 'draw_credits', 'draw_balance_after'];
   const body = (signal: string, cost: string) =>
-    `{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${JSON.stringify([signal, org.id, true, Date.parse('2026-05-02T00:00:00Z'), 'api_call', 'cus_x', null, 'plan_x', 'ola_x', '1', cost, cost, 'USD'])}\n`;
+    `{"v":4,"costs":1,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n${JSON.stringify([signal, org.id, true, Date.parse('2026-05-02T00:00:00Z'), 'api_call', 'cus_x', null, 'plan_x', 'ola_x', '1', cost, cost, 'USD', null, null, null, null])}\n`;
   const nc = await connect({ servers: NATS_URL });
   try {
     const js = jetstream(nc);

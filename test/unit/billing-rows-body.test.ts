@@ -1,7 +1,7 @@
 /**
  * The billing rows message body (src/billing/evaluator/rows-body.ts): rows rendered once as
- * JSONCompactEachRow lines (arrays, in the column order the header gives per table) with a
- * header of counts, read back per table with each line's signal id; a body in no other form, a body whose header disagrees with its lines,
+ * JSONCompactEachRow lines (arrays, in the column order the header gives per table, a credit
+ * draw in its cost line) with a header of counts, read back per table with each line's signal id; a body in no other form, a body whose header disagrees with its lines,
  * whose column list is not exactly its table's columns, or with a line that is not one row of
  * that shape with a string signal id, refused.
  */
@@ -21,48 +21,64 @@ const text = fc.string({ unit: 'binary', maxLength: 10 });
 const id = fc.stringMatching(/^sig_[A-Za-z0-9]{1,20}$/);
 const base = (signal: string, name: string) => ({ org_id: 'org_abcdefghijklmnopqrst', livemode: true, signal_id: signal, created_at: 1, event_name: name, customer_id: 'cus_1', unit_id: name, plan_id: 'plan_1', order_line_attribute_id: 'ola_1' });
 const costArb = fc.record({ s: id, name: text }).map(({ s, name }): CostRow => ({ ...base(s, name), quantity: '1', unit_price: '0.5', cost_amount: '0.5', currency: 'USD' }));
-const consumptionArb = fc.record({ s: id, name: text }).map(({ s, name }): ConsumptionRow => ({ org_id: 'org_abcdefghijklmnopqrst', livemode: false, signal_id: s, created_at: 2, customer_id: 'cus_1', unit_id: name, order_line_attribute_id: 'ola_1', pool_id: 'cp_1', credits_currency_id: 'c', credits: '1', balance_after: '-1' }));
+const drawOf = (c: CostRow, n: number): ConsumptionRow => ({ org_id: c.org_id, livemode: c.livemode, signal_id: c.signal_id, created_at: c.created_at, customer_id: c.customer_id, unit_id: c.unit_id, order_line_attribute_id: c.order_line_attribute_id, pool_id: `cp_${n}`, credits_currency_id: n % 2 ? null : 'c', credits: String(n), balance_after: `-${n}` });
 const unpricedArb = fc.record({ s: id, name: text, detail: text }).map(({ s, name, detail }): UnpricedRow => ({ ...base(s, name), reason: 'QUANTITY_MISSING', detail }) as UnpricedRow);
+/** The draw columns of a cost line and the consumption row's field each holds. */
+const DRAW = { draw_pool_id: 'pool_id', draw_credits_currency_id: 'credits_currency_id', draw_credits: 'credits', draw_balance_after: 'balance_after' } as const;
 
-t.test('rendered rows read back per table, line for line', async (t) => {
+t.test('rendered rows read back per table, line for line, each credit draw in its cost line', async (t) => {
   fc.assert(
-    fc.property(fc.array(costArb, { maxLength: 5 }), fc.array(consumptionArb, { maxLength: 5 }), fc.array(unpricedArb, { maxLength: 5 }), (costs, consumption, unpriced) => {
+    fc.property(fc.array(fc.tuple(costArb, fc.option(fc.nat(99))), { maxLength: 5 }), fc.array(unpricedArb, { maxLength: 5 }), (priced, unpriced) => {
+      const costs = priced.map(([c]) => c);
+      // As evaluate.ts gives them: a draw after its cost row, in the same order.
+      const consumption = priced.flatMap(([c, n]) => (n === null ? [] : [drawOf(c, n)]));
       const body = renderRows({ costs, consumption, unpriced });
-      if (costs.length + consumption.length + unpriced.length === 0) return body === null;
+      if (costs.length + unpriced.length === 0) return body === null;
       const back = readRows(body!);
       // Each array line (ending in its newline), zipped with its column list, is the row object (every field, same values).
       const text = (l: Uint8Array) => Buffer.from(l).toString('utf8');
-      if (![back.costs, back.consumption, back.unpriced].every((tl) => tl.lines.every((l) => l.indexOf(10) === l.length - 1 && l[l.length - 2] === 0x5d))) return false;
+      if (![back.costs, back.unpriced].every((tl) => tl.lines.every((l) => l.indexOf(10) === l.length - 1 && l[l.length - 2] === 0x5d))) return false;
       const objects = (t: TableLines) => t.lines.map((l) => Object.fromEntries((JSON.parse(text(l)) as unknown[]).map((v, i) => [t.columns![i]!, v])));
       const same = (a: object[], b: object[]) => a.length === b.length && a.every((x, i) => JSON.stringify(Object.entries(x).sort()) === JSON.stringify(Object.entries(b[i]!).sort()));
       const ids = (t: TableLines, rows: { signal_id: string }[]) => JSON.stringify(t.ids) === JSON.stringify(rows.map((r) => r.signal_id));
-      return same(objects(back.costs), costs) && same(objects(back.consumption), consumption) && same(objects(back.unpriced), unpriced) && ids(back.costs, costs) && ids(back.consumption, consumption) && ids(back.unpriced, unpriced);
+      const merged = priced.map(([c, n]) => {
+        const d = n === null ? null : drawOf(c, n);
+        return { ...c, ...Object.fromEntries(Object.entries(DRAW).map(([col, field]) => [col, d === null ? null : d[field]])) };
+      });
+      return same(objects(back.costs), merged) && same(objects(back.unpriced), unpriced) && ids(back.costs, costs) && ids(back.unpriced, unpriced);
     }),
     { numRuns: 300 },
   );
 });
 
+t.test('a credit draw without its cost row, or out of its order, is never rendered', async (t) => {
+  const [a, b] = fc.sample(costArb, 2).map((c, i) => ({ ...c, signal_id: `sig_${i}` }));
+  t.throws(() => renderRows({ costs: [], consumption: [drawOf(a!, 1)], unpriced: [] }), /without its cost row/);
+  t.throws(() => renderRows({ costs: [a!, b!], consumption: [drawOf(b!, 1), drawOf(a!, 2)], unpriced: [] }), /is not after its cost row/);
+  t.throws(() => renderRows({ costs: [a!], consumption: [drawOf(b!, 1)], unpriced: [] }), /is not after its cost row/);
+});
+
 t.test('a body in another form, that disagrees with its header, names other columns, or holds a line that is not one row, is refused', async (t) => {
-  t.throws(() => readRows(enc.encode(JSON.stringify({ costs: [{ signal_id: 'sig_a', cost_amount: '1' }], consumption: [] }))), /not a body of this form/, 'one object of row lists');
+  t.throws(() => readRows(enc.encode(JSON.stringify({ costs: [{ signal_id: 'sig_a', cost_amount: '1' }] }))), /not a body of this form/, 'one object of row lists');
   t.throws(() => readRows(enc.encode('{"v":2,"costs":1,"consumption":0,"unpriced":0}\n{"signal_id":"sig_a"}\n')), /not a body of this form/, 'JSONEachRow lines');
   const reversed = [...RENDER_COLUMNS.costs].reverse();
   const line = JSON.stringify(reversed.map((c) => (c === 'signal_id' ? 'sig_r' : null)));
-  const other = readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(reversed)}}}\n${line}\n`)).costs;
+  const other = readRows(enc.encode(`{"v":4,"costs":1,"unpriced":0,"columns":{"costs":${JSON.stringify(reversed)}}}\n${line}\n`)).costs;
   t.same(
     { columns: other.columns, lines: other.lines.map((l) => Buffer.from(l).toString('utf8')), ids: other.ids },
     { columns: reversed, lines: [`${line}\n`], ids: ['sig_r'] },
-    'v3 in another order (another version): read with its own column list',
+    'in another order (another version): read with its own column list',
   );
-  t.throws(() => readRows(enc.encode(`{"v":3,"costs":2,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(RENDER_COLUMNS.costs)}}}\n${JSON.stringify(RENDER_COLUMNS.costs.map((c) => (c === 'signal_id' ? 'sig_a' : null)))}\n`)), /header counts 2 lines, the body has 1/);
-  t.throws(() => readRows(enc.encode('{"v":3,"costs":0,"consumption":0,"unpriced":0}')), /a header without lines/);
+  t.throws(() => readRows(enc.encode(`{"v":4,"costs":2,"unpriced":0,"columns":{"costs":${JSON.stringify(RENDER_COLUMNS.costs)}}}\n${JSON.stringify(RENDER_COLUMNS.costs.map((c) => (c === 'signal_id' ? 'sig_a' : null)))}\n`)), /header counts 2 lines, the body has 1/);
+  t.throws(() => readRows(enc.encode('{"v":4,"costs":0,"unpriced":0}')), /a header without lines/);
   const all = RENDER_COLUMNS.costs;
   for (const columns of [[...all, 'drop_table'], [...all, 'signal_id'], all.filter((c) => c !== 'org_id'), ['signal_id', 'cost_amount'], 'signal_id', [...all.slice(1), 1]]) {
-    t.throws(() => readRows(enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n["sig_a"]\n`)), /column|no column list|lacks/, `columns ${JSON.stringify(columns)}`);
+    t.throws(() => readRows(enc.encode(`{"v":4,"costs":1,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n["sig_a"]\n`)), /column|no column list|lacks/, `columns ${JSON.stringify(columns)}`);
   }
-  t.throws(() => readRows(enc.encode('{"v":3,"costs":1,"consumption":0,"unpriced":0}\n["sig_a"]\n')), /no column list for its costs/);
-  const v3 = (l: string) => enc.encode(`{"v":3,"costs":1,"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(all)}}}\n${l}\n`);
+  t.throws(() => readRows(enc.encode('{"v":4,"costs":1,"unpriced":0}\n["sig_a"]\n')), /no column list for its costs/);
+  const v4 = (l: string) => enc.encode(`{"v":4,"costs":1,"unpriced":0,"columns":{"costs":${JSON.stringify(all)}}}\n${l}\n`);
   const row = (id: unknown) => JSON.stringify(all.map((c) => (c === 'signal_id' ? id : 'x')));
-  t.ok(readRows(v3(row('sig_ok'))), 'a well-formed line');
+  t.ok(readRows(v4(row('sig_ok'))), 'a well-formed line');
   const bad: [string, string][] = [
     [row(123), 'a number for an id'],
     [row(null), 'null for an id'],
@@ -72,10 +88,10 @@ t.test('a body in another form, that disagrees with its header, names other colu
     [`${row('sig_a')} ${row('sig_h')}`, 'two rows on one line'],
     [`${row('sig_a')}x`, 'trailing text'],
     [JSON.stringify(['sig_a']), 'too few values'],
-    [JSON.stringify({ signal_id: 'sig_a' }), 'an object line in a v3 body'],
+    [JSON.stringify({ signal_id: 'sig_a' }), 'an object line'],
     ['', 'an empty line'],
   ];
-  for (const [l, why] of bad) t.throws(() => readRows(v3(l)), /billing rows body|JSON/, why);
+  for (const [l, why] of bad) t.throws(() => readRows(v4(l)), /billing rows body|JSON/, why);
   t.throws(() => readRows(enc.encode('{"nothing":1}')), /not a body of this form/);
   t.throws(() => readRows(enc.encode('not json')));
 });
@@ -105,7 +121,7 @@ t.test('a body is read as bytes exactly as its decoded text reads: the same line
   );
   fc.assert(
     fc.property(fc.array(line, { minLength: 1, maxLength: 6 }), fc.boolean(), (lines, lastNewline) => {
-      const head = `{"v":3,"costs":${lines.length},"consumption":0,"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n`;
+      const head = `{"v":4,"costs":${lines.length},"unpriced":0,"columns":{"costs":${JSON.stringify(columns)}}}\n`;
       // Lines as latin1 text: each char one byte, so bytes 0x80–0xff stand alone (not UTF-8 unless they form it).
       const data = Buffer.concat([Buffer.from(head), Buffer.from(lines.join('\n') + (lastNewline ? '\n' : ''), 'latin1')]);
       let want: { lines: string; ids: string[] } | null = null;

@@ -4,15 +4,18 @@
  * computed (the evaluation worker), so neither the evaluator's main thread nor the rows
  * inserter builds, parses or re-renders row objects.
  *
- *   {"v":3,"costs":C,"consumption":N,"unpriced":U,"columns":{"costs":[…],…}}\n
- *   C fact_cost lines, then N fact_credit_consumption lines, then U fact_unpriced lines, each
- *   one JSON array (JSONCompactEachRow) of its table's values in the order `columns` gives
- *   for that table (`signal_id` first), ending in '\n' (JSON text holds no raw newline).
+ *   {"v":4,"costs":C,"unpriced":U,"columns":{"costs":[…],…}}\n
+ *   C cost lines (store table `costs`), then U fact_unpriced lines, each one JSON array
+ *   (JSONCompactEachRow) of its table's values in the order `columns` gives for that table
+ *   (`signal_id` first), ending in '\n' (JSON text holds no raw newline).
  *
- * Arrays instead of objects: the field names were more than half of every row (about 730
- * bytes a priced signal, for its cost and consumption rows), and every byte of a row is
- * copied from the worker, sent to NATS, stored, delivered to the inserter and sent to the
- * engine. The column lists travel with the body, so an inserter reads a body of another
+ * A priced signal's credit draw is in its cost line (the `draw_*` columns, null when it drew
+ * none; the analytics view fact_credit_consumption shows the lines with a draw): one line a
+ * priced signal to render, send, store, deliver, check and insert, instead of two.
+ *
+ * Arrays instead of objects: the field names were more than half of every row, and every byte
+ * of a row is copied from the worker, sent to NATS, stored, delivered to the inserter and sent
+ * to the engine. The column lists travel with the body, so an inserter reads a body of another
  * version as long as the columns are its tables' (checked: store/schema.ts compactColumns), and
  * every line is checked to be one row of that shape with a string signal id (readRows).
  */
@@ -31,23 +34,29 @@ export interface TableLines {
 
 export interface RowLines {
   costs: TableLines;
-  consumption: TableLines;
   unpriced: TableLines;
 }
 
 type Part = keyof RowLines;
-const PARTS: readonly Part[] = ['costs', 'consumption', 'unpriced'];
-const TABLE: Record<Part, BillingTable> = { costs: 'costs', consumption: 'credit_consumption', unpriced: 'unpriced' };
+const PARTS: readonly Part[] = ['costs', 'unpriced'];
+const TABLE: Record<Part, BillingTable> = { costs: 'costs', unpriced: 'unpriced' };
 
 /** The order this version renders each table's values in: `signal_id` first, then the table's order. */
 const first = (cols: readonly string[]): string[] => ['signal_id', ...cols.filter((c) => c !== 'signal_id')];
 export const RENDER_COLUMNS: Record<Part, readonly string[]> = {
   costs: first(BILLING_COLUMNS.costs),
-  consumption: first(BILLING_COLUMNS.credit_consumption),
   unpriced: first(BILLING_COLUMNS.unpriced),
 };
 
-const V3 = '{"v":3,';
+/** The cost line's columns of a credit draw, and the consumption row's field each holds. */
+const DRAW_FIELDS: Readonly<Record<string, keyof ConsumptionRow>> = {
+  draw_pool_id: 'pool_id',
+  draw_credits_currency_id: 'credits_currency_id',
+  draw_credits: 'credits',
+  draw_balance_after: 'balance_after',
+};
+
+const V4 = '{"v":4,';
 
 /** A string value needing an escape in JSON text (JSON.stringify also escapes lone surrogates). */
 const NEEDS_ESCAPE = /["\\\u0000-\u001f\ud800-\udfff]/;
@@ -108,8 +117,12 @@ function writeValue(at: number, v: unknown): number {
   return at;
 }
 
-/** One row as its JSONCompactEachRow line (`JSON.stringify(columns.map((c) => row[c] ?? null))` and a newline) at `at`; the position after it. */
-function writeLine(at: number, row: object, columns: readonly string[]): number {
+/**
+ * One row as its JSONCompactEachRow line (`JSON.stringify(columns.map((c) => row[c] ?? null))`
+ * and a newline) at `at`; the position after it. A column of DRAW_FIELDS is read from `draw`
+ * (null without one).
+ */
+function writeLine(at: number, row: object, columns: readonly string[], draw: ConsumptionRow | null = null): number {
   const r = row as Record<string, unknown>;
   room(at, 1);
   scratch[at++] = LBRACKET;
@@ -118,7 +131,9 @@ function writeLine(at: number, row: object, columns: readonly string[]): number 
       room(at, 1);
       scratch[at++] = COMMA;
     }
-    at = writeValue(at, r[columns[i]!]);
+    const c = columns[i]!;
+    const field = DRAW_FIELDS[c];
+    at = writeValue(at, field === undefined ? r[c] : draw === null ? null : draw[field]);
   }
   room(at, 2);
   scratch[at++] = RBRACKET;
@@ -131,14 +146,27 @@ export function arrayLine(row: object, columns: readonly string[]): Buffer {
   return Buffer.from(scratch.subarray(0, writeLine(0, row, columns)));
 }
 
-/** The body for these rows as UTF-8 bytes, or null when there are none. */
+/**
+ * The body for these rows as UTF-8 bytes, or null when there are none. Each consumption row is
+ * a draw of a priced signal (evaluate.ts: after its cost row, in the same order): written into
+ * its cost line.
+ */
 export function renderRows(rows: { costs: readonly CostRow[]; consumption: readonly ConsumptionRow[]; unpriced: readonly UnpricedRow[] }): Buffer | null {
-  const counts = PARTS.map((p) => rows[p].length);
-  if (counts.every((n) => n === 0)) return null;
+  const { costs, consumption, unpriced } = rows;
+  if (costs.length === 0 && unpriced.length === 0) {
+    if (consumption.length > 0) throw new Error('billing rows: a credit draw without its cost row');
+    return null;
+  }
   const columns: Partial<Record<Part, readonly string[]>> = {};
   for (const p of PARTS) if (rows[p].length > 0) columns[p] = RENDER_COLUMNS[p];
-  let at = writeText(0, `${V3}"costs":${counts[0]},"consumption":${counts[1]},"unpriced":${counts[2]},"columns":${JSON.stringify(columns)}}\n`);
-  for (const p of PARTS) for (const r of rows[p]) at = writeLine(at, r, RENDER_COLUMNS[p]);
+  let at = writeText(0, `${V4}"costs":${costs.length},"unpriced":${unpriced.length},"columns":${JSON.stringify(columns)}}\n`);
+  let d = 0;
+  for (const r of costs) {
+    const draw = d < consumption.length && consumption[d]!.signal_id === r.signal_id ? consumption[d++]! : null;
+    at = writeLine(at, r, RENDER_COLUMNS.costs, draw);
+  }
+  if (d !== consumption.length) throw new Error(`billing rows: the credit draw of ${consumption[d]!.signal_id} is not after its cost row`);
+  for (const r of unpriced) at = writeLine(at, r, RENDER_COLUMNS.unpriced);
   return Buffer.from(scratch.subarray(0, at));
 }
 
@@ -156,9 +184,9 @@ const dec = new TextDecoder();
 export function readRows(data: Uint8Array): RowLines {
   const nl = data.indexOf(NEWLINE);
   const head = dec.decode(nl < 0 ? data : data.subarray(0, nl));
-  if (!head.startsWith(V3)) throw new Error(`billing rows body: not a body of this form: ${head.slice(0, 64)}`);
+  if (!head.startsWith(V4)) throw new Error(`billing rows body: not a body of this form: ${head.slice(0, 64)}`);
   if (nl < 0) throw new Error('billing rows body: a header without lines');
-  const header = JSON.parse(head) as { costs: number; consumption: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
+  const header = JSON.parse(head) as { costs: number; unpriced: number; columns?: Partial<Record<Part, unknown>> };
   // Each line's [start, end) (end at its newline, or at the body's end for a last line without one).
   const starts: number[] = [];
   const ends: number[] = [];
@@ -170,9 +198,9 @@ export function readRows(data: Uint8Array): RowLines {
     at = end + 1;
   }
   const count = starts.length;
-  const [costs, consumption, unpriced] = PARTS.map((p) => header[p]);
-  if (![costs, consumption, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + consumption! + unpriced! !== count) {
-    throw new Error(`billing rows body: the header counts ${costs! + consumption! + unpriced!} lines, the body has ${count}`);
+  const [costs, unpriced] = PARTS.map((p) => header[p]);
+  if (![costs, unpriced].every((n) => Number.isSafeInteger(n) && n! >= 0) || costs! + unpriced! !== count) {
+    throw new Error(`billing rows body: the header counts ${costs! + unpriced!} lines, the body has ${count}`);
   }
   const table = (p: Part, from: number, n: number): TableLines => {
     if (n === 0) return { columns: null, lines: [], ids: [] };
@@ -197,7 +225,7 @@ export function readRows(data: Uint8Array): RowLines {
     }
     return { columns, lines, ids };
   };
-  return { costs: table('costs', 0, costs!), consumption: table('consumption', costs!, consumption!), unpriced: table('unpriced', costs! + consumption!, unpriced!) };
+  return { costs: table('costs', 0, costs!), unpriced: table('unpriced', costs!, unpriced!) };
 }
 
 const SIGNAL_ID = /^[\w-]{1,200}$/;

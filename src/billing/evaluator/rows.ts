@@ -1,6 +1,6 @@
 /**
  * The billing rows inserter: reads `<P>_BILLING_ROWS` (what the evaluator priced) and
- * inserts fact_cost, fact_credit_consumption and fact_unpriced rows in bulk, like the signal
+ * inserts cost rows (each with its credit draw: fact_cost and fact_credit_consumption) and fact_unpriced rows in bulk, like the signal
  * pipeline:
  * messages are buffered (up to 10,000 rows or 200 ms), inserted with one statement per
  * table, then acked. On a redelivery (a crash after the insert, before the ack, or an ack wait
@@ -77,7 +77,7 @@ export class BillingRowsInserter {
       this.held.add(m);
       this.buffer.msgs.push(m);
       this.buffer.rows.push(rows);
-      this.rowCount += rows.costs.lines.length + rows.consumption.lines.length + rows.unpriced.lines.length;
+      this.rowCount += rows.costs.lines.length + rows.unpriced.lines.length;
       if (this.rowCount >= FLUSH_ROWS) await this.flush();
       else this.timer ??= setTimeout(() => void this.flush(), FLUSH_MS);
     }
@@ -117,14 +117,12 @@ export class BillingRowsInserter {
    * even when a message and its redelivery meet in one flush.
    */
   private async insert(rows: RowLines[]): Promise<void> {
-    const tables = { costs: new Shapes(), consumption: new Shapes(), unpriced: new Shapes() };
+    const tables = { costs: new Shapes(), unpriced: new Shapes() };
     for (const r of rows) {
       tables.costs.take(r.costs);
-      tables.consumption.take(r.consumption);
       tables.unpriced.take(r.unpriced);
     }
     for (const { columns, lines, count } of tables.costs.all()) await observeInsert('fact_cost', count, () => this.store.insertCosts(lines, columns));
-    for (const { columns, lines, count } of tables.consumption.all()) await observeInsert('fact_credit_consumption', count, () => this.store.insertConsumption(lines, columns));
     for (const { columns, lines, count } of tables.unpriced.all()) await observeInsert('fact_unpriced', count, () => this.store.insertUnpriced(lines, columns));
   }
 
@@ -182,17 +180,13 @@ export class BillingRowsInserter {
   /** The rows of a message whose signals are not in their tables yet. */
   private async notYetStored(m: JsMsg, rows: RowLines): Promise<RowLines> {
     const orgId = m.headers?.get(H_ORG) ?? '';
-    const all = [...new Set([...rows.costs.ids, ...rows.consumption.ids, ...rows.unpriced.ids])];
-    const [haveCosts, haveConsumption, haveUnpriced] = await Promise.all([
-      this.store.existingCostIds(orgId, all),
-      this.store.existingConsumptionIds(orgId, all),
-      this.store.existingUnpricedIds(orgId, all),
-    ]);
+    const all = [...new Set([...rows.costs.ids, ...rows.unpriced.ids])];
+    const [haveCosts, haveUnpriced] = await Promise.all([this.store.existingCostIds(orgId, all), this.store.existingUnpricedIds(orgId, all)]);
     const keep = (t: TableLines, have: Set<string>): TableLines => {
       const at = t.ids.flatMap((id, i) => (have.has(id) ? [] : [i]));
       return { columns: t.columns, lines: at.map((i) => t.lines[i]!), ids: at.map((i) => t.ids[i]!) };
     };
-    return { costs: keep(rows.costs, haveCosts), consumption: keep(rows.consumption, haveConsumption), unpriced: keep(rows.unpriced, haveUnpriced) };
+    return { costs: keep(rows.costs, haveCosts), unpriced: keep(rows.unpriced, haveUnpriced) };
   }
 
   async stop(): Promise<void> {

@@ -17,7 +17,7 @@
  *   billing state KV: the evaluator's running state per customer, the cap period totals and
  *                 the pin of each partition's batch in flight (consumer.ts); and the key
  *                 `partitions`: the number of partitions, decided once for good (below).
- *   billing rows  work queue: fact_cost / fact_credit_consumption / fact_unpriced rows per evaluated
+ *   billing rows  work queue: cost (with their credit draws) and fact_unpriced rows per evaluated
  *                 batch (Nats-Msg-Id rows-<batch id>.p<k>), inserted in bulk by rows.ts.
  */
 import { AckPolicy, RetentionPolicy, StorageType } from '@nats-io/jetstream';

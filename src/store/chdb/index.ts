@@ -89,9 +89,6 @@ export class ChdbStore implements Store {
     return this.insertBilling('costs', rows, columns);
   }
 
-  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void> {
-    return this.insertBilling('credit_consumption', rows, columns);
-  }
 
   insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void> {
     return this.insertBilling('unpriced', rows, columns);
@@ -111,9 +108,6 @@ export class ChdbStore implements Store {
     return this.existingIn('unpriced', orgId, ids);
   }
 
-  existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>> {
-    return this.existingIn('credit_consumption', orgId, ids);
-  }
 
   private async existingIn(table: RowTable, orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();

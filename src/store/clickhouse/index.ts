@@ -182,9 +182,6 @@ export class ClickHouseStore implements Store {
     return this.insertInto('costs', rows, columns);
   }
 
-  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void> {
-    return this.insertInto('credit_consumption', rows, columns);
-  }
 
   insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void> {
     return this.insertInto('unpriced', rows, columns);
@@ -198,9 +195,6 @@ export class ClickHouseStore implements Store {
     return this.existingIn('costs', orgId, ids);
   }
 
-  async existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>> {
-    return this.existingIn('credit_consumption', orgId, ids);
-  }
 
   private async existingIn(table: RowTable, orgId: string, ids: string[]): Promise<Set<string>> {
     if (ids.length === 0) return new Set();

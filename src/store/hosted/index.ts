@@ -664,9 +664,6 @@ export class HostedStore implements Store {
     return this.insert((s) => s.insertCosts(rows, columns));
   }
 
-  insertConsumption(rows: Buffer, columns?: readonly string[]): Promise<void> {
-    return this.insert((s) => s.insertConsumption(rows, columns));
-  }
 
   insertUnpriced(rows: Buffer, columns?: readonly string[]): Promise<void> {
     return this.insert((s) => s.insertUnpriced(rows, columns));
@@ -684,9 +681,6 @@ export class HostedStore implements Store {
     return this.read((s) => s.existingCostIds(orgId, ids));
   }
 
-  existingConsumptionIds(orgId: string, ids: string[]): Promise<Set<string>> {
-    return this.read((s) => s.existingConsumptionIds(orgId, ids));
-  }
 
   countSignals(orgId: string): Promise<SignalCounts> {
     return this.read((s) => s.countSignals(orgId));
