@@ -280,6 +280,8 @@ export class BillingConfigStore {
   private readonly evaluation: FencedKvCache | null;
   /** Each document entry the evaluation cache holds, parsed once (entries kept are the same objects on every hit). */
   private readonly parsed = new WeakMap<KvEntry, VersionedCustomer>();
+  /** Each kept document's key (forBatch: made once, not once per group that pins it). */
+  private readonly keysOf = new WeakMap<VersionedCustomer, string>();
 
   private async raw(key: string): Promise<KvEntry | null> {
     try {
@@ -797,7 +799,9 @@ export class BillingConfigStore {
       const { doc } = f;
       const id = doc.customer.id;
       if (Object.hasOwn(config.customers, id)) continue;
-      revisions[customerKey(orgId, mode, id)] = f.revision;
+      let key = this.keysOf.get(f);
+      if (key === undefined) this.keysOf.set(f, (key = customerKey(orgId, mode, id)));
+      revisions[key] = f.revision;
       config.customers[id] = doc.customer;
       for (const a of Object.values(doc.attributes)) {
         config.attributes[a.id] = a;

@@ -239,13 +239,16 @@ const keyOfPeriod = (orgId: string, mode: Mode, hash: string, period: Pick<Perio
 /** The lookups of one configuration (built once per configuration: `evaluate` takes them when its caller evaluates several batches against one). */
 export interface Lookups {
   byExternalId: Map<string, Customer>;
-  attributeOf: Map<string, OrderLineAttribute>;
-  poolOf: Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>;
-  /** Memos of capsHit, per configuration: the caps on a unit and its ancestors (by customer, unit and currency), the last period found per cap (a cap's hash is memoized per thread: memoCapHash). */
-  capChains: Map<string, CapOnChain[]>;
+  /** Each customer's attributes by event name (by customer id). */
+  attributesOf: Map<string, Map<string, OrderLineAttribute>>;
+  /** Each attribute's pool (`poolFor`): looked up by the attribute itself, no key made per signal. */
+  poolOf: WeakMap<OrderLineAttribute, Pool | null>;
+  /** The pools by customer id and attribute id. */
+  pools: Map<string, Map<string, Pool>>;
+  /** Memo of capsHit, per configuration: the caps on a unit and its ancestors, by the unit (an object of one customer's document) and currency, each with the last period found for it (a cap's hash is memoized per thread: memoCapHash). */
+  capChains: WeakMap<Unit, Map<string, CapOnChain[]>>;
   /** The configuration's caps by customer, unit and lowercased currency (the parts of their `capKey`), with their keys. */
   capsAt: Map<string, Map<string, Map<string, { key: string; cap: CreditCap }>>>;
-  lastPeriod: Map<string, Period>;
   /** The configuration's decimals (prices, credits per unit, included quantities, cap amounts), parsed once: by places and text. */
   decimals: Map<string, Dec>;
   /** The same decimals in canonical form. */
@@ -308,17 +311,39 @@ interface CapOnChain {
   key: string;
   cap: CreditCap;
   unit: Unit;
+  /** The last period found for the cap on this chain: the next signal's, most often (periods are consecutive half-open ranges). */
+  last: Period | null;
+}
+
+/** A credit pool as evaluation uses it: its granted credits and top-ups summed. */
+interface Pool {
+  id: string;
+  total: Dec;
+  creditsCurrencyId: string | null;
+}
+
+/** The pool of a customer's attribute, if any (once per attribute and configuration). */
+function poolFor(l: Lookups, attr: OrderLineAttribute): Pool | null {
+  let p = l.poolOf.get(attr);
+  if (p === undefined) l.poolOf.set(attr, (p = l.pools.get(attr.customerId)?.get(attr.id) ?? null));
+  return p;
 }
 
 export function lookups(config: BillingConfig): Lookups {
   const byExternalId = new Map<string, Customer>();
   for (const c of Object.values(config.customers)) if (c.externalId !== null) byExternalId.set(c.externalId, c);
-  const attributeOf = new Map<string, OrderLineAttribute>();
-  for (const a of Object.values(config.attributes)) attributeOf.set(`${a.customerId}\u0000${a.eventName}`, a);
-  const poolOf = new Map<string, { id: string; total: Dec; creditsCurrencyId: string | null }>();
+  const attributesOf = new Map<string, Map<string, OrderLineAttribute>>();
+  for (const a of Object.values(config.attributes)) {
+    let byEvent = attributesOf.get(a.customerId);
+    if (!byEvent) attributesOf.set(a.customerId, (byEvent = new Map()));
+    byEvent.set(a.eventName, a);
+  }
+  const pools = new Map<string, Map<string, Pool>>();
   for (const p of Object.values(config.pools)) {
     const total = p.topUps.reduce((s, t) => add(s, parseDecimal(t.credits, { maxDecimalPlaces: 6 })), parseDecimal(p.granted, { maxDecimalPlaces: 6 }));
-    poolOf.set(`${p.customerId}\u0000${p.orderLineAttributeId}`, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
+    let byAttr = pools.get(p.customerId);
+    if (!byAttr) pools.set(p.customerId, (byAttr = new Map()));
+    byAttr.set(p.orderLineAttributeId, { id: p.id, total, creditsCurrencyId: p.creditsCurrencyId });
   }
   const capsAt: Lookups['capsAt'] = new Map();
   for (const [key, cap] of Object.entries(config.caps)) {
@@ -333,11 +358,11 @@ export function lookups(config: BillingConfig): Lookups {
   }
   return {
     byExternalId,
-    attributeOf,
-    poolOf,
-    capChains: new Map(),
+    attributesOf,
+    poolOf: new WeakMap(),
+    pools,
+    capChains: new WeakMap(),
     capsAt,
-    lastPeriod: new Map(),
     decimals: new Map(),
     decimalTexts: new Map(),
     attrNumbers: new WeakMap(),
@@ -352,7 +377,7 @@ function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): Resolved
   if (r !== undefined) return r;
   r = null;
   const customer = own(config.customers, s.customerId) ?? l.byExternalId.get(s.customerId);
-  const attr = customer ? l.attributeOf.get(`${customer.id}\u0000${s.eventName}`) : undefined;
+  const attr = customer ? l.attributesOf.get(customer.id)?.get(s.eventName) : undefined;
   if (customer && attr) {
     const unit = s.unitId !== null ? own(customer.units, s.unitId) ?? null : null;
     r = { customer, attr, quantity: quantityOf(attr, s.data, s.exact), unit };
@@ -363,8 +388,9 @@ function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): Resolved
 
 /** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
 function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
-  const chainKey = `${customer.id}\u0000${unit.externalId}\u0000${currency}`;
-  let chain = l.capChains.get(chainKey);
+  let byCurrency = l.capChains.get(unit);
+  if (!byCurrency) l.capChains.set(unit, (byCurrency = new Map()));
+  let chain = byCurrency.get(currency);
   if (!chain) {
     chain = [];
     const seen = new Set<string>();
@@ -374,19 +400,19 @@ function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, t
     for (let u: Unit | null = unit; u && !seen.has(u.externalId); u = u.parentExternalId !== null ? own(customer.units, u.parentExternalId) ?? null : null) {
       seen.add(u.externalId);
       const found = units?.get(u.externalId)?.get(lower);
-      if (found) chain.push({ key: found.key, cap: found.cap, unit: u });
+      if (found) chain.push({ key: found.key, cap: found.cap, unit: u, last: null });
     }
-    l.capChains.set(chainKey, chain);
+    byCurrency.set(currency, chain);
   }
   const hits: { key: string; cap: CreditCap; unit: Unit; period: Period }[] = [];
   for (const c of chain) {
     // Periods are consecutive half-open ranges: the last one found for this cap holds `ts`, or another is computed.
-    const last = l.lastPeriod.get(c.key);
+    const last = c.last;
     let period: Period | null;
     if (last && ts >= last.startMs && ts < last.endMs) period = last;
     else {
       period = memoPeriod(c.cap.effectiveFrom, c.cap.frequency, ts);
-      if (period) l.lastPeriod.set(c.key, period);
+      if (period) c.last = period;
     }
     if (period) hits.push({ key: c.key, cap: c.cap, unit: c.unit, period });
   }
@@ -415,7 +441,7 @@ export function capPeriods(input: CapPeriodsInput, l: Lookups = lookups(input.co
   for (const s of input.signals) {
     const r = resolve(config, l, s);
     if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
-    if (!l.poolOf.has(`${r.customer.id}\u0000${r.attr.id}`) || compare(r.quantity.quantity, ZERO) <= 0) continue;
+    if (!poolFor(l, r.attr) || compare(r.quantity.quantity, ZERO) <= 0) continue;
     for (const h of capsHit(l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
       const key = periodKeyOf(l, input.orgId, input.mode, h.key, h.period);
       if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
@@ -432,7 +458,6 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
   const state: BillingState = { ...input.state, consumed: { ...input.state.consumed }, usage: { ...input.state.usage } };
   const out: EvaluationOutput = { state, costs: [], consumption: [], events: [], unpriced: [], periods: {} };
   const at = input.evaluatedAt;
-  const { poolOf } = l;
   // Running totals as exact decimals while the batch is evaluated; written back as text at the end.
   const consumed = new Map<string, Dec>();
   const usages = new Map<string, Dec>();
@@ -465,7 +490,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
     const cost = mul(quantity, n.unitPrice);
 
     // The credits drawn, worked out before anything is recorded (see 3. above).
-    const pool = attr.creditsCurrencyId !== null && n.creditsPerUnit !== null ? poolOf.get(`${customer.id}\u0000${attr.id}`) : undefined;
+    const pool = attr.creditsCurrencyId !== null && n.creditsPerUnit !== null ? poolFor(l, attr) : null;
     let credits: Dec | null = null;
     let consumedBefore: Dec = ZERO;
     let c: ReturnType<typeof consume> | null = null;
