@@ -311,7 +311,7 @@ interface CapOnChain {
   key: string;
   cap: CreditCap;
   unit: Unit;
-  /** The last period found for the cap on this chain: the next signal's, most often (periods are consecutive half-open ranges). */
+  /** The period of the cap holding the time capsHit was last asked about (null: none); the next signal's, most often (periods are consecutive half-open ranges). */
   last: Period | null;
 }
 
@@ -386,8 +386,12 @@ function resolve(config: BillingConfig, l: Lookups, s: BillableSignal): Resolved
   return r;
 }
 
-/** The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts`. */
-function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, ts: number): { key: string; cap: CreditCap; unit: Unit; period: Period }[] {
+/**
+ * The caps (of `currency`) on `unit` and its ancestors, each with its period containing `ts` as
+ * its `last` (null: the cap has none there), until the next call for the same unit: the chain
+ * itself, so that a signal allocates nothing here.
+ */
+function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, ts: number): readonly CapOnChain[] {
   let byCurrency = l.capChains.get(unit);
   if (!byCurrency) l.capChains.set(unit, (byCurrency = new Map()));
   let chain = byCurrency.get(currency);
@@ -404,19 +408,12 @@ function capsHit(l: Lookups, customer: Customer, unit: Unit, currency: string, t
     }
     byCurrency.set(currency, chain);
   }
-  const hits: { key: string; cap: CreditCap; unit: Unit; period: Period }[] = [];
   for (const c of chain) {
     // Periods are consecutive half-open ranges: the last one found for this cap holds `ts`, or another is computed.
     const last = c.last;
-    let period: Period | null;
-    if (last && ts >= last.startMs && ts < last.endMs) period = last;
-    else {
-      period = memoPeriod(c.cap.effectiveFrom, c.cap.frequency, ts);
-      if (period) c.last = period;
-    }
-    if (period) hits.push({ key: c.key, cap: c.cap, unit: c.unit, period });
+    if (!last || ts < last.startMs || ts >= last.endMs) c.last = memoPeriod(c.cap.effectiveFrom, c.cap.frequency, ts);
   }
-  return hits;
+  return chain;
 }
 
 /** periodKey with the cap's hash computed once per thread (memoCapHash), and the key of the cap's last period found kept (lookups are of one organization and mode). */
@@ -443,8 +440,10 @@ export function capPeriods(input: CapPeriodsInput, l: Lookups = lookups(input.co
     if (!r || !r.quantity.ok || !r.unit || r.attr.creditsCurrencyId === null || r.attr.creditsPerUnit === null) continue;
     if (!poolFor(l, r.attr) || compare(r.quantity.quantity, ZERO) <= 0) continue;
     for (const h of capsHit(l, r.customer, r.unit, r.attr.creditsCurrencyId, s.ts)) {
-      const key = periodKeyOf(l, input.orgId, input.mode, h.key, h.period);
-      if (!out.has(key)) out.set(key, { key, capKey: h.key, start: h.period.start });
+      const period = h.last;
+      if (!period) continue;
+      const key = periodKeyOf(l, input.orgId, input.mode, h.key, period);
+      if (!out.has(key)) out.set(key, { key, capKey: h.key, start: period.start });
     }
   }
   return [...out.values()];
@@ -555,7 +554,9 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
     // Caps on the unit and its ancestors, in the attribute's credits currency.
     if (!unit || compare(credits, ZERO) <= 0) continue;
     for (const h of capsHit(l, customer, unit, attr.creditsCurrencyId, s.ts)) {
-      const pk = periodKeyOf(l, orgId, mode, h.key, h.period);
+      const period = h.last;
+      if (!period) continue;
+      const pk = periodKeyOf(l, orgId, mode, h.key, period);
       let slot = spent.get(pk);
       if (!slot) {
         const given = Object.hasOwn(input.periods, pk) ? input.periods[pk]! : null;
@@ -574,7 +575,7 @@ export function evaluate(input: EvaluationInput, l: Lookups = lookups(input.conf
             customer: { id: customer.id, externalId: customer.externalId },
             cap: { creditsCurrencyId: h.cap.creditsCurrencyId, amount, frequency: h.cap.frequency, effectiveFrom: h.cap.effectiveFrom },
             breachedUnit: { externalId: h.unit.externalId, externalType: h.unit.externalType },
-            period: h.period,
+            period,
             step,
             at,
           }),

@@ -56,6 +56,11 @@ const DRAW_FIELDS: Readonly<Record<string, keyof ConsumptionRow>> = {
   draw_balance_after: 'balance_after',
 };
 
+/** Per column of `columns`, the consumption row's field it holds (DRAW_FIELDS), or undefined. */
+const drawFieldsOf = (columns: readonly string[]): readonly (keyof ConsumptionRow | undefined)[] => columns.map((c) => DRAW_FIELDS[c]);
+const COST_DRAW_FIELDS = drawFieldsOf(RENDER_COLUMNS.costs);
+const NO_DRAW_FIELDS: readonly undefined[] = [];
+
 const V4 = '{"v":4,';
 
 /** A string value needing an escape in JSON text (JSON.stringify also escapes lone surrogates). */
@@ -119,10 +124,10 @@ function writeValue(at: number, v: unknown): number {
 
 /**
  * One row as its JSONCompactEachRow line (`JSON.stringify(columns.map((c) => row[c] ?? null))`
- * and a newline) at `at`; the position after it. A column of DRAW_FIELDS is read from `draw`
- * (null without one).
+ * and a newline) at `at`; the position after it. A column with a field in `drawFields` (the
+ * same positions as `columns`: drawFieldsOf) is read from `draw` (null without one).
  */
-function writeLine(at: number, row: object, columns: readonly string[], draw: ConsumptionRow | null = null): number {
+function writeLine(at: number, row: object, columns: readonly string[], draw: ConsumptionRow | null = null, drawFields: readonly (keyof ConsumptionRow | undefined)[] = NO_DRAW_FIELDS): number {
   const r = row as Record<string, unknown>;
   room(at, 1);
   scratch[at++] = LBRACKET;
@@ -131,9 +136,8 @@ function writeLine(at: number, row: object, columns: readonly string[], draw: Co
       room(at, 1);
       scratch[at++] = COMMA;
     }
-    const c = columns[i]!;
-    const field = DRAW_FIELDS[c];
-    at = writeValue(at, field === undefined ? r[c] : draw === null ? null : draw[field]);
+    const field = drawFields[i];
+    at = writeValue(at, field === undefined ? r[columns[i]!] : draw === null ? null : draw[field]);
   }
   room(at, 2);
   scratch[at++] = RBRACKET;
@@ -163,7 +167,7 @@ export function renderRows(rows: { costs: readonly CostRow[]; consumption: reado
   let d = 0;
   for (const r of costs) {
     const draw = d < consumption.length && consumption[d]!.signal_id === r.signal_id ? consumption[d++]! : null;
-    at = writeLine(at, r, RENDER_COLUMNS.costs, draw);
+    at = writeLine(at, r, RENDER_COLUMNS.costs, draw, COST_DRAW_FIELDS);
   }
   if (d !== consumption.length) throw new Error(`billing rows: the credit draw of ${consumption[d]!.signal_id} is not after its cost row`);
   for (const r of unpriced) at = writeLine(at, r, RENDER_COLUMNS.unpriced);
