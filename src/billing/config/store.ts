@@ -282,6 +282,17 @@ export class BillingConfigStore {
   private readonly parsed = new WeakMap<KvEntry, VersionedCustomer>();
   /** Each kept document's key (forBatch: made once, not once per group that pins it). */
   private readonly keysOf = new WeakMap<VersionedCustomer, string>();
+  /** Each kept entry's identity (a customer or product document: identitiesOf), read once. */
+  private readonly identities = new WeakMap<KvEntry, Identity | null>();
+  /** Each kept externalId claim's value, read once. */
+  private readonly claims = new WeakMap<KvEntry, { customerId?: string; productId?: string }>();
+
+  /** An externalId claim's value (the entries are kept while the bucket is unchanged: parsed once each). */
+  private claimOf(e: KvEntry): { customerId?: string; productId?: string } {
+    let c = this.claims.get(e);
+    if (!c) this.claims.set(e, (c = parse<{ customerId?: string; productId?: string }>(e)));
+    return c;
+  }
 
   private async raw(key: string): Promise<KvEntry | null> {
     try {
@@ -640,8 +651,8 @@ export class BillingConfigStore {
     refs.forEach((ref, i) => {
       const e = first[i]!;
       if (CUSTOMER_ID.test(ref) || !present(e)) return;
-      const id = parse<{ customerId: string }>(e).customerId;
-      if (CUSTOMER_ID.test(id)) claimed.push({ i, id });
+      const id = this.claimOf(e).customerId;
+      if (typeof id === 'string' && CUSTOMER_ID.test(id)) claimed.push({ i, id });
     });
     // A document the first round read (the refs name it by service id too) is not read again.
     const docs = new Map<string, VersionedCustomer | null>();
@@ -711,9 +722,14 @@ export class BillingConfigStore {
     (await rawMany(wanted)).forEach((e, i) => first.set(wanted[i]!, e));
     const identityOf = (product: boolean, e: KvEntry | null | undefined): Identity | null => {
       if (!e || !present(e)) return null;
+      // An entry is of one kind (its key says which): its identity is read once while it is kept.
+      const known = this.identities.get(e);
+      if (known !== undefined) return known;
       const doc = parse<{ customer?: { id: string; externalId?: string | null }; id?: string; externalId?: string | null }>(e);
       const d = product ? doc : doc.customer;
-      return d && typeof d.id === 'string' ? { id: d.id, externalId: typeof d.externalId === 'string' ? d.externalId : '' } : null;
+      const identity = d && typeof d.id === 'string' ? Object.freeze({ id: d.id, externalId: typeof d.externalId === 'string' ? d.externalId : '' }) : null;
+      this.identities.set(e, identity);
+      return identity;
     };
     const out: (Identity | null)[] = parts.map((x, i) => (x.byId ? identityOf(x.product, firstKeys[i] === null ? null : first.get(firstKeys[i]!)) : null));
     // The externalIds' claims name a document: read those (once each), confirm the externalId.
@@ -722,7 +738,7 @@ export class BillingConfigStore {
       if (x.byId) return;
       const e = first.get(firstKeys[i]!);
       if (!e || !present(e)) return;
-      const c = parse<{ customerId?: string; productId?: string }>(e);
+      const c = this.claimOf(e);
       const id = x.product ? c.productId : c.customerId;
       const k = typeof id === 'string' ? docKey(x.product, id) : null;
       if (k) claimed.set(k, k);
@@ -734,7 +750,7 @@ export class BillingConfigStore {
       if (x.byId) return;
       const e = first.get(firstKeys[i]!);
       if (!e || !present(e)) return;
-      const c = parse<{ customerId?: string; productId?: string }>(e);
+      const c = this.claimOf(e);
       const id = x.product ? c.productId : c.customerId;
       const k = typeof id === 'string' ? docKey(x.product, id) : null;
       const found = k ? identityOf(x.product, docs.get(k)) : null;
