@@ -8,11 +8,14 @@
  *   - a lambda body reads only the lambda's own parameters and literals (no outer columns,
  *     aliases, aggregates, subqueries or generators), so a lambda cannot be quadratic in the
  *     data within one row;
- *   - all numbers() reads of one query together generate a bounded number of rows.
+ *   - all numbers() reads of one query together generate a bounded number of rows;
+ *   - what the compiler remembers of the texts it was given is bounded in memory.
  */
 import t, { type Test } from 'tap';
 import fc from 'fast-check';
-import { CompileError, compile } from '../../src/analytics/compiler/index.js';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
+import { CACHED_CHARS_MAX, CompileError, QueryCompiler, compile } from '../../src/analytics/compiler/index.js';
 import { MAX_GENERATED_ROWS } from '../../src/analytics/compiler/grammar.js';
 import { MAX_IN_SET_DEPTH } from '../../src/analytics/compiler/resolve.js';
 import { VIEW_SCHEMAS } from '../../src/store/views.js';
@@ -238,4 +241,29 @@ t.test('the sets of IN nest at most MAX_IN_SET_DEPTH deep (the engine analyses e
   accepted(t, `SELECT 1 WHERE ${Array.from({ length: 20 }, () => '1 IN (SELECT 1)').join(' AND ')}`);
   const scalar = (d: number): string => (d === 0 ? '1' : `(SELECT 1 WHERE 1 = ${scalar(d - 1)})`);
   accepted(t, `SELECT ${scalar(20)}`);
+});
+
+t.test("what the compiler remembers is bounded by its texts' length, and a refusal keeps no parser frames", async (t) => {
+  setFlagsFromString('--expose_gc');
+  const gc = runInNewContext('gc') as () => void;
+  const scope = { orgId: 'org_remembered', mode: 'live' as const };
+  // 20 KB texts: array literals (accepted: a tree of about 1.5 MB each) and parentheses past the nesting limit (refused).
+  const arrays = (i: number): string => `SELECT [${'[1],'.repeat(4_990)}[${i}]]`;
+  const nested = (i: number): string => `SELECT ${'('.repeat(19_980)}${i}`;
+  const c = new QueryCompiler(VIEW_SCHEMAS, 'analytics');
+  gc();
+  const before = process.memoryUsage().heapUsed;
+  for (let i = 0; i < 150; i++) {
+    c.compile(arrays(i), scope);
+    t.throws(() => c.compile(nested(i), scope), /nests deeper/);
+  }
+  gc();
+  const grown = (process.memoryUsage().heapUsed - before) / 2 ** 20;
+  const { texts, chars } = c.remembered;
+  t.ok(chars <= CACHED_CHARS_MAX, `${chars} characters of text remembered (at most ${CACHED_CHARS_MAX})`);
+  t.ok(texts < 60, `${texts} texts of 20 KB remembered`);
+  t.ok(grown < 150, `the heap grew ${grown.toFixed(0)} MB for 300 such texts (each remembered refusal with its frames held 1.4 MB)`);
+  // The last ones are still answered from memory, the refusal as before.
+  t.ok(c.cached(arrays(149)) !== undefined && c.cached(nested(149)) instanceof CompileError);
+  t.throws(() => c.compile(nested(149), scope), /nests deeper/);
 });

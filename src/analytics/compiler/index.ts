@@ -6,7 +6,11 @@
  *
  * Compiled trees are remembered by text (LRU): a repeated query is only printed again, for
  * the caller at hand (the tree holds no scope). Refusals are remembered too: a refused text
- * sent again is refused without compiling it again.
+ * sent again is refused without compiling it again. What is remembered is bounded by its
+ * texts' length as well as their number (a tree is about 75 bytes of memory per character of
+ * its text: an array literal of 20 KB makes one of 1.5 MB), and a refusal is kept without
+ * the stack it was thrown from (which holds the parser's frames: 1.4 MB for a 20 KB text
+ * refused at the nesting limit).
  */
 import type { Query } from './ast.js';
 import { parse } from './grammar.js';
@@ -51,15 +55,26 @@ export function printScoped(c: Compiled, scope: Scope, analyticsDb: string): str
   return new Printer({ analyticsDb, orgId: scope.orgId, live: scope.mode === 'live', viewRefs: c.viewRefs, callNames: c.callNames }).query(c.ast);
 }
 
+/** The most characters of query text whose outcomes are remembered at once (with their trees: about 75 MB at most). */
+export const CACHED_CHARS_MAX = 1_000_000;
+
 export class QueryCompiler {
   /** Outcomes by text: the tree, or the refusal (a refused text sent again is not compiled again). */
   private readonly cache = new Map<string, Compiled | CompileError>();
+  /** The characters of the texts remembered. */
+  private chars = 0;
 
   constructor(
     private readonly views: readonly ViewSchema[],
     private readonly analyticsDb: string,
     private readonly cacheSize = 1_000,
+    private readonly cachedCharsMax = CACHED_CHARS_MAX,
   ) {}
+
+  /** How many texts, and how many of their characters, are remembered. */
+  get remembered(): { texts: number; chars: number } {
+    return { texts: this.cache.size, chars: this.chars };
+  }
 
   /** The statement to run for `scope`, or a CompileError. */
   compile(text: string, scope: Scope): string {
@@ -83,10 +98,18 @@ export class QueryCompiler {
       c = compile(text, this.views);
     } catch (err) {
       if (!(err instanceof CompileError)) throw err;
+      // Its stack as text only: the captured frames (the parser's, with their receivers) would be kept with it.
+      Object.defineProperty(err, 'stack', { value: `${err.name}: ${err.message}`, writable: true, configurable: true });
       c = err;
     }
+    if (this.cache.delete(text)) this.chars -= text.length;
     this.cache.set(text, c);
-    if (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value!);
+    this.chars += text.length;
+    for (const [old] of this.cache) {
+      if (this.cache.size <= this.cacheSize && this.chars <= this.cachedCharsMax) break;
+      this.cache.delete(old);
+      this.chars -= old.length;
+    }
     return c;
   }
 
