@@ -6,8 +6,8 @@
 import t from 'tap';
 import fc from 'fast-check';
 import { MARGIN, MIN_CULPRIT_MS, STOPPED_CPU_MS, STOPPED_MIN_WALL_MS, STARVED_SHARE, afterStop, blame, stoppedHardBound, stoppedWallBound } from '../../src/store/hosted/blame.js';
-import { CpuLedger, ENDED_KEPT_MS, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
-import { AGED_AT_CPU_MS, AGED_NICE, ThreadAging, agedNice, type NiceOps } from '../../src/store/engine-host/aging.js';
+import { CpuLedger, ENDED_KEPT_MS, orgOfTag, parseProcesses, statTicks } from '../../src/store/engine-host/cpu.js';
+import { AGED_AT_CPU_MS, AGED_NICE, ThreadAging, agedNice, isLowered, loweredNice, loweredThreads, type NiceOps } from '../../src/store/engine-host/aging.js';
 
 t.test('a statement that used its time is blamed on its own organization', async (t) => {
   const v = blame({ tenant: 'a', cpuMs: 2_000, ranMs: 3_000 }, [{ tenant: 'b', cpuMs: 2_500 }]);
@@ -218,26 +218,55 @@ t.test('the ledger: which statements have used a second of CPU time, and the thr
   const ticks = new Map<number, number>([[1, 0], [2, 0], [3, 0]]);
   const of = (tid: number): number | null => ticks.get(tid) ?? null;
   const l = new CpuLedger();
+  const lowered = (now: number): number[] => [...loweredThreads(l.threadUse(now))].filter(([, n]) => n !== null).map(([tid]) => tid).sort();
   l.baseline([1, 2, 3], of);
   l.record([{ tag: 'A', threads: [1, 2] }], of, [1, 2, 3], 0);
   ticks.set(1, 60).set(2, 39);
   l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3] }], of, [1, 2, 3], 10_000);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()], [], '990 ms of CPU time, however long it ran: not yet');
-  t.same(l.report(AGED_AT_CPU_MS), [{ tag: 'A', cpuMs: 990 }, { tag: 'B', cpuMs: 0 }]);
+  t.same(lowered(10_000), [], '990 ms of CPU time, however long it ran: not yet');
+  t.same(l.report(isLowered, 10_000), [{ tag: 'A', cpuMs: 990 }, { tag: 'B', cpuMs: 0 }]);
   ticks.set(2, 40);
-  l.refresh(of);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()].sort(), [1, 2], "A's threads at a second of CPU time; B is young");
-  t.same(l.report(AGED_AT_CPU_MS), [{ tag: 'A', cpuMs: 1_000, aged: true }, { tag: 'B', cpuMs: 0 }]);
-  t.same(l.report(), [{ tag: 'A', cpuMs: 1_000 }, { tag: 'B', cpuMs: 0 }], 'not marked when the host does not lower threads');
+  l.refresh(of, 10_100);
+  t.same(lowered(10_100), [1, 2], "A's threads at a second of CPU time; B is young");
+  t.same(l.report(isLowered, 10_100), [{ tag: 'A', cpuMs: 1_000, aged: true }, { tag: 'B', cpuMs: 0 }]);
+  t.same(l.report(undefined, 10_100), [{ tag: 'A', cpuMs: 1_000 }, { tag: 'B', cpuMs: 0 }], 'not marked when the host does not lower threads');
   // Thread 2 goes on to B (A still lists it): it works for the young one now.
   l.record([{ tag: 'A', threads: [1, 2] }, { tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 10_200);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()], [1]);
+  t.same(lowered(10_200), [1]);
   // A ends: none of its threads is aged any more; B ages in its turn (thread 3 did 100 ticks).
   ticks.set(3, 100);
   l.record([{ tag: 'B', threads: [3, 2] }], of, [1, 2, 3], 10_400);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()].sort(), [2, 3]);
+  t.same(lowered(10_400), [2, 3]);
   l.idle(10_600);
-  t.same([...l.agedThreads(AGED_AT_CPU_MS).keys()], []);
+  t.same(lowered(10_600), []);
+});
+
+t.test("the ledger: an organization is aged by its recent CPU time, which halves every ten seconds", async (t) => {
+  t.equal(orgOfTag('stmt:12:Kx9_a'), 'Kx9_a');
+  t.equal(orgOfTag('A'), 'A', 'a tag without an organization is one of its own');
+  const ticks = new Map<number, number>([[1, 0], [2, 0], [3, 0], [4, 0]]);
+  const of = (tid: number): number | null => ticks.get(tid) ?? null;
+  const l = new CpuLedger();
+  l.baseline([1, 2, 3, 4], of);
+  // X runs short statements, two at a time, one after another; Y one statement of some seconds.
+  let n = 0;
+  let at = 0;
+  const round = (): void => {
+    const a = `stmt:${++n}:X`;
+    const b = `stmt:${++n}:X`;
+    l.record([{ tag: a, threads: [1] }, { tag: b, threads: [2] }, { tag: 'stmt:0:Y', threads: [3] }], of, [1, 2, 3, 4], (at += 100));
+    ticks.set(1, ticks.get(1)! + 10).set(2, ticks.get(2)! + 10).set(3, ticks.get(3)! + 3);
+    l.record([{ tag: a, threads: [1] }, { tag: b, threads: [2] }, { tag: 'stmt:0:Y', threads: [3] }], of, [1, 2, 3, 4], (at += 100));
+  };
+  for (let i = 0; i < 6; i++) round();
+  // Each of X's statements used 100 ms; X as a whole about 1.2 s; Y's one statement 180 ms.
+  const use = l.threadUse(at);
+  t.ok(use.get(1)!.stmtMs <= 100 && use.get(1)!.orgMs >= 1_000, `X's statement ${use.get(1)!.stmtMs} ms, X ${use.get(1)!.orgMs.toFixed(0)} ms`);
+  t.same(Object.fromEntries(loweredThreads(use)), { 1: AGED_NICE, 2: AGED_NICE, 3: null }, "X's threads are lowered as X, though none of its statements is aged; Y's is not");
+  t.same(l.report(isLowered, at).filter((r) => r.aged).map((r) => r.tag), [`stmt:${n - 1}:X`, `stmt:${n}:X`], 'and reported as lowered');
+  // Twenty seconds later (two half-lives) X's time is a quarter: its statements are young again.
+  t.ok(l.orgMs('X', at + 20_000) < 0.26 * l.orgMs('X', at) && l.orgMs('X', at + 20_000) > 0.24 * l.orgMs('X', at));
+  t.same([...loweredThreads(l.threadUse(at + 20_000)).values()].filter((x) => x !== null), []);
 });
 
 /** Threads with nice values, of which `own` are the host's and `locked` cannot be raised back (no CAP_SYS_NICE). */
@@ -256,8 +285,10 @@ function fakeThreads(nice: Record<number, number>, own: number[] = [], locked = 
   };
 }
 
+/** The nice value of each thread working for a statement that has used as much CPU time as given (ms), by itself. */
+const levelsOf = (used: Map<number, number>): Map<number, number> => new Map([...used].map(([tid, ms]) => [tid, loweredNice({ stmtMs: ms, orgMs: 0 })!]));
 /** Each thread of `tids` working for a statement that has used `ms` of CPU time. */
-const usedBy = (tids: number[], ms = AGED_AT_CPU_MS): Map<number, number> => new Map(tids.map((tid) => [tid, ms]));
+const usedBy = (tids: number[], ms = AGED_AT_CPU_MS): Map<number, number> => levelsOf(new Map(tids.map((tid) => [tid, ms])));
 
 t.test('aging: threads working for aged statements are lowered, and put back once they are not', async (t) => {
   const ops = fakeThreads({ 1: 0, 2: 0, 3: 19, 4: 0, 5: 5, 6: 10 }, [4]);
@@ -265,11 +296,16 @@ t.test('aging: threads working for aged statements are lowered, and put back onc
   a.update(usedBy([1, 2, 3, 4, 5, 6]));
   t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: AGED_NICE, 3: 19, 4: 0, 5: AGED_NICE, 6: AGED_NICE }, 'lowered; one already lower left alone; the host\'s own never');
   t.equal(a.size, 4);
-  a.update(usedBy([1]));
+  // Threads 2, 5 and 6 work for statements that are not aged now: put back; 3 and 4 are idle.
+  a.update(new Map([...usedBy([1]), [2, null], [5, null], [6, null]]));
   t.same(Object.fromEntries(ops.nice), { 1: AGED_NICE, 2: 0, 3: 19, 4: 0, 5: 5, 6: 10 }, "put back to what each had (6: the engine's 10 for a crowded organization's statement)");
+  // Thread 1's statement ended: it stays as it is until a statement that takes it is seen.
+  a.update(new Map());
+  t.equal(ops.nice.get(1), AGED_NICE, 'a thread whose statement ended is left lowered');
+  t.equal(a.size, 1);
   // The engine set thread 1 elsewhere meanwhile (it took up a crowded organization's statement, at 10): left as it is.
   ops.nice.set(1, 10);
-  a.update(new Map());
+  a.update(new Map([[1, null]]));
   t.equal(ops.nice.get(1), 10);
   t.equal(a.size, 0);
   // A thread gone before it is put back is forgotten.
@@ -286,21 +322,21 @@ t.test('aging: the more CPU time a statement has used, the lower its threads', a
   t.ok(levels.every((n) => n !== null && n > 10 && n < 19), "never the engine's own values (10, 19)");
   const ops = fakeThreads({ 1: 0, 2: 0, 3: 10 });
   const a = new ThreadAging(ops);
-  a.update(new Map([[1, 1_200], [2, 4_500], [3, 2_100]]));
+  a.update(levelsOf(new Map([[1, 1_200], [2, 4_500], [3, 2_100]])));
   t.same(Object.fromEntries(ops.nice), { 1: 11, 2: 17, 3: 14 }, 'each at its statement\'s level');
   // Thread 1's statement goes on; thread 2 now works for a younger (aged) statement.
-  a.update(new Map([[1, 2_500], [2, 1_100], [3, 2_200]]));
+  a.update(levelsOf(new Map([[1, 2_500], [2, 1_100], [3, 2_200]])));
   t.same(Object.fromEntries(ops.nice), { 1: 14, 2: 11, 3: 14 }, 'moved to the level of what each works for now');
   // The engine set thread 3 to 10 meanwhile (a crowded organization's statement): what it had is 10 now, not 0.
   ops.nice.set(3, 10);
-  a.update(new Map([[1, 8_100], [2, 1_100], [3, 4_100]]));
+  a.update(levelsOf(new Map([[1, 8_100], [2, 1_100], [3, 4_100]])));
   t.same(Object.fromEntries(ops.nice), { 1: 18, 2: 11, 3: 17 });
   a.clear();
   t.same(Object.fromEntries(ops.nice), { 1: 0, 2: 0, 3: 10 }, 'put back to what each had');
   t.equal(a.size, 0);
 });
 
-t.test('property: aging never raises a thread above the priority it had, lowers each to its level, and puts back every thread it lowered', async () => {
+t.test('property: aging never raises a thread above the priority it had, sets each working thread to its level, leaves idle ones, and puts back every thread it lowered', async () => {
   fc.assert(
     fc.property(
       fc.array(fc.integer({ min: -5, max: 19 }), { minLength: 1, maxLength: 8 }),
@@ -310,11 +346,17 @@ t.test('property: aging never raises a thread above the priority it had, lowers 
         const ops = fakeThreads(start, [0]);
         const a = new ThreadAging(ops);
         for (const r of rounds) {
-          const aged = new Map(r.filter(([tid, ms]) => tid < nices.length && ms >= AGED_AT_CPU_MS));
-          a.update(aged);
+          // The threads working for a running statement, with its CPU time; the others are idle.
+          const working = new Map(r.filter(([tid]) => tid < nices.length));
+          const before = new Map(ops.nice);
+          a.update(new Map([...working].map(([tid, ms]) => [tid, loweredNice({ stmtMs: ms, orgMs: 0 })])));
           for (const [tid, n] of ops.nice) {
             if (n < start[tid]!) return false;
-            const level = aged.has(tid) ? agedNice(aged.get(tid)!) : null;
+            if (!working.has(tid)) {
+              if (n !== before.get(tid)) return false;
+              continue;
+            }
+            const level = agedNice(working.get(tid)!);
             if (level !== null && tid !== 0 && start[tid]! < AGED_NICE && n !== level) return false;
             if (level === null && n !== start[tid]) return false;
           }

@@ -1,22 +1,33 @@
 /**
- * CPU priority of the engine's threads by the CPU time their statement has used: once a
- * statement has used AGED_AT_CPU_MS of CPU time the threads working for it are lowered, and
- * lowered further as it goes on (`agedNice`: 11 from a second, 14 from two, 17 from four, 18
- * from eight), so that of the statements running, those that have used less CPU take it first
- * (least attained service): a short statement started beside long ones runs nearly as alone,
- * and one of a few seconds' work started beside runaways outranks them once they have used
- * more than it. Age is CPU time used, not time since the start: a statement of moderate work
- * starved by many short ones (another organization's flood of statements each well under a
- * second) keeps its priority, and gets its share as before; aged by the clock it was lowered
- * and starved past its deadline (with one organization running four 70 ms statements at a
- * time, a 0.85 s statement answered 408 in 15 of 18 runs, against none with even priority).
- * The engine cannot stop a block in the making, and a sort of one large array is one block:
- * without this, a small statement started beside a few such runaways gets its share of the CPU
- * only, and passes its deadline (bench/analytics-runaways.ts).
+ * CPU priority of the engine's threads by the CPU time already used (least attained service):
+ * the threads working for a statement are lowered once it has used AGED_AT_CPU_MS of CPU time,
+ * and further as it goes on (`agedNice`: 11 from a second, 14 from two, 17 from four, 18 from
+ * eight), so that of the statements running, those that have used less CPU take it first. A
+ * short statement started beside long ones runs nearly as alone, and one of a few seconds'
+ * work beside runaways outranks them once they have used more than it. The engine cannot stop
+ * a block in the making, and a sort of one large array is one block: without this, a small
+ * statement started beside a few such runaways gets its share of the CPU only, and passes its
+ * deadline (bench/analytics-runaways.ts).
+ *
+ * Age is CPU time used, not time since the start, and it is an organization's as well as a
+ * statement's: each statement is lowered by the larger of its own CPU time and its
+ * organization's recent CPU time (the ledger's, halved every ten seconds: cpu.ts). So a
+ * statement of moderate work keeps its priority against other organizations' floods of short
+ * statements, each too short to age by itself: aged by the clock, a 0.85 s statement beside
+ * one organization's four 70 ms statements at a time answered 408 in 15 of 18 runs; aged by its
+ * own CPU time only, a statement of two seconds' work beside two organizations' four 0.1–0.3 s
+ * statements each answered 408 in 15 of 18 (5 s limit), and beside three such organizations in
+ * 5 of 8 (7 s limit). An organization that keeps the engine busy (a runaway, a flood, or one
+ * statement after another) ages as a whole; one that used little recently starts young.
  *
  * The threads are the engine's pool threads, which go on to other work: a thread is lowered
  * while the statement it works for now (the CPU ledger's owner, cpu.ts) is aged, and put back
- * to the priority it had once it works for a younger one or its statement ended. The engine
+ * to the priority it had once it works for a younger one, or once no statement runs. A thread
+ * whose statement ended stays as it is until the next statement that takes it is seen (the
+ * host samples every 200 ms): an organization's short statements, each over before it could be
+ * seen, mostly run on the threads its earlier ones left lowered, instead of on threads put back
+ * between them (three organizations each running short statements at once starved another's
+ * statement of two seconds' work past a 7 s limit in 5 of 8 runs with threads put back). The engine
  * itself sets a statement's threads to its `os_thread_priority` (10 for an organization's
  * crowded statements, 19 for a quarantined organization's) when they take it up, and back to
  * 0 when they leave it: a thread already at AGED_NICE or lower that was not lowered here is left
@@ -32,6 +43,7 @@
  */
 import os from 'node:os';
 import { readFileSync } from 'node:fs';
+import type { ThreadUse } from './cpu.js';
 
 /** A statement that has used this much CPU time (ms, the CPU ledger's count) has its threads lowered. */
 export const AGED_AT_CPU_MS = 1_000;
@@ -56,6 +68,14 @@ export function agedNice(cpuMs: number): number | null {
   return null;
 }
 
+/** The nice value for a thread working for a statement (null: not lowered): by the larger of its statement's CPU time and its organization's recent CPU time. */
+export function loweredNice(use: ThreadUse): number | null {
+  return agedNice(Math.max(use.stmtMs, use.orgMs));
+}
+
+/** Whether a statement's threads are lowered (the report's `aged`). */
+export const isLowered = (use: ThreadUse): boolean => loweredNice(use) !== null;
+
 export interface NiceOps {
   /** A thread's nice value, or null when it is gone. */
   get(tid: number): number | null;
@@ -77,14 +97,15 @@ export class ThreadAging {
   }
 
   /**
-   * `aged`: the threads working for an aged statement now (the ledger's owners), each with the
-   * CPU time its statement has used (ms). Lowers those not lowered yet, moves those lowered to
-   * their statement's level, puts back those lowered that no longer are aged.
+   * `targets`: the threads working for a running statement, each with its nice value
+   * (`loweredNice` of what it works for; null: not lowered). Lowers those not lowered yet,
+   * moves those lowered to their new value, puts back those lowered that work for a statement
+   * that is not; a thread not in `targets` (its statement ended) is left as it is.
    */
-  update(aged: ReadonlyMap<number, number>): void {
+  update(targets: ReadonlyMap<number, number | null>): void {
     for (const [tid, l] of this.lowered) {
-      const used = aged.get(tid);
-      const target = used === undefined ? null : agedNice(used);
+      const target = targets.get(tid);
+      if (target === undefined) continue;
       if (target === null) this.putBack(tid, l);
       else if (target !== l.set) {
         // Set elsewhere since (the engine took it up for a statement of its own priority): forgotten, as put back.
@@ -92,8 +113,7 @@ export class ThreadAging {
         else if (this.ops.set(tid, target)) l.set = target;
       }
     }
-    for (const [tid, used] of aged) {
-      const target = agedNice(used);
+    for (const [tid, target] of targets) {
       if (target === null || this.lowered.has(tid) || this.ops.own(tid)) continue;
       const now = this.ops.get(tid);
       if (now === null || now >= AGED_NICE) continue;
@@ -119,6 +139,13 @@ function comm(tid: number): string | null {
   } catch {
     return null;
   }
+}
+
+/** The nice value of each thread working for a running statement (null: not lowered), from what the ledger says it works for (cpu.ts threadUse). */
+export function loweredThreads(uses: ReadonlyMap<number, ThreadUse>): Map<number, number | null> {
+  const out = new Map<number, number | null>();
+  for (const [tid, use] of uses) out.set(tid, loweredNice(use));
+  return out;
 }
 
 /**

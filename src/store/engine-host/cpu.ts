@@ -14,6 +14,11 @@
  * engine's own ProfileEvents CPU counters are not used: they lag far behind a statement that
  * works on one block (a large sort reads 0 there until it ends).
  *
+ * The ledger also keeps each organization's recent CPU time: the time counted to its statements,
+ * halved every ORG_HALF_LIFE_MS (a statement's tag names its organization: `stmt:<n>:<org>`,
+ * the organization as a key the service makes; a tag without one is an organization of its
+ * own), which the host's priorities read (aging.ts).
+ *
  * Pure bookkeeping plus the /proc reader; the host (host.ts) drives it.
  */
 import { readFileSync, readdirSync } from 'node:fs';
@@ -77,6 +82,23 @@ export function threadTicks(tid: number): number | null {
 /** How long a statement that ended stays in the report (the service asks about one the engine's own time limit ended). */
 export const ENDED_KEPT_MS = 10_000;
 
+/** An organization's recent CPU time halves in this long. */
+export const ORG_HALF_LIFE_MS = 10_000;
+
+/** The organization a statement's tag names (`stmt:<n>:<org>`), or the tag itself when it names none. */
+export function orgOfTag(tag: string): string {
+  const at = tag.indexOf(':', tag.indexOf(':') + 1);
+  return at < 0 ? tag : tag.slice(at + 1);
+}
+
+/** What the host's priorities read of a thread working for a statement: its statement's CPU time and its organization's recent CPU time, in ms. */
+export interface ThreadUse {
+  stmtMs: number;
+  orgMs: number;
+}
+
+const msOf = (ticks: number): number => (ticks * 1000) / TICKS_PER_SECOND;
+
 export class CpuLedger {
   /** Thread → its CPU ticks at the last count that saw it. */
   private readonly seen = new Map<number, number>();
@@ -88,6 +110,8 @@ export class CpuLedger {
   private readonly ended = new Map<string, { ticks: number; at: number }>();
   /** The statements running at the last sample, and their threads. */
   private listed: Listed[] = [];
+  /** Organization → its recent CPU time (ms, decayed to `at`). */
+  private readonly orgs = new Map<string, { ms: number; at: number }>();
 
   /**
    * One sample: the statements running now and their threads, each thread's ticks (`ticksOf`,
@@ -100,7 +124,7 @@ export class CpuLedger {
    */
   record(listed: Listed[], ticksOf: (tid: number) => number | null, all: readonly number[], now = Date.now()): void {
     // What the threads did up to now, for the statements that held them at the last sample.
-    this.count(ticksOf);
+    this.count(ticksOf, now);
     const before = new Map(this.listed.map((l) => [l.tag, new Set(l.threads)]));
     const tags = new Set(listed.map((l) => l.tag));
     for (const [tag, ticks] of this.used)
@@ -116,7 +140,7 @@ export class CpuLedger {
     }
     this.listed = listed;
     // Threads that appeared since the last count count all their time to their new statement.
-    this.count(ticksOf);
+    this.count(ticksOf, now);
     this.baseline(all, ticksOf);
   }
 
@@ -141,8 +165,8 @@ export class CpuLedger {
   }
 
   /** Counts the threads' ticks since the last count, for the statements listed at the last sample (cheap: no engine statement). */
-  refresh(ticksOf: (tid: number) => number | null): void {
-    this.count(ticksOf);
+  refresh(ticksOf: (tid: number) => number | null, now = Date.now()): void {
+    this.count(ticksOf, now);
   }
 
   /**
@@ -150,16 +174,20 @@ export class CpuLedger {
    * last ENDED_KEPT_MS (`ended`), in ms; with `agedAtCpuMs` (the host lowers aged statements'
    * threads, aging.ts), those that have used that much CPU time are `aged`.
    */
-  report(agedAtCpuMs?: number): { tag: string; cpuMs: number; ended?: true; aged?: true }[] {
-    const ms = (ticks: number): number => (ticks * 1000) / TICKS_PER_SECOND;
+  report(lowered?: (use: ThreadUse) => boolean, now = Date.now()): { tag: string; cpuMs: number; ended?: true; aged?: true }[] {
     return [
-      ...this.listed.map((l) => ({
-        tag: l.tag,
-        cpuMs: ms(this.used.get(l.tag) ?? 0),
-        ...(agedAtCpuMs !== undefined && this.aged(l.tag, agedAtCpuMs) ? { aged: true as const } : {}),
-      })),
-      ...[...this.ended].map(([tag, e]) => ({ tag, cpuMs: ms(e.ticks), ended: true as const })),
+      ...this.listed.map((l) => {
+        const stmtMs = msOf(this.used.get(l.tag) ?? 0);
+        return { tag: l.tag, cpuMs: stmtMs, ...(lowered?.({ stmtMs, orgMs: this.orgMs(orgOfTag(l.tag), now) }) ? { aged: true as const } : {}) };
+      }),
+      ...[...this.ended].map(([tag, e]) => ({ tag, cpuMs: msOf(e.ticks), ended: true as const })),
     ];
+  }
+
+  /** An organization's recent CPU time (ms): what was counted to its statements, halved every ORG_HALF_LIFE_MS. */
+  orgMs(org: string, now = Date.now()): number {
+    const o = this.orgs.get(org);
+    return o === undefined ? 0 : o.ms * 0.5 ** (Math.max(0, now - o.at) / ORG_HALF_LIFE_MS);
   }
 
   /** Nothing runs: the statements listed end. */
@@ -176,19 +204,22 @@ export class CpuLedger {
     return ticks !== undefined && (ticks * 1000) / TICKS_PER_SECOND >= cpuMs;
   }
 
-  /** The threads working now for a statement listed at the last sample that has used `cpuMs` of CPU time or more (each thread's owner: the last statement that listed it anew), each with the CPU time its statement has used (ms). */
-  agedThreads(cpuMs: number): Map<number, number> {
-    const out = new Map<number, number>();
+  /** The threads working now for a statement listed at the last sample (each thread's owner: the last statement that listed it anew), with their statement's and its organization's CPU time. */
+  threadUse(now = Date.now()): Map<number, ThreadUse> {
+    const out = new Map<number, ThreadUse>();
+    const orgs = new Map<string, number>();
     for (const [tid, tag] of this.owner) {
       const ticks = this.used.get(tag);
       if (ticks === undefined) continue;
-      const used = (ticks * 1000) / TICKS_PER_SECOND;
-      if (used >= cpuMs) out.set(tid, used);
+      const org = orgOfTag(tag);
+      let orgMs = orgs.get(org);
+      if (orgMs === undefined) orgs.set(org, (orgMs = this.orgMs(org, now)));
+      out.set(tid, { stmtMs: msOf(ticks), orgMs });
     }
     return out;
   }
 
-  private count(ticksOf: (tid: number) => number | null): void {
+  private count(ticksOf: (tid: number) => number | null, at: number): void {
     const tids = new Set(this.listed.flatMap((l) => l.threads));
     for (const tid of tids) {
       const now = ticksOf(tid);
@@ -202,7 +233,16 @@ export class CpuLedger {
       const add = before === undefined || now < before ? now : now - before;
       this.seen.set(tid, now);
       const tag = this.owner.get(tid);
-      if (tag !== undefined && this.used.has(tag)) this.used.set(tag, this.used.get(tag)! + add);
+      if (tag !== undefined && this.used.has(tag)) {
+        this.used.set(tag, this.used.get(tag)! + add);
+        if (add > 0) this.addOrg(orgOfTag(tag), msOf(add), at);
+      }
     }
+    // Organizations whose time has decayed to nothing are forgotten.
+    for (const org of this.orgs.keys()) if (this.orgMs(org, at) < 1) this.orgs.delete(org);
+  }
+
+  private addOrg(org: string, ms: number, now: number): void {
+    this.orgs.set(org, { ms: this.orgMs(org, now) + ms, at: now });
   }
 }

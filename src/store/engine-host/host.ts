@@ -37,7 +37,7 @@ import { Lane } from './lane.js';
 import { RemoteSession, type WholeResult } from './remote-session.js';
 import { BrokenOff, NotStreamed, streamAnswer, streamed } from './stream.js';
 import { CpuLedger, PROCESSES_SQL, SAMPLE_MS, ownThreads, parseProcesses, threadTicks } from './cpu.js';
-import { AGED_AT_CPU_MS, ThreadAging, probe, processNice } from './aging.js';
+import { ThreadAging, isLowered, loweredThreads, probe, processNice } from './aging.js';
 import { emptyLineAt, emptyLineError } from '../insert-data.js';
 import { HostError, basicAuth, errorCode, insertTarget, paramReset, type InsertTarget, paramStatements, parseRequest, settingsClause } from './protocol.js';
 import type { EngineHostFault } from '../../config.js';
@@ -141,7 +141,7 @@ function sampleCpu(lanes: Lanes): void {
       .queryAsync(PROCESSES_SQL, { format: 'JSONCompact' })
       .then((out) => {
         lanes.cpu.record(parseProcesses(out.text()), threadTicks, ownThreads());
-        lanes.aging?.update(lanes.cpu.agedThreads(AGED_AT_CPU_MS));
+        lanes.aging?.update(loweredThreads(lanes.cpu.threadUse()));
       })
       .catch((err: unknown) => say('warn', 'engine host could not sample the statements\' CPU time', { err: err instanceof Error ? err.message : String(err) }))
       .finally(() => {
@@ -185,7 +185,7 @@ async function handle(cfg: HostStart, lanes: Lanes, req: http.IncomingMessage, r
     if (role !== 'analytics') throw new HostError(403, 497, 'ACCESS_DENIED', 'The CPU ledger is the analytics user\'s');
     // The threads' time up to now; which threads each statement has is as of the last sample.
     lanes.cpu.refresh(threadTicks);
-    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ statements: lanes.cpu.report(lanes.aging ? AGED_AT_CPU_MS : undefined) }));
+    res.writeHead(200, { 'Content-Type': 'application/json' }).end(JSON.stringify({ statements: lanes.cpu.report(lanes.aging ? isLowered : undefined) }));
     return;
   }
   const body = await readBody(req);

@@ -49,6 +49,7 @@
  *   landed or not, for good, before anything checks. Forced in test/api/lost-insert.test.ts
  *   (ENGINE_HOST_FAULT=lose-insert).
  */
+import { createHash } from 'node:crypto';
 import path from 'node:path';
 import { ClickHouseError } from '@clickhouse/client';
 import type { Config } from '../../config.js';
@@ -153,6 +154,15 @@ function lostHost(err: unknown): boolean {
   // ClickHouseStore gives an insert's refusal in ClickHouse's words, with the client's error as the cause.
   const answer = (e: unknown): boolean => e instanceof ClickHouseError || e instanceof EngineError || e instanceof HostUnavailable;
   return !answer(err) && !(err instanceof Error && answer(err.cause));
+}
+
+/**
+ * The organization as the engine host's CPU ledger knows it, in a statement's tag
+ * (`stmt:<n>:<key>`, engine-host/cpu.ts): a key of the tenant, not its id (the engine's
+ * process list is the host's to read).
+ */
+function orgKey(tenant: string): string {
+  return createHash('sha256').update(tenant).digest('base64url').slice(0, 16);
 }
 
 export class HostedStore implements Store {
@@ -576,7 +586,7 @@ export class HostedStore implements Store {
       if (stop.aborted) throw new Error('stopped before it ran');
       if ((this.kills.get(tenant) ?? 0) !== killsBefore) throw new WorkEnded('another statement of this organization ran past its deadline while this one was on its way to the engine, and the engine work was ended');
       const began = Date.now();
-      const a: Attempt = { tag: `stmt:${++this.tags}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, relieved, reprieve, spared: false };
+      const a: Attempt = { tag: `stmt:${++this.tags}:${orgKey(tenant)}`, tenant, g, began, cpuMs: 0, pastMaxCpuMs, pastCpuMs, pastRanMs, excused, relieved, reprieve, spared: false };
       this.attempts.set(stop, a);
       this.byTag.set(a.tag, a);
       let until: Promise<boolean> | undefined;
