@@ -241,7 +241,7 @@ t.test('the ledger: which statements have used a second of CPU time, and the thr
   t.same(lowered(10_600), []);
 });
 
-t.test("the ledger: an organization is aged by its recent CPU time, which halves every ten seconds", async (t) => {
+t.test("the ledger: an organization is aged by its recent CPU time beside others', which halves every five seconds", async (t) => {
   t.equal(orgOfTag('stmt:12:Kx9_a'), 'Kx9_a');
   t.equal(orgOfTag('A'), 'A', 'a tag without an organization is one of its own');
   const ticks = new Map<number, number>([[1, 0], [2, 0], [3, 0], [4, 0]]);
@@ -264,9 +264,16 @@ t.test("the ledger: an organization is aged by its recent CPU time, which halves
   t.ok(use.get(1)!.stmtMs <= 100 && use.get(1)!.orgMs >= 1_000, `X's statement ${use.get(1)!.stmtMs} ms, X ${use.get(1)!.orgMs.toFixed(0)} ms`);
   t.same(Object.fromEntries(loweredThreads(use)), { 1: AGED_NICE, 2: AGED_NICE, 3: null }, "X's threads are lowered as X, though none of its statements is aged; Y's is not");
   t.same(l.report(isLowered, at).filter((r) => r.aged).map((r) => r.tag), [`stmt:${n - 1}:X`, `stmt:${n}:X`], 'and reported as lowered');
-  // Twenty seconds later (two half-lives) X's time is a quarter: its statements are young again.
-  t.ok(l.orgMs('X', at + 20_000) < 0.26 * l.orgMs('X', at) && l.orgMs('X', at + 20_000) > 0.24 * l.orgMs('X', at));
-  t.same([...loweredThreads(l.threadUse(at + 20_000)).values()].filter((x) => x !== null), []);
+  // Ten seconds later (two half-lives) X's time is a quarter: its statements are young again.
+  t.ok(l.orgMs('X', at + 10_000) < 0.26 * l.orgMs('X', at) && l.orgMs('X', at + 10_000) > 0.24 * l.orgMs('X', at));
+  t.same([...loweredThreads(l.threadUse(at + 10_000)).values()].filter((x) => x !== null), []);
+  // Alone, an organization's time does not count: it kept nobody waiting.
+  const z = new CpuLedger();
+  z.baseline([1, 2, 3, 4], of);
+  z.record([{ tag: 'stmt:1:Z', threads: [4] }], of, [1, 2, 3, 4], 0);
+  ticks.set(4, ticks.get(4)! + 150);
+  z.record([{ tag: 'stmt:1:Z', threads: [4] }], of, [1, 2, 3, 4], 100);
+  t.same(z.threadUse(100).get(4), { stmtMs: 1_500, orgMs: 0 });
 });
 
 /** Threads with nice values, of which `own` are the host's and `locked` cannot be raised back (no CAP_SYS_NICE). */

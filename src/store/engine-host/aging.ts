@@ -2,16 +2,15 @@
  * CPU priority of the engine's threads by the CPU time already used (least attained service):
  * the threads working for a statement are lowered once it has used AGED_AT_CPU_MS of CPU time,
  * and further as it goes on (`agedNice`: 11 from a second, 14 from two, 17 from four, 18 from
- * eight), so that of the statements running, those that have used less CPU take it first. A
- * short statement started beside long ones runs nearly as alone, and one of a few seconds'
- * work beside runaways outranks them once they have used more than it. The engine cannot stop
- * a block in the making, and a sort of one large array is one block: without this, a small
- * statement started beside a few such runaways gets its share of the CPU only, and passes its
- * deadline (bench/analytics-runaways.ts).
+ * eight), so that of the statements running, those that have used less CPU take it first. The
+ * engine cannot stop a block in the making, and a sort of one large array is one block:
+ * without this, a small statement started beside a few such runaways gets its share of the
+ * CPU only, and passes its deadline (bench/analytics-runaways.ts).
  *
  * Age is CPU time used, not time since the start, and it is an organization's as well as a
  * statement's: each statement is lowered by the larger of its own CPU time and its
- * organization's recent CPU time (the ledger's, halved every ten seconds: cpu.ts). So a
+ * organization's recent CPU time beside others (the ledger's: what its statements used while
+ * another organization's ran too, halved every five seconds, cpu.ts). So a
  * statement of moderate work keeps its priority against other organizations' floods of short
  * statements, each too short to age by itself: aged by the clock, a 0.85 s statement beside
  * one organization's four 70 ms statements at a time answered 408 in 15 of 18 runs; aged by its
@@ -26,8 +25,7 @@
  * whose statement ended stays as it is until the next statement that takes it is seen (the
  * host samples every 200 ms): an organization's short statements, each over before it could be
  * seen, mostly run on the threads its earlier ones left lowered, instead of on threads put back
- * between them (three organizations each running short statements at once starved another's
- * statement of two seconds' work past a 7 s limit in 5 of 8 runs with threads put back). The engine
+ * between them. The engine
  * itself sets a statement's threads to its `os_thread_priority` (10 for an organization's
  * crowded statements, 19 for a quarantined organization's) when they take it up, and back to
  * 0 when they leave it: a thread already at AGED_NICE or lower that was not lowered here is left

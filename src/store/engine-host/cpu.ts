@@ -14,8 +14,8 @@
  * engine's own ProfileEvents CPU counters are not used: they lag far behind a statement that
  * works on one block (a large sort reads 0 there until it ends).
  *
- * The ledger also keeps each organization's recent CPU time: the time counted to its statements,
- * halved every ORG_HALF_LIFE_MS (a statement's tag names its organization: `stmt:<n>:<org>`,
+ * The ledger also keeps each organization's recent CPU time: the time counted to its statements
+ * while another organization's statements ran too, halved every ORG_HALF_LIFE_MS (a statement's tag names its organization: `stmt:<n>:<org>`,
  * the organization as a key the service makes; a tag without one is an organization of its
  * own), which the host's priorities read (aging.ts).
  *
@@ -83,7 +83,7 @@ export function threadTicks(tid: number): number | null {
 export const ENDED_KEPT_MS = 10_000;
 
 /** An organization's recent CPU time halves in this long. */
-export const ORG_HALF_LIFE_MS = 10_000;
+export const ORG_HALF_LIFE_MS = 5_000;
 
 /** The organization a statement's tag names (`stmt:<n>:<org>`), or the tag itself when it names none. */
 export function orgOfTag(tag: string): string {
@@ -221,6 +221,8 @@ export class CpuLedger {
 
   private count(ticksOf: (tid: number) => number | null, at: number): void {
     const tids = new Set(this.listed.flatMap((l) => l.threads));
+    // An organization's time counts only while another's statements ran too: alone, it kept nobody waiting.
+    const shared = new Set(this.listed.map((l) => orgOfTag(l.tag))).size > 1;
     for (const tid of tids) {
       const now = ticksOf(tid);
       if (now === null) {
@@ -235,7 +237,7 @@ export class CpuLedger {
       const tag = this.owner.get(tid);
       if (tag !== undefined && this.used.has(tag)) {
         this.used.set(tag, this.used.get(tag)! + add);
-        if (add > 0) this.addOrg(orgOfTag(tag), msOf(add), at);
+        if (add > 0 && shared) this.addOrg(orgOfTag(tag), msOf(add), at);
       }
     }
     // Organizations whose time has decayed to nothing are forgotten.
