@@ -184,7 +184,7 @@ export class CpuLedger {
     ];
   }
 
-  /** An organization's recent CPU time (ms): what was counted to its statements, halved every ORG_HALF_LIFE_MS. */
+  /** An organization's recent CPU time (ms): what was counted to its statements while another organization's ran too, halved every ORG_HALF_LIFE_MS. */
   orgMs(org: string, now = Date.now()): number {
     const o = this.orgs.get(org);
     return o === undefined ? 0 : o.ms * 0.5 ** (Math.max(0, now - o.at) / ORG_HALF_LIFE_MS);
@@ -196,12 +196,6 @@ export class CpuLedger {
     for (const [tag, e] of this.ended) if (now - e.at > ENDED_KEPT_MS) this.ended.delete(tag);
     this.used.clear();
     this.listed = [];
-  }
-
-  /** Whether a statement listed at the last sample has used `cpuMs` of CPU time or more. */
-  aged(tag: string, cpuMs: number): boolean {
-    const ticks = this.used.get(tag);
-    return ticks !== undefined && (ticks * 1000) / TICKS_PER_SECOND >= cpuMs;
   }
 
   /** The threads working now for a statement listed at the last sample (each thread's owner: the last statement that listed it anew), with their statement's and its organization's CPU time. */
