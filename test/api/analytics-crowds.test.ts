@@ -1,16 +1,46 @@
 /**
- * An organization running several statements at once is aged as a whole
- * (src/store/engine-host/aging.ts): through the real HTTP API, one organization's statement of
- * about two seconds' work, run again and again, answers its result while three other
- * organizations each keep four short statements running (a sort of 2,000,000 elements, 0.1–0.3
- * s each alone). Aged by its own CPU time only, the long statement was lowered below statements
- * each too short to age and answered 408 in most runs (15 of 18 with a 5 s limit, beside two such organizations).
+ * An organization is aged as a whole as well as statement by statement
+ * (src/store/engine-host/aging.ts): through the real HTTP API, three organizations each keep
+ * four short statements running (a sort of 2,000,000 elements, 0.1–0.3 s each alone): their
+ * engine threads are lowered although none of their statements runs long enough to age by
+ * itself; and another organization's statement of about two seconds' work, run again and
+ * again, answers its result beside them. Aged by its own CPU time only, the long statement was
+ * lowered below statements each too short to age (none of the crowd's threads ever was) and
+ * answered 408 in most runs with a 5–7 s limit on a quiet machine.
  */
 import t from 'tap';
+import { readFileSync, readdirSync } from 'node:fs';
 import { createOrg, embeddedOnly, http, sleep, startService } from '../helpers/service.js';
+import { AGED_NICE } from '../../src/store/engine-host/aging.js';
 
-/** Room above the long statement's two seconds for another test file's work on the machine (the suite runs two at once). */
-const TIMEOUT_MS = 7_000;
+/** The nice values of the engine threads of the service's engine host (its child named billing-engine-host). */
+function hostNices(servicePid: number): number[] {
+  const field = (stat: string, i: number): string => stat.slice(stat.lastIndexOf(')') + 2).split(' ')[i - 3]!;
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      if (!stat.includes('(billing-engine') || Number(field(stat, 4)) !== servicePid) continue;
+      return readdirSync(`/proc/${d}/task`).flatMap((tid) => {
+        try {
+          return [Number(field(readFileSync(`/proc/${d}/task/${tid}/stat`, 'utf8'), 19))];
+        } catch {
+          return [];
+        }
+      });
+    } catch {
+      // a process that ended meanwhile
+    }
+  }
+  return [];
+}
+
+/**
+ * Room above the long statement's two seconds (about 4 s beside the crowd on a quiet machine)
+ * for another test file's work on the machine: the suite runs two at once, and beside the
+ * runaways of analytics-blame, in an engine host of their own, it took 7–13 s.
+ */
+const TIMEOUT_MS = 20_000;
 
 /** One block sorting 60,000,000 hashes: about two seconds of engine work alone on a 2-core VM. */
 const LONG =
@@ -41,9 +71,12 @@ t.test("a statement of seconds' work answers beside other organizations' many sh
       }
     }),
   );
-  await sleep(2_000);
+  // Only the crowd runs: its threads are lowered as its organizations' CPU time beside each other grows.
+  let lowered = false;
+  for (const end = Date.now() + 15_000; !lowered && Date.now() < end; await sleep(100)) lowered = hostNices(svc.proc!.pid!).some((n) => n >= AGED_NICE && n < 19);
+  t.ok(lowered, `the crowd's engine threads are lowered (nice ${AGED_NICE} or more) though each of its statements is short`);
   const answers: { status: number; ms: number; code?: string }[] = [];
-  for (let i = 0; i < 4; i++) {
+  for (let i = 0; i < 3; i++) {
     const sent = Date.now();
     const r = await query(one.live, LONG);
     answers.push({ status: r.status, ms: Date.now() - sent, code: r.body?.code });
@@ -51,7 +84,7 @@ t.test("a statement of seconds' work answers beside other organizations' many sh
   crowding = false;
   await Promise.all(loops);
   t.comment(`the long statement beside them: ${answers.map((x) => `${x.status} in ${x.ms} ms`).join(', ')}; the short ones: ${crowd.length}, ${crowd.filter((x) => x.status === 200).length} answered 200`);
-  t.same(answers.map((x) => x.status), [200, 200, 200, 200], 'every long statement answered its result');
+  t.same(answers.map((x) => x.status), [200, 200, 200], 'every long statement answered its result');
   t.ok(crowd.filter((x) => x.status === 200).length > 20, 'the short statements ran too');
   t.same(crowd.filter((x) => x.status !== 200 && x.code !== 'CONCURRENCY_LIMIT_EXCEEDED'), [], 'and none of them failed (at most waited behind their own)');
 });
