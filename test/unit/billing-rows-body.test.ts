@@ -28,7 +28,8 @@ const DRAW = { draw_pool_id: 'pool_id', draw_credits_currency_id: 'credits_curre
 
 t.test('rendered rows read back per table, line for line, each credit draw in its cost line', async (t) => {
   fc.assert(
-    fc.property(fc.array(fc.tuple(costArb, fc.option(fc.nat(99))), { maxLength: 5 }), fc.array(unpricedArb, { maxLength: 5 }), (priced, unpriced) => {
+    // A message prices each of its signals once: its cost rows name distinct signals.
+    fc.property(fc.uniqueArray(fc.tuple(costArb, fc.option(fc.nat(99))), { maxLength: 5, selector: ([c]) => c.signal_id }), fc.array(unpricedArb, { maxLength: 5 }), (priced, unpriced) => {
       const costs = priced.map(([c]) => c);
       // As evaluate.ts gives them: a draw after its cost row, in the same order.
       const consumption = priced.flatMap(([c, n]) => (n === null ? [] : [drawOf(c, n)]));
