@@ -9,30 +9,14 @@
  * answered 408 in most runs with a 5–7 s limit on a quiet machine.
  */
 import t from 'tap';
-import { readFileSync, readdirSync } from 'node:fs';
 import { createOrg, embeddedOnly, http, sleep, startService } from '../helpers/service.js';
 import { AGED_NICE } from '../../src/store/engine-host/aging.js';
+import { childNamed, threadsOf } from '../helpers/threads.js';
 
-/** The nice values of the engine threads of the service's engine host (its child named billing-engine-host). */
+/** The nice values of the threads of the service's engine host (its child named billing-engine-host). */
 function hostNices(servicePid: number): number[] {
-  const field = (stat: string, i: number): string => stat.slice(stat.lastIndexOf(')') + 2).split(' ')[i - 3]!;
-  for (const d of readdirSync('/proc')) {
-    if (!/^\d+$/.test(d)) continue;
-    try {
-      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
-      if (!stat.includes('(billing-engine') || Number(field(stat, 4)) !== servicePid) continue;
-      return readdirSync(`/proc/${d}/task`).flatMap((tid) => {
-        try {
-          return [Number(field(readFileSync(`/proc/${d}/task/${tid}/stat`, 'utf8'), 19))];
-        } catch {
-          return [];
-        }
-      });
-    } catch {
-      // a process that ended meanwhile
-    }
-  }
-  return [];
+  const host = childNamed(servicePid, 'billing-engine');
+  return host === null ? [] : threadsOf(host).map((x) => x.nice);
 }
 
 /**

@@ -6,8 +6,8 @@
  * the suite does.
  */
 import t from 'tap';
-import { readFileSync, readdirSync } from 'node:fs';
 import { engineHost } from '../helpers/engine-host.js';
+import { threadsOf } from '../helpers/threads.js';
 import { AGED_AT_CPU_MS, AGED_NICE } from '../../src/store/engine-host/aging.js';
 
 const SESSIONS = 3;
@@ -21,22 +21,8 @@ async function ledger(): Promise<{ tag: string; cpuMs: number; aged?: boolean; e
   return ((await res.json()) as { statements: { tag: string; cpuMs: number; aged?: boolean; ended?: boolean }[] }).statements;
 }
 
-/** The engine's threads of the host (named by the engine, not as the process or libuv's pool) and their nice values. */
-function engineThreads(): { tid: number; name: string; nice: number }[] {
-  const out: { tid: number; name: string; nice: number }[] = [];
-  for (const d of readdirSync(`/proc/${g.pid}/task`)) {
-    try {
-      const stat = readFileSync(`/proc/${g.pid}/task/${d}/stat`, 'utf8');
-      const name = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
-      // Field 19 is the nice value; the fields after the name start at field 3.
-      const nice = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
-      out.push({ tid: Number(d), name, nice });
-    } catch {
-      // The thread ended meanwhile.
-    }
-  }
-  return out;
-}
+/** The threads of the host and their nice values. */
+const engineThreads = (): { tid: number; name: string; nice: number }[] => threadsOf(g.pid);
 
 async function until<T>(what: string, read: () => Promise<T> | T, done: (v: T) => boolean, ms = 20_000): Promise<T> {
   const end = Date.now() + ms;
